@@ -1,0 +1,11 @@
+"""Tolk: a small, fast, readable tensor compiler whose backends are plugins.
+
+The public face: Tensor, dtypes, Variable, jit, Device and the errors. Importing tolk_core imports no
+backend library; plugins are probed at the registry's first use.
+"""
+from tolk_core.errors import (  # noqa: F401
+    CompileError, DeviceMismatchError, DeviceUnavailableError, DTypeError, JitError, ShapeError, TolkError,
+    UnknownDeviceError,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Codegen: simplify, optimize and linearize one kernel."""

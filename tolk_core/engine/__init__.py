@@ -1,0 +1,1 @@
+"""Execution: run_linear, capture, the JIT."""

@@ -1,0 +1,59 @@
+"""The one error hierarchy of Tolk. Every error names what the user did and how to fix it."""
+
+
+class TolkError(Exception):
+    """Base of every error Tolk raises on purpose."""
+
+
+class ShapeError(TolkError, ValueError):
+    """Shapes that do not fit: broadcasting, reshape sizes, axes out of range."""
+
+
+class DTypeError(TolkError, TypeError):
+    """A dtype that an operation or a device does not support."""
+
+
+class DeviceError(TolkError):
+    """Base of the device-selection errors."""
+
+
+class UnknownDeviceError(DeviceError, KeyError):
+    """A device name no installed plugin provides."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0]) if self.args else ""
+
+
+class DeviceUnavailableError(DeviceError):
+    """A device that was demanded (argument or TOLK_DEVICE) but cannot be used here."""
+
+
+class DeviceMismatchError(TolkError, ValueError):
+    """Operands of one operation live on different devices."""
+
+
+class PluginError(TolkError):
+    """A plugin that cannot be loaded or validated."""
+
+
+class ConfigError(TolkError, ValueError):
+    """A bad configuration value: unknown key, wrong type, unknown device."""
+
+
+class CompileError(TolkError):
+    """A compiler failed; carries the source and the compiler's message."""
+
+    def __init__(self, message: str, source: str = "", log: str = ""):
+        super().__init__(message)
+        self.source, self.log = source, log
+
+    def __str__(self) -> str:
+        return f"{self.args[0]}\n--- compiler output ---\n{self.log}" if self.log else str(self.args[0])
+
+
+class JitError(TolkError):
+    """Misuse of the JIT (seed 000): nested capture, empty capture, input mismatch on replay."""
+
+
+class SpecError(TolkError, AssertionError):
+    """A graph that breaks the spec of its stage; names the offending node."""

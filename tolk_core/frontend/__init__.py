@@ -1,0 +1,1 @@
+"""The user-facing front end: Tensor and its ops."""

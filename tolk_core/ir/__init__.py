@@ -1,0 +1,1 @@
+"""The IR: dtypes, ops, hash-consed UOps, pattern matching, symbolic integers, movement maths."""

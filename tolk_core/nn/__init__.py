@@ -1,0 +1,1 @@
+"""Neural-network layers, optimizers and state dicts."""

@@ -1,0 +1,1 @@
+"""Plugin system: hookspecs, entry-point loader, registry, device resolution."""

@@ -1,0 +1,1 @@
+"""Rendering: the C-style base every dialect builds on, and the public C-compile helper."""

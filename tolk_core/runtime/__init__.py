@@ -1,0 +1,1 @@
+"""Runtime contracts plugins implement: device, Buffer, Allocator, Compiler, Program, Graph."""

@@ -1,0 +1,1 @@
+"""Scheduling: prepare_rangeify, placements, rangeify, kernel order, memory planning."""

@@ -1,0 +1,1 @@
+"""Backend conformance suite for plugin authors."""
