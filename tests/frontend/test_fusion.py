@@ -1,0 +1,76 @@
+"""Fusion: kernel counts no worse than tinygrad 0.14's on the same programs (counted with GlobalCounters)."""
+from __future__ import annotations
+
+import numpy as np
+
+from tests.frontend.conftest import close, np_mlp, np_attention
+from tolk_core.frontend.tensor import Tensor
+
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def test_fused_elementwise_reduce_is_one_kernel(device, kernels) -> None:
+    a, b, c = (_rand(4096, seed=i) for i in range(3))
+    ta, tb, tc = (Tensor(x, device=device) for x in (a, b, c))
+    with kernels() as k:
+        out = ((ta * tb + tc).relu()).sum().numpy()
+    assert k.count == 1
+    close(out, np.maximum(a * b + c, 0).sum(dtype=np.float64).astype(np.float32))
+
+
+def test_reduce_then_elementwise_is_one_kernel(device, kernels) -> None:
+    a, b = _rand(64, 33), _rand(64, seed=1)
+    with kernels() as k:
+        out = (Tensor(a, device=device).sum(axis=1) + Tensor(b, device=device)).numpy()
+    assert k.count == 1
+    close(out, a.sum(1) + b)
+
+
+def test_softmax_is_three_kernels(device, kernels) -> None:
+    x = _rand(64, 1000)
+    with kernels() as k:
+        out = Tensor(x, device=device).softmax().numpy()
+    assert k.count == 3
+    e = np.exp(x - x.max(-1, keepdims=True))
+    close(out, e / e.sum(-1, keepdims=True))
+
+
+def test_attention_head_is_four_kernels(device, kernels) -> None:
+    q, kk, v = _rand(1, 128, 64), _rand(1, 128, 64, seed=1), _rand(1, 128, 64, seed=2)
+    tq, tk, tv = (Tensor(x, device=device) for x in (q, kk, v))
+    with kernels() as k:
+        out = ((tq @ tk.transpose(-1, -2)) * (1 / 8)).softmax() @ tv
+        got = out.numpy()
+    assert k.count == 4
+    close(got, np_attention(q, kk, v))
+
+
+def test_mlp_forward_is_two_kernels(device, kernels) -> None:
+    x, w1, b1, w2, b2 = _rand(64, 784), _rand(784, 256, seed=1), _rand(256, seed=2), _rand(256, 10, seed=3), \
+        _rand(10, seed=4)
+    t = [Tensor(a, device=device) for a in (x, w1, b1, w2, b2)]
+    with kernels() as k:
+        got = ((t[0] @ t[1] + t[2]).relu() @ t[3] + t[4]).numpy()
+    assert k.count == 2
+    close(got, np_mlp(x, w1, b1, w2, b2))
+
+
+def test_matmul_is_one_kernel(device, kernels) -> None:
+    a, b = _rand(33, 65), _rand(65, 17, seed=1)
+    with kernels() as k:
+        got = (Tensor(a, device=device) @ Tensor(b, device=device)).numpy()
+    assert k.count == 1
+    close(got, a @ b)
+
+
+def test_contiguous_adds_exactly_one_kernel(device, kernels) -> None:
+    a = _rand(100, 100)
+    ta = Tensor(a, device=device)
+    with kernels() as fused:
+        plain = ((ta * 2 + 1).exp() * 3).numpy()
+    with kernels() as split:
+        cut = ((ta * 2 + 1).contiguous().exp() * 3).numpy()
+    assert (fused.count, split.count) == (1, 2)
+    close(plain, cut)

@@ -1,0 +1,26 @@
+"""GlobalCounters: process-wide counts of work done, for tests, benchmarks and users.
+
+Counts only grow; take differences around the code you measure (`GlobalCounters.snapshot()`).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class _Counters:
+    kernels_launched: int = 0   # program launches (one per kernel call)
+    compiles: int = 0           # compiler invocations (a miss in both the memory and the disk cache)
+    disk_cache_hits: int = 0    # binaries loaded from the on-disk cache instead of compiled
+    schedules: int = 0          # tensor graphs scheduled into kernels
+    time_sum_s: float = 0.0     # kernel time, when DEBUG>=2 makes launches wait and time themselves
+
+    def snapshot(self) -> dict[str, float]:
+        return asdict(self)
+
+    def reset(self) -> None:
+        for k, v in asdict(_Counters()).items():
+            setattr(self, k, v)
+
+
+GlobalCounters = _Counters()

@@ -1,0 +1,67 @@
+"""The binding between BUFFER UOps and runtime Buffers.
+
+A BUFFER UOp (`UOp.new_buffer`) has arg = size and src = (UNIQUE(id), DEVICE(name)): the unique id makes
+each storage distinct under hash-consing. Its runtime Buffer is created on first use and lives exactly as long as
+the UOp does (a weak-key table), so dropping every Tensor that reads a storage frees the device memory.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from tolk_core.errors import ShapeError
+from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+from tolk_core.runtime import Buffer
+
+_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+
+def new_buffer(device: str, size: int, dtype: DType) -> UOp:
+    """A fresh BUFFER UOp of `size` elements; its device memory is allocated lazily."""
+    return UOp.new_buffer(device, size, dtype)
+
+
+def buffer_device(buf: UOp) -> str:
+    return buf.src[1].arg
+
+
+def runtime_buffer(buf: UOp) -> Buffer:
+    """The runtime Buffer behind a BUFFER UOp, created (unallocated) on first request."""
+    if (rb := _buffers.get(buf)) is None:
+        rb = _buffers[buf] = Buffer(buffer_device(buf), buf.arg, buf.dtype)
+    return rb
+
+
+def from_numpy(arr: np.ndarray, dtype: DType, device: str) -> UOp:
+    """Upload a C-contiguous array into new storage; the result is viewed in the array's shape."""
+    buf = new_buffer(device, arr.size, dtype)
+    if arr.size:
+        runtime_buffer(buf).copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
+    return view_as(buf, arr.shape)
+
+
+def view_as(buf: UOp, shape: tuple[int, ...]) -> UOp:
+    """A BUFFER viewed in `shape` (a RESHAPE, unless the shape is already the flat one)."""
+    return buf if tuple(shape) == (buf.arg,) else UOp(Op.RESHAPE, buf.dtype, (buf,), tuple(shape))
+
+
+def base_buffer(u: UOp) -> UOp | None:
+    """The BUFFER that `u` reads whole and in order (u is the buffer or a RESHAPE of it), else None."""
+    while u.op is Op.RESHAPE:
+        u = u.src[0]
+    return u if u.op is Op.BUFFER else None
+
+
+def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    """Copy a realized value (a BUFFER viewed by reshapes) out to a new numpy array."""
+    buf = base_buffer(u)
+    if buf is None:
+        raise ShapeError("internal: to_numpy of an unrealized value")
+    out = np.empty(shape, dtypes.to_np(dtype))
+    if math.prod(shape):
+        runtime_buffer(buf).copyout(memoryview(out.reshape(-1).view(np.uint8)))
+    return out

@@ -1,0 +1,19 @@
+"""linear: the kernels of a schedule, in dependency order, as one LINEAR of CALLs.
+
+`LINEAR(CALL(kernel_sink, *buffers), ...)`: each CALL's buffers are BUFFER UOps bound to the kernel's PARAM
+slots in order. Kernels come out of rangeify sources-first, so running the CALLs in order is correct.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+from tolk_core.schedule.rangeify import rangeify
+
+
+def create_linear(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[UOp], UOp]) -> UOp:
+    """The LINEAR computing each (value, BUFFER) pair; `new_buffer(value)` stores intermediates."""
+    kernels = rangeify(outputs, new_buffer)
+    return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))

@@ -1,0 +1,199 @@
+"""rangeify: ranges index the tensor graph, movement ops become index maths, kernels end where values need storage.
+
+Input: the prepared tensor graph of the outputs to compute, each paired with the BUFFER it is stored into.
+Output: kernels, each a kernel-level SINK whose PARAM slots name the buffers it reads and writes.
+
+Which values get storage (a kernel boundary):
+- every output, every CONTIGUOUS;
+- a value holding an unstored reduction that is broadcast (EXPAND) on its way to a consumer: inlining it
+  would recompute the reduction once per broadcast copy (this is why softmax is three kernels);
+- a reduction read by more than one kernel: reductions are never computed twice.
+Everything else is inlined (recomputed) into each kernel that reads it: fusion is the default.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.shape import apply_movement_op
+from tolk_core.ir.uop import UOp
+
+# the leaves a kernel reads from memory; everything else is computed
+_STORAGE = (Op.BUFFER,)
+
+
+@dataclass
+class Kernel:
+    """One kernel: its AST (a SINK of one STORE ended by its ranges) and the BUFFER bound to each PARAM slot."""
+    ast: UOp
+    buffers: list[UOp] = field(default_factory=list)
+
+
+def _is_expanding(u: UOp) -> bool:
+    return u.op is Op.EXPAND and any(i != o for i, o in zip(u.src[0].shape, u.arg, strict=True))
+
+
+def realize_points(sink_values: list[UOp]) -> set[UOp]:
+    """The values that need storage, given the values the caller asked for (see the module docstring)."""
+    order = UOp(Op.SINK, dtypes.void, tuple(sink_values)).toposort()
+    realized: set[UOp] = set(sink_values) | {u.src[0] for u in order if u.op is Op.CONTIGUOUS}
+    realized |= {u for u in order if u.op in _STORAGE}
+    while True:
+        # has_reduce: the value computes a reduction that is not stored (so inlining it repeats that work)
+        has_reduce: dict[UOp, bool] = {}
+        for u in order:
+            has_reduce[u] = u not in realized and (u.op is Op.REDUCE_AXIS or any(has_reduce[s] for s in u.src))
+        new: set[UOp] = set()
+        for u in order:
+            if _is_expanding(u):
+                x = u.src[0]
+                while x.op in GroupOp.Movement:
+                    x = x.src[0]
+                if has_reduce[x]:
+                    new.add(x)
+        # reductions read by several kernels
+        readers: dict[UOp, set[UOp]] = {}
+        for k in realized:
+            for u in _kernel_body(k, realized):
+                if u.op is Op.REDUCE_AXIS and u is not k:
+                    readers.setdefault(u, set()).add(k)
+        new |= {u for u, ks in readers.items() if len(ks) > 1}
+        if not (new - realized):
+            return realized
+        realized |= new
+
+
+def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
+    """The unstored nodes a kernel computing `root` evaluates (root included), stopping at stored values."""
+    seen, stack, out = {root}, [root], []
+    while stack:
+        u = stack.pop()
+        out.append(u)
+        for s in (u.src if (u is root or u not in realized) else ()):
+            if s not in seen and s not in realized:
+                seen.add(s)
+                stack.append(s)
+    return out
+
+
+class _Lowerer:
+    """Lower one kernel: index every value by range expressions, turning movements into index maths."""
+
+    def __init__(self, realized: dict[UOp, UOp]):
+        self.realized = realized                   # stored value -> its BUFFER
+        self.params: dict[UOp, UOp] = {}           # BUFFER -> PARAM
+        self.buffers: list[UOp] = []
+        self.memo: dict[tuple, UOp] = {}
+        self.nranges = 0
+
+    def param(self, buf: UOp) -> UOp:
+        if (p := self.params.get(buf)) is None:
+            p = self.params[buf] = UOp(Op.PARAM, buf.dtype.ptr(buf.arg), (), len(self.buffers))
+            self.buffers.append(buf)
+        return p
+
+    def new_range(self, size: int, kind: str) -> UOp:
+        if size == 1:
+            return UOp.const(dtypes.index, 0)
+        r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (self.nranges, kind))
+        self.nranges += 1
+        return r
+
+    def load(self, buf: UOp, shape: tuple[int, ...], idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+        flat = UOp.const(dtypes.index, 0)
+        stride = 1
+        for i, s in reversed(list(zip(idxs, shape, strict=True))):
+            flat = flat + i * stride
+            stride *= s
+        index = UOp(Op.INDEX, buf.dtype.ptr(buf.arg), (self.param(buf), flat) + ((gate,) if gate is not None else ()))
+        return UOp(Op.LOAD, buf.dtype, (index,))
+
+    def lower(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool = False) -> UOp:
+        key = (u, idxs, gate, top)
+        if (hit := self.memo.get(key)) is not None:
+            return hit
+        if not top and u in self.realized:
+            ret = self.load(self.realized[u], tuple(u.shape), idxs, gate)
+        elif u.op is Op.BUFFER:
+            ret = self.load(u, (u.arg,), idxs, gate)
+        elif u.op is Op.CONST:
+            ret = u
+        elif u.op in GroupOp.Movement:
+            src_idxs, valid = apply_movement_op(u.op, tuple(u.src[0].shape), u.arg, idxs)
+            if valid is None:
+                ret = self.lower(u.src[0], tuple(src_idxs), gate)
+            else:
+                valid = valid.simplify()
+                g = valid if gate is None else gate.alu(Op.AND, valid)
+                inner = self.lower(u.src[0], tuple(src_idxs), g)
+                ret = UOp(Op.WHERE, u.dtype, (valid, inner, UOp.const(u.dtype, _zero(u.dtype))))
+        elif u.op is Op.REDUCE_AXIS:
+            op, axes = u.arg
+            in_shape = u.src[0].shape
+            rngs = {a: self.new_range(in_shape[a], "reduce") for a in axes}
+            src_idxs = tuple(rngs.get(a, i) for a, i in enumerate(idxs))
+            body = self.lower(u.src[0], src_idxs, gate)
+            live = tuple(r for r in rngs.values() if r.op is Op.RANGE)
+            if any(in_shape[a] == 0 for a in axes):
+                ret = UOp.const(u.dtype, _identity(op, u.dtype))
+            else:
+                ret = UOp(Op.REDUCE, u.dtype, (body, *live), op) if live else body
+        elif u.op in (Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
+            ret = self.lower(u.src[0], idxs, gate)
+        else:  # ALU, CAST, BITCAST: elementwise
+            ret = UOp(u.op, u.dtype, tuple(self.lower(s, idxs, gate) for s in u.src), u.arg)
+        self.memo[key] = ret
+        return ret
+
+
+def _zero(dt):
+    return False if dtypes.is_bool(dt) else (0.0 if dtypes.is_float(dt) else 0)
+
+
+def _identity(op: Op, dt) -> int | float | bool:
+    if op is Op.ADD:
+        return _zero(dt)
+    if op is Op.MUL:
+        return True if dtypes.is_bool(dt) else (1.0 if dtypes.is_float(dt) else 1)
+    return dtypes.min(dt)  # MAX
+
+
+def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
+    """The kernel that computes `value` into BUFFER `out`, reading the stored values in `realized`."""
+    lw = _Lowerer(realized)
+    out_param = lw.param(out)
+    shape = tuple(value.shape)
+    rngs = tuple(lw.new_range(s, "loop") for s in shape)
+    body = lw.lower(value, rngs, None, top=True)
+    flat = UOp.const(dtypes.index, 0)
+    stride = 1
+    for r, s in reversed(list(zip(rngs, shape, strict=True))):
+        flat = flat + r * stride
+        stride *= s
+    store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, out_param.dtype, (out_param, flat)), body))
+    live = tuple(r for r in rngs if r.op is Op.RANGE)
+    ast = UOp(Op.SINK, dtypes.void, (UOp(Op.END, dtypes.void, (store, *live)) if live else store,))
+    return Kernel(ast, lw.buffers)
+
+
+def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
+    """Kernels computing each (value, BUFFER) output, in dependency order.
+
+    `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage.
+    """
+    # an output that is contiguous(x) is x stored: the output's own storage is the contiguous copy
+    outputs = [(v.src[0] if v.op is Op.CONTIGUOUS else v, b) for v, b in outputs]
+    values = [v for v, _ in outputs]
+    points = realize_points(values)
+    realized: dict[UOp, UOp] = {v: b for v, b in outputs}
+    order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
+    for u in order:
+        if u in points and u not in realized:
+            realized[u] = u if u.op in _STORAGE else new_buffer(u)
+    kernels = []
+    for u in order:  # sources before users: a kernel's inputs are computed by earlier kernels
+        if u in points and u.op not in _STORAGE and math.prod(u.shape) > 0:
+            kernels.append(lower_kernel(u, realized[u], realized))
+    return kernels
