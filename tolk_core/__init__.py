@@ -8,4 +8,6 @@ from tolk_core.errors import (  # noqa: F401
     UnknownDeviceError,
 )
 
+from tolk_core.plugins import Device  # noqa: E402,F401  (the registry face; loads plugins lazily)
+
 __version__ = "0.1.0"
