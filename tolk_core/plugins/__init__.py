@@ -6,11 +6,28 @@ implements). See docs/plugins.md.
 from tolk_core.plugins.device import Device, DeviceFace, Resolution
 from tolk_core.plugins.hookspecs import hookimpl, hookspec
 from tolk_core.plugins.registry import (
-    GROUP, STATES, BackendRecord, PluginRecord, ProvidedSpec, Registry, build_registry, get_registry, refresh,
-    register, reset, run_probe, unregister,
+    GROUP,
+    STATES,
+    BackendRecord,
+    PluginRecord,
+    ProvidedSpec,
+    Registry,
+    build_registry,
+    get_registry,
+    refresh,
+    register,
+    reset,
+    run_probe,
+    unregister,
 )
 from tolk_core.plugins.specs import (
-    API_VERSION, Availability, BackendSpec, Capabilities, GraphSpec, RendererSpec, resolve_ref,
+    API_VERSION,
+    Availability,
+    BackendSpec,
+    Capabilities,
+    GraphSpec,
+    RendererSpec,
+    resolve_ref,
 )
 
 __all__ = [

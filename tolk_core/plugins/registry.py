@@ -29,7 +29,13 @@ from tolk_core import config
 from tolk_core.errors import ConfigError, PluginError
 from tolk_core.plugins.hookspecs import PROJECT, TolkHookSpecs
 from tolk_core.plugins.specs import (
-    API_VERSION, NAME_RE, Availability, BackendSpec, GraphSpec, RendererSpec, resolve_ref,
+    API_VERSION,
+    NAME_RE,
+    Availability,
+    BackendSpec,
+    GraphSpec,
+    RendererSpec,
+    resolve_ref,
 )
 
 GROUP = "tolk.backends"
