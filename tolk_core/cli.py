@@ -76,9 +76,9 @@ def format_devices(data: dict[str, Any], verbose: bool = False, checks: dict[str
         out += [f"  note: {n}" for n in d["notes"]]
     else:
         out.append(f"\ndefault: none ({d['error']})")
-    for b in data["backends"]:
-        if b["state"] != "available" and b["hint"]:
-            out.append(f"{b['name']}: {b['reason']}; fix: {b['hint']}")
+    for line in dict.fromkeys(f"{b['name']}: {b['reason']}; fix: {b['hint']}" for b in data["backends"]
+                              if b["state"] != "available" and b["hint"]):
+        out.append(line)
     for r in data["rejected"]:
         out.append(f"ignored {r['kind']} for {r['device']} from {r['provider']}: {r['state']}: {r['reason']}")
     if verbose:
