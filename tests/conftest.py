@@ -35,7 +35,8 @@ def fixture_plugins(tolk_env, monkeypatch):
     """The third-party plugin distributions under tests/fixtures/site on sys.path (with their dist-info), so
     their entry points are seen; also exported in PYTHONPATH for subprocesses."""
     monkeypatch.syspath_prepend(str(FIXTURE_SITE))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FIXTURE_SITE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    paths = [str(FIXTURE_SITE), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
     yield tolk_env
     for mod in [m for m in sys.modules if m.startswith("tolk_fixture_")]:
         del sys.modules[mod]

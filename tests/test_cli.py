@@ -47,7 +47,8 @@ def test_devices_shows_fixture_plugins(fixture_plugins):
     assert "broken" in row(out, "(fixture_broken)") and "libfoo.so.3" in row(out, "(fixture_broken)")
     rc, out, _ = tolk("devices", "--json")
     plugins = {p["dist"]: p for p in json.loads(out)["plugins"]}
-    assert plugins["tolk-fixture-broken"]["state"] == "broken" and "Traceback" in plugins["tolk-fixture-broken"]["traceback"]
+    broken = plugins["tolk-fixture-broken"]
+    assert broken["state"] == "broken" and "Traceback" in broken["traceback"]
 
 
 def test_devices_reports_a_bad_device_demand(tolk_env):

@@ -21,7 +21,8 @@ def test_default_and_source(tolk_env):
 
 def test_each_level_wins_over_the_next(tolk_env, tmp_path, monkeypatch):
     user = write(tmp_path / "xdg" / "tolk" / "config.toml", "jit_batch_size = 1\n")
-    assert (config.get("JIT_BATCH_SIZE"), str(config.source("JIT_BATCH_SIZE"))) == (1, f"user file {user} [jit_batch_size]")
+    assert config.get("JIT_BATCH_SIZE") == 1
+    assert str(config.source("JIT_BATCH_SIZE")) == f"user file {user} [jit_batch_size]"
     proj = write(tolk_env / "tolk.toml", "JIT_BATCH_SIZE = 2\n")
     assert (config.get("JIT_BATCH_SIZE"), config.source("JIT_BATCH_SIZE").path) == (2, proj)
     monkeypatch.setenv("JIT_BATCH_SIZE", "3")

@@ -136,6 +136,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     import importlib.metadata as md
+
     import tolk_core
     print("## tolk doctor (paste this into bug reports)")
     print(f"tolk-core {tolk_core.__version__}, Python {sys.version.split()[0]}, {platform.platform()}")

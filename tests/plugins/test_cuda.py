@@ -4,11 +4,11 @@ from __future__ import annotations
 import ctypes
 
 import pytest
+from tolk_cuda import plugin as cuda_plugin
+from tolk_cuda.compiler import CUDACompiler, find_nvcc, find_nvrtc
 
 from tolk_core.errors import CompileError, DeviceUnavailableError
 from tolk_core.plugins import Device, get_registry
-from tolk_cuda import plugin as cuda_plugin
-from tolk_cuda.compiler import CUDACompiler, find_nvcc, find_nvrtc
 
 EM_CUDA = 190
 

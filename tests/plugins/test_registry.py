@@ -11,7 +11,15 @@ import pytest
 
 from tolk_core.errors import ConfigError
 from tolk_core.plugins import (
-    API_VERSION, Availability, BackendSpec, Device, GraphSpec, RendererSpec, get_registry, hookimpl, register,
+    API_VERSION,
+    Availability,
+    BackendSpec,
+    Device,
+    GraphSpec,
+    RendererSpec,
+    get_registry,
+    hookimpl,
+    register,
     run_probe,
 )
 from tolk_core.runtime import Graph
@@ -43,8 +51,8 @@ def test_shipped_plugins_are_registered(tolk_env):
 
 def test_available_and_unavailable_with_reason_and_hint(tolk_env):
     register(plugin("p1", [BackendSpec("GOOD", device=object, probe=lambda: Availability(True, "fine", 3))]))
-    register(plugin("p2", [BackendSpec("GONE", device=object,
-                                       probe=lambda: Availability(False, "no widget driver", 0, hint="apt install widget"))]))
+    gone = Availability(False, "no widget driver", 0, hint="apt install widget")
+    register(plugin("p2", [BackendSpec("GONE", device=object, probe=lambda: gone)]))
     assert state("GOOD") == ("available", "fine")
     assert get_registry().get("GOOD").device_count == 3
     rec = get_registry().get("GONE")
@@ -116,7 +124,7 @@ def test_renderer_is_resolved_lazily(tolk_env):
     dev = Device["CPU"]  # opening does not touch the renderer
     from tolk_core.errors import PluginError
     with pytest.raises(PluginError, match="cannot load 'tolk_nonexistent.mod:R'"):
-        dev.renderer
+        _ = dev.renderer
 
 
 def test_gates_allow_deny_and_unknown_names(tolk_env, monkeypatch):

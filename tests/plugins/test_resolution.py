@@ -83,7 +83,7 @@ def test_preference_for_unavailable_device_is_skipped_and_recorded(world):
 def test_demand_for_unavailable_device_raises_naming_plugin_reason_fix(world, monkeypatch):
     monkeypatch.setenv("TOLK_DEVICE", "DOWN")
     with pytest.raises(DeviceUnavailableError) as e:
-        Device.DEFAULT
+        _ = Device.DEFAULT
     msg = str(e.value)
     assert "'DOWN'" in msg and "entry point 'fakes'" in msg and "no down driver" in msg and "Fix: install down" in msg
     with pytest.raises(DeviceUnavailableError, match="no down driver"):
@@ -132,4 +132,4 @@ def test_canonical_names_and_one_open_device_per_name(world):
 def test_no_device_available(tolk_env, monkeypatch):
     monkeypatch.setenv("TOLK_DISABLE_PLUGINS", "cpu,opencl,cuda")
     with pytest.raises(DeviceUnavailableError, match="no device is available"):
-        Device.DEFAULT
+        _ = Device.DEFAULT
