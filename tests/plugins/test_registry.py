@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from tolk_core.errors import ConfigError
+from tolk_core.errors import ConfigError, DeviceUnavailableError
 from tolk_core.plugins import (
     API_VERSION,
     Availability,
@@ -191,6 +191,10 @@ def test_fixture_broken_conflict_incompatible(fixture_plugins):
     assert all(t.state == "conflict" and "tolk-fixture-twin-a" in t.reason and "tolk-fixture-twin-b" in t.reason
                for t in twins)
     assert reg.get("FUTURE").state == "incompatible" and "2.0" in reg.get("FUTURE").reason
+    with pytest.raises(DeviceUnavailableError, match="is in conflict: TWIN is claimed by tolk-fixture-twin-a"):
+        Device["TWIN"]
+    with pytest.raises(DeviceUnavailableError, match="is incompatible: built for tolk plugin API 2.0"):
+        Device["FUTURE"]
     assert reg.get("CPU").state == "available" and Device["CPU"].self_test()
 
 

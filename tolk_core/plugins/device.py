@@ -78,7 +78,7 @@ def _canonical(rec: BackendRecord, idx: int | None, name: str) -> str:
 def _why_unusable(rec: BackendRecord, idx: int | None) -> str | None:
     """None when usable, else the reason."""
     if rec.state != "available":
-        return f"{rec.state}: {rec.reason}"
+        return f"{'in conflict' if rec.state == 'conflict' else rec.state}: {rec.reason}"
     if rec.spec.indexed and (idx or 0) >= rec.device_count:
         return f"index {idx} out of range: {rec.name} has {rec.device_count} device(s)"
     return None
