@@ -11,7 +11,7 @@ from typing import Any
 
 from tolk_core import config
 from tolk_core.errors import TolkError
-from tolk_core.plugins import Device, Registry, Resolution, get_registry
+from tolk_core.plugins import Device, PluginWarning, Registry, Resolution, get_registry
 from tolk_core.plugins.specs import ref_name
 
 
@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("config", help="each effective setting and where it came from").set_defaults(fn=cmd_config)
     sub.add_parser("doctor", help="versions, registry and config sources for bug reports").set_defaults(fn=cmd_doctor)
     args = parser.parse_args(argv)
+    import warnings
+    warnings.filterwarnings("ignore", category=PluginWarning)  # the table shows broken plugins itself
     try:
         return args.fn(args)
     except TolkError as e:

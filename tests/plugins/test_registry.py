@@ -16,6 +16,7 @@ from tolk_core.plugins import (
     BackendSpec,
     Device,
     GraphSpec,
+    PluginWarning,
     RendererSpec,
     get_registry,
     hookimpl,
@@ -96,7 +97,9 @@ def test_broken_hook_or_bad_spec_keeps_the_rest_working(tolk_env):
     register(bad, name="bad")
     register(plugin("lower", [BackendSpec("lower", device=object)]), name="lower")
     register(plugin("wrongtype", ["not a spec"]), name="wrongtype")
-    plugins = {p.name: p for p in get_registry().plugins}
+    with pytest.warns(PluginWarning) as warned:
+        plugins = {p.name: p for p in get_registry().plugins}
+    assert len(warned) == 3 and "unregister('bad')" in str(warned[0].message)
     assert plugins["bad"].state == "broken" and "RuntimeError: plugin bug" in plugins["bad"].reason
     assert "Traceback" in plugins["bad"].traceback
     assert plugins["lower"].state == "broken" and "must be upper-case" in plugins["lower"].reason
@@ -168,6 +171,7 @@ def test_entry_point_modules_are_import_light():
 # ---- third-party distributions installed on the path with their dist-info (tests/fixtures/site)
 
 
+@pytest.mark.filterwarnings("ignore::tolk_core.plugins.PluginWarning")
 def test_fixture_device_plugin_appears_and_works(fixture_plugins):
     rec = get_registry().get("FIXTURE")
     assert rec.state == "available" and rec.plugin.dist == "tolk-fixture-device" and rec.plugin.version == "0.1.0"
@@ -176,6 +180,7 @@ def test_fixture_device_plugin_appears_and_works(fixture_plugins):
     assert dev.self_test().startswith("a*k+b")
 
 
+@pytest.mark.filterwarnings("ignore::tolk_core.plugins.PluginWarning")
 def test_fixture_graph_only_plugin_supplies_cpu_graph(fixture_plugins):
     cpu = get_registry().get("CPU")
     assert cpu.plugin.dist == "tolk-cpu" and cpu.graph.plugin.dist == "tolk-fixture-graph"
@@ -183,7 +188,9 @@ def test_fixture_graph_only_plugin_supplies_cpu_graph(fixture_plugins):
 
 
 def test_fixture_broken_conflict_incompatible(fixture_plugins):
-    reg = get_registry()
+    with pytest.warns(PluginWarning, match=r"'tolk-fixture-broken 0.0.1' \(fixture_broken\) is broken: import failed.*"
+                      r"TOLK_DISABLE_PLUGINS=tolk-fixture-broken"):
+        reg = get_registry()
     broken = next(p for p in reg.plugins if p.dist == "tolk-fixture-broken")
     assert broken.state == "broken" and "ImportError: simulated: libfoo.so.3 not found" in broken.reason
     twins = reg.records("TWIN")
@@ -198,6 +205,7 @@ def test_fixture_broken_conflict_incompatible(fixture_plugins):
     assert reg.get("CPU").state == "available" and Device["CPU"].self_test()
 
 
+@pytest.mark.filterwarnings("ignore::tolk_core.plugins.PluginWarning")
 def test_fixture_disable_by_distribution_name(fixture_plugins, monkeypatch):
     monkeypatch.setenv("TOLK_DISABLE_PLUGINS", "tolk-fixture-twin-b,fixture_broken")
     reg = get_registry()

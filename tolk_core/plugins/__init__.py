@@ -10,6 +10,7 @@ from tolk_core.plugins.registry import (
     STATES,
     BackendRecord,
     PluginRecord,
+    PluginWarning,
     ProvidedSpec,
     Registry,
     build_registry,
@@ -32,7 +33,8 @@ from tolk_core.plugins.specs import (
 
 __all__ = [
     "API_VERSION", "GROUP", "STATES", "Availability", "BackendRecord", "BackendSpec", "Capabilities", "Device",
-    "DeviceFace", "GraphSpec", "PluginRecord", "ProvidedSpec", "Registry", "RendererSpec", "Resolution",
+    "DeviceFace", "GraphSpec", "PluginRecord", "PluginWarning", "ProvidedSpec", "Registry", "RendererSpec",
+    "Resolution",
     "build_registry", "get_registry", "hookimpl", "hookspec", "refresh", "register", "reset", "resolve_ref",
     "run_probe", "unregister",
 ]

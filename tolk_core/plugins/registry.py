@@ -18,6 +18,7 @@ import importlib.metadata as md
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -39,6 +40,11 @@ from tolk_core.plugins.specs import (
 )
 
 GROUP = "tolk.backends"
+
+
+class PluginWarning(UserWarning):
+    """Emitted once per snapshot for each broken plugin (the rest of Tolk keeps working)."""
+
 STATES = ("available", "unavailable", "incompatible", "disabled", "conflict", "broken")
 
 
@@ -162,6 +168,12 @@ def get_registry() -> Registry:
     with _lock:
         if _snapshot is None:
             _snapshot = build_registry()
+            for p in _snapshot.plugins:
+                if p.state == "broken":
+                    fix = (f"unregister it with tolk_core.plugins.unregister({p.name!r})" if p.dist == "<runtime>"
+                           else f"disable it with TOLK_DISABLE_PLUGINS={p.dist}")
+                    warnings.warn(f"tolk: backend plugin {p.provider!r} ({p.name}) is broken: {p.reason} (run `tolk "
+                                  f"devices -v` for the traceback; {fix})", PluginWarning, stacklevel=2)
         return _snapshot
 
 
