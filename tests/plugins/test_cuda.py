@@ -93,9 +93,7 @@ def test_cuda_c_compiles_to_sm90_cubin_without_a_gpu(tool):
 
 
 def test_renderer_spec_compiler_usable_while_device_unavailable(tolk_env):
-    from tolk_core.plugins import resolve_ref
-    rec = get_registry().get("CUDA")
-    compiler = resolve_ref(rec.renderer.spec.compiler)()
+    compiler = Device.compiler_for("CUDA")
     if compiler.tool == "none":
         pytest.skip("neither NVRTC nor nvcc installed")
     assert is_cubin(compiler.compile_cached(SRC))

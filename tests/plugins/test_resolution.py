@@ -133,3 +133,19 @@ def test_no_device_available(tolk_env, monkeypatch):
     monkeypatch.setenv("TOLK_DISABLE_PLUGINS", "cpu,opencl,cuda")
     with pytest.raises(DeviceUnavailableError, match="no device is available"):
         _ = Device.DEFAULT
+
+
+def test_renderer_and_compiler_for_an_unavailable_device(world):
+    from tolk_core.errors import PluginError
+    from tolk_core.plugins import RendererSpec
+
+    class R:
+        def __init__(self, device):
+            self.device = device
+    mod = types.ModuleType("r")
+    mod.tolk_renderers = hookimpl(lambda: [RendererSpec("DOWN", "DR", renderer=R, compiler=Compiler)])
+    register(mod, name="r")
+    assert Device.renderer_for("down").device is None
+    assert type(Device.compiler_for("DOWN")) is Compiler
+    with pytest.raises(PluginError, match="no renderer is registered for ALPHA"):
+        Device.renderer_for("ALPHA")

@@ -15,11 +15,13 @@ from __future__ import annotations
 import difflib
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from tolk_core import config
-from tolk_core.errors import ConfigError, DeviceUnavailableError, UnknownDeviceError
+from tolk_core.errors import ConfigError, DeviceUnavailableError, PluginError, UnknownDeviceError
 from tolk_core.plugins.registry import BackendRecord, Registry, get_registry
-from tolk_core.plugins.specs import resolve_ref
+from tolk_core.plugins.specs import RendererSpec, resolve_ref
+from tolk_core.runtime.compiler import Compiler
 from tolk_core.runtime.device import CompiledDevice
 
 
@@ -130,6 +132,25 @@ class DeviceFace:
             dev.attach(rec.renderer.spec if rec.renderer else None, rec.graph.spec if rec.graph else None)
             self._opened[canon] = dev
             return dev
+
+    def _renderer_spec(self, name: str) -> RendererSpec:
+        rec, _ = _record(name, self.registry)
+        if rec.renderer is None:
+            raise PluginError(f"no renderer is registered for {rec.name}")
+        return rec.renderer.spec
+
+    def renderer_for(self, name: str) -> Any:
+        """The default renderer of backend `name`, constructed with ``device=None``: works while the device is
+        unavailable (e.g. rendering CUDA code on a machine without a GPU)."""
+        return resolve_ref(self._renderer_spec(name).renderer)(None)
+
+    def compiler_for(self, name: str) -> Compiler:
+        """A Compiler for backend `name`'s default renderer, from its spec's compiler factory; works while the
+        device is unavailable (CUDA C still compiles to a cubin in CI)."""
+        spec = self._renderer_spec(name)
+        if spec.compiler is None:
+            raise PluginError(f"renderer {spec.name} for {spec.device} has no compiler factory")
+        return resolve_ref(spec.compiler)()
 
     def resolve(self, device: str | None = None) -> Resolution:
         """Resolve the device to use, following the precedence in this module's docstring."""
