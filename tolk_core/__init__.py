@@ -4,8 +4,15 @@ The public face: Tensor, dtypes, Variable, jit, Device and the errors. Importing
 backend library; plugins are probed at the registry's first use.
 """
 from tolk_core.errors import (  # noqa: F401
-    CompileError, DeviceMismatchError, DeviceUnavailableError, DTypeError, JitError, ShapeError, TolkError,
+    CompileError,
+    DeviceMismatchError,
+    DeviceUnavailableError,
+    DTypeError,
+    JitError,
+    ShapeError,
+    TolkError,
     UnknownDeviceError,
 )
+from tolk_core.plugins import Device  # noqa: E402,F401  (the registry face; loads plugins lazily)
 
 __version__ = "0.1.0"

@@ -1,15 +1,28 @@
 """Settings and where each value came from. Values only: device resolution lives in `plugins/`.
 
-Public API (kept stable; the foundation issue adds file sources behind it):
-  get(name)            the effective, typed value of a setting
-  override(**values)   a context manager that pins values (tests, notebooks)
+Public API (stable):
+  get(name)             the effective, typed value of a setting
+  override(**values)    a context manager that pins values (tests, notebooks)
+  source(name)          where the effective value came from, e.g. "environment TOLK_DEVICE"
+  layers(name)          every level that sets `name`, highest precedence first, as (Origin, value)
+  files()               the config files consulted (project and user), found or not
+  reset()               forget the cached files (tests)
+
+Precedence, highest first: override > environment > project file > user file > default.
+Project file: the nearest ``tolk.toml`` (top-level keys) or ``pyproject.toml`` with ``[tool.tolk]``, searched
+upward from the working directory; ``tolk.toml`` wins within one directory. User file:
+``$XDG_CONFIG_HOME/tolk/config.toml`` (default ``~/.config``). ``TOLK_NO_CONFIG=1`` skips both files.
+File keys are the setting names in any case (``device`` or ``DEVICE``).
 """
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tolk_core.errors import ConfigError
@@ -21,6 +34,11 @@ class Setting:
     type: type
     default: Any
     doc: str
+    env: str = ""  # environment variable; defaults to the setting's name
+
+    @property
+    def env_var(self) -> str:
+        return self.env or self.name
 
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
@@ -33,36 +51,180 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("REDUCEOP_SPLIT_SIZE", int, 22, "log2 cap on the first stage's output of a split reduction"),
     Setting("REDUCEOP_SPLIT_THRESHOLD", int, 32768, "input/output element ratio above which a reduction splits"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)"),
+    Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
+            "the first available), from a file a preference", env="TOLK_DEVICE"),
+    Setting("CACHE_DIR", str, None, "compile cache directory (default $XDG_CACHE_HOME/tolk)", env="TOLK_CACHE_DIR"),
+    Setting("DISABLE_COMPILER_CACHE", int, 0, "1 skips the on-disk compile cache", env="TOLK_DISABLE_COMPILER_CACHE"),
+    Setting("CC", str, "cc", "C compiler for C-based backends", env="TOLK_CC"),
+    Setting("CFLAGS", str, "-O2 -march=native", "C compiler flags (-shared -fPIC are always added)",
+            env="TOLK_CFLAGS"),
+    Setting("CUDA_ARCH", str, "sm_90", "CUDA target architecture the CUDA compiler emits a cubin for",
+            env="TOLK_CUDA_ARCH"),
+    Setting("PROBE_TIMEOUT", float, 10.0, "seconds a backend probe may take before it counts as unavailable",
+            env="TOLK_PROBE_TIMEOUT"),
+    Setting("PLUGINS", str, None, "allow-list of plugins (entry-point or distribution names, comma separated)",
+            env="TOLK_PLUGINS"),
+    Setting("DISABLE_PLUGINS", str, None, "deny-list of plugins (entry-point or distribution names)",
+            env="TOLK_DISABLE_PLUGINS"),
 )}
 
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a value came from. kind: override | environment | project | user | default."""
+    kind: str
+    path: Path | None = None
+    key: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "environment":
+            return f"environment {self.key}"
+        if self.kind in ("project", "user"):
+            return f"{self.kind} file {self.path} [{self.key}]"
+        return self.kind
+
+    @property
+    def is_demand(self) -> bool:
+        """Values given for this run (override, environment) are demands; file values are preferences."""
+        return self.kind in ("override", "environment")
+
+
 _overrides: dict[str, Any] = {}
+_file_cache: dict[tuple[str, str, str], tuple[list[tuple[str, Path, str | None]], dict[str, tuple[Origin, Any]]]] = {}
 
 
 def _convert(setting: Setting, raw: Any, where: str) -> Any:
+    if raw is None:
+        return None
+    if setting.type is str and not isinstance(raw, str):
+        raise ConfigError(f"{where}: {setting.name} = {raw!r} must be a string")
+    if setting.type in (int, float) and isinstance(raw, str) and where.startswith(("project", "user")):
+        raise ConfigError(f"{where}: {setting.name} = {raw!r} must be a number, not a string")
     try:
         return setting.type(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: {setting.name}={raw!r} is not a valid {setting.type.__name__}") from None
 
 
-def get(name: str) -> Any:
-    """The effective value of setting `name`: override > environment > default."""
+def _lookup(name: str) -> Setting:
     setting = SETTINGS.get(name)
     if setting is None:
-        raise ConfigError(f"unknown setting {name!r}")
+        close = difflib.get_close_matches(name.upper(), SETTINGS, n=1)
+        raise ConfigError(f"unknown setting {name!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+    return setting
+
+
+def _user_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "tolk" / "config.toml"
+
+
+def _project_candidates() -> list[Path]:
+    """Files consulted for the project level, nearest first (tolk.toml before pyproject.toml per dir)."""
+    out = []
+    d = Path.cwd().resolve()
+    for parent in (d, *d.parents):
+        out += [parent / "tolk.toml", parent / "pyproject.toml"]
+    return out
+
+
+def _read_table(path: Path, kind: str) -> dict[str, Any] | None:
+    """The tolk table of `path`, or None when the file does not configure tolk."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError:
+        return None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{kind} file {path}: invalid TOML: {e}") from None
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("tolk")
+        return table if isinstance(table, dict) else None
+    return data
+
+
+def _validate(table: dict[str, Any], path: Path, kind: str) -> dict[str, tuple[Origin, Any]]:
+    out: dict[str, tuple[Origin, Any]] = {}
+    for key, raw in table.items():
+        name = key.upper()
+        prefix = "tool.tolk." if path.name == "pyproject.toml" else ""
+        where = f"{kind} file {path}: key {prefix}{key}"
+        if name not in SETTINGS:
+            close = difflib.get_close_matches(name, SETTINGS, n=1)
+            raise ConfigError(f"{where}: unknown setting" + (f"; did you mean {close[0].lower()!r}?" if close else "")
+                              + f" (known: {', '.join(k.lower() for k in SETTINGS)})")
+        out[name] = (Origin(kind, path, prefix + key), _convert(SETTINGS[name], raw, where))
+    return out
+
+
+def _files() -> tuple[list[tuple[str, Path, str | None]], dict[str, list[tuple[Origin, Any]]]]:
+    """(consulted files as (kind, path, status), values per setting from the files, project first)."""
+    cache_key = (os.getcwd(), os.environ.get("XDG_CONFIG_HOME", ""), os.environ.get("TOLK_NO_CONFIG", ""))
+    if cache_key in _file_cache:
+        return _file_cache[cache_key]  # type: ignore[return-value]
+    consulted: list[tuple[str, Path, str | None]] = []
+    values: dict[str, list[tuple[Origin, Any]]] = {}
+    if os.environ.get("TOLK_NO_CONFIG", "") not in ("", "0"):
+        result = (consulted, values)
+        _file_cache[cache_key] = result  # type: ignore[assignment]
+        return result
+    project = None
+    for cand in _project_candidates():
+        if cand.is_file() and (table := _read_table(cand, "project")) is not None:
+            project = (cand, table)
+            break
+    consulted.append(("project", project[0] if project else Path.cwd() / "tolk.toml",
+                      "used" if project else "not found (searched upward for tolk.toml / [tool.tolk])"))
+    user = _user_file()
+    user_table = _read_table(user, "user") if user.is_file() else None
+    consulted.append(("user", user, "used" if user_table is not None else "not found"))
+    for kind, found in (("project", project), ("user", (user, user_table) if user_table is not None else None)):
+        if found:
+            for name, ov in _validate(found[1], found[0], kind).items():
+                values.setdefault(name, []).append(ov)
+    result = (consulted, values)
+    _file_cache[cache_key] = result  # type: ignore[assignment]
+    return result
+
+
+def layers(name: str) -> list[tuple[Origin, Any]]:
+    """Every level that sets `name`, highest precedence first (the default is always last)."""
+    setting = _lookup(name)
+    out: list[tuple[Origin, Any]] = []
     if name in _overrides:
-        return _overrides[name]
-    if (raw := os.environ.get(name)) is not None:
-        return _convert(setting, raw, "environment")
-    return setting.default
+        out.append((Origin("override"), _overrides[name]))
+    if (raw := os.environ.get(setting.env_var)) is not None and raw != "":
+        out.append((Origin("environment", key=setting.env_var),
+                    _convert(setting, raw, f"environment {setting.env_var}")))
+    out += _files()[1].get(name, [])
+    out.append((Origin("default"), setting.default))
+    return out
+
+
+def get(name: str) -> Any:
+    """The effective value of setting `name`: override > environment > project file > user file > default."""
+    return layers(name)[0][1]
+
+
+def source(name: str) -> Origin:
+    """Where the effective value of `name` came from."""
+    return layers(name)[0][0]
+
+
+def files() -> list[tuple[str, Path, str | None]]:
+    """The config files consulted, as (level, path, status)."""
+    return list(_files()[0])
+
+
+def reset() -> None:
+    """Forget cached config files (they are re-read on next use)."""
+    _file_cache.clear()
 
 
 @contextlib.contextmanager
 def override(**values: Any) -> Iterator[None]:
     """Pin settings for the duration of a `with` block."""
     for k in values:
-        if k not in SETTINGS:
-            raise ConfigError(f"unknown setting {k!r}")
+        _lookup(k)
     saved = dict(_overrides)
     _overrides.update({k: _convert(SETTINGS[k], v, "override") for k, v in values.items()})
     try:

@@ -57,3 +57,7 @@ class JitError(TolkError):
 
 class SpecError(TolkError, AssertionError):
     """A graph that breaks the spec of its stage; names the offending node."""
+
+
+class BufferSizeError(TolkError, ValueError):
+    """A copy or view whose byte size does not match the buffer's."""

@@ -1,0 +1,124 @@
+"""CPU runtime: aligned host memory, C compiled by the system compiler, kernels called through ctypes."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tolk_core import config
+from tolk_core.render.ccompile import compile_c, load_shared
+from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program, run_smoke
+
+ALIGN = 64
+
+
+class HostMemory:
+    """A handle: `nbytes` bytes at address `ptr` (64-byte aligned for fresh allocations) kept alive by `owner`."""
+    __slots__ = ("owner", "ptr", "nbytes", "mv")
+
+    def __init__(self, owner: np.ndarray, start: int, nbytes: int):
+        self.owner, self.nbytes = owner, nbytes
+        self.ptr: int = owner.ctypes.data + start
+        self.mv = memoryview(owner[start:start + nbytes])
+
+    def __repr__(self) -> str:
+        return f"<HostMemory {self.nbytes}B @0x{self.ptr:x}>"
+
+
+class CPUAllocator(Allocator):
+    """Host memory from numpy (malloc), aligned to 64 bytes; views share their base's memory."""
+
+    def _alloc(self, nbytes: int) -> HostMemory:
+        raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+        return HostMemory(raw, (-raw.ctypes.data) % ALIGN, nbytes)
+
+    def copyin(self, handle: HostMemory, src: memoryview) -> None:
+        handle.mv[:] = src
+
+    def copyout(self, dest: memoryview, handle: HostMemory) -> None:
+        dest[:] = handle.mv
+
+    def offset(self, handle: HostMemory, byte_offset: int, nbytes: int) -> HostMemory:
+        start = handle.ptr - handle.owner.ctypes.data + byte_offset
+        return HostMemory(handle.owner, start, nbytes)
+
+
+class CPUCompiler(Compiler):
+    """C via ``compile_c`` with config CC (default ``cc``) and CFLAGS (default ``-O2 -march=native``)."""
+    kind = "c"
+
+    def __init__(self, cc: str | None = None, flags: Sequence[str] | None = None):
+        super().__init__()
+        self.cc = cc or config.get("CC")
+        self.flags = list(flags) if flags is not None else shlex.split(config.get("CFLAGS"))
+
+    def compile(self, src: str) -> bytes:
+        return compile_c(src, self.cc, self.flags)
+
+    def identity(self) -> str:
+        """cc, its version, flags, and the target the flags resolve to on this machine (``-march=native``)."""
+        try:
+            ver = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+            # the driver's expansion of the flags names the resolved -march / target-cpu and its features
+            exp = subprocess.run([self.cc, *self.flags, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"],
+                                 capture_output=True, text=True).stderr
+        except OSError:
+            ver, exp = ["missing"], ""
+        exp = re.sub(r"\S*/tmp/\S*", "", exp)  # temporary file names differ per run
+        target = hashlib.sha256(exp.encode()).hexdigest()[:16]
+        return f"cc={self.cc} version={ver[0] if ver else '?'} flags={' '.join(self.flags)} target={target}"
+
+
+class CPUProgram(Program):
+    """A C function ``void name(T* restrict b0, ..., int v0, ...)``; global/local sizes are ignored (the
+    kernel loops itself)."""
+
+    def __init__(self, device: CPUDevice, name: str, lib: bytes):
+        super().__init__(device, name, lib)
+        try:
+            self.fxn = getattr(device.load(lib), name)
+        except AttributeError:
+            raise ValueError(f"kernel {name!r} is not in the compiled library") from None
+        self.fxn.restype = None
+
+    def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        args = [ctypes.c_void_p(b.ptr) for b in bufs] + [ctypes.c_int32(v) for v in vals]
+        if wait:
+            t0 = time.perf_counter()
+            self.fxn(*args)
+            return time.perf_counter() - t0
+        self.fxn(*args)
+        return None
+
+
+SMOKE = """
+void tolk_smoke(float* restrict out, const float* restrict a, const float* restrict b, int n, int k) {
+  for (int i = 0; i < n; i++) out[i] = a[i] * (float)k + b[i];
+}
+"""
+
+
+class CPUDevice(CompiledDevice):
+    """The host CPU. One loaded library per distinct binary."""
+
+    def __init__(self, name: str = "CPU"):
+        super().__init__(name, CPUAllocator(), CPUCompiler(), CPUProgram)
+        self._libs: dict[str, ctypes.CDLL] = {}
+
+    def load(self, lib: bytes) -> ctypes.CDLL:
+        key = hashlib.sha256(lib).hexdigest()
+        if (dll := self._libs.get(key)) is None:
+            dll = self._libs[key] = load_shared(lib)
+        return dll
+
+    def self_test(self) -> str:
+        return run_smoke(self, SMOKE)
+

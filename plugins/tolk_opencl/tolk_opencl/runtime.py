@@ -1,0 +1,137 @@
+"""OpenCL runtime on pyopencl: a context and profiling queue per device index, buffers, programs, launches.
+
+Launch geometry follows the Program contract: ``global_size`` is the number of work-groups per dimension (like
+a CUDA grid) and ``local_size`` the group size, so the OpenCL global work size is their product. With
+``local_size=None`` the launch is ``global_size`` work-items and the driver picks the grouping (kernels must
+then not depend on local ids).
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from tolk_core.errors import CompileError
+from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program, run_smoke
+
+
+def all_devices() -> list[cl.Device]:
+    """Every OpenCL device of every platform, in platform order; ``OPENCL:i`` is the i-th."""
+    return [d for p in cl.get_platforms() for d in p.get_devices()]
+
+
+class OpenCLAllocator(Allocator):
+    """cl.Buffer handles; views are sub-buffers (the offset must meet the device's base alignment)."""
+
+    def __init__(self, device: OpenCLDevice):
+        super().__init__()
+        self.dev = device
+
+    def _alloc(self, nbytes: int) -> cl.Buffer:
+        return cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+
+    def _free(self, handle: cl.Buffer, nbytes: int) -> None:
+        handle.release()
+
+    def copyin(self, handle: cl.Buffer, src: memoryview) -> None:
+        if src.nbytes:
+            cl.enqueue_copy(self.dev.queue, handle, np.frombuffer(src, np.uint8), is_blocking=True)
+
+    def copyout(self, dest: memoryview, handle: cl.Buffer) -> None:
+        if dest.nbytes:
+            cl.enqueue_copy(self.dev.queue, np.frombuffer(dest, np.uint8), handle, is_blocking=True)
+
+    def offset(self, handle: cl.Buffer, byte_offset: int, nbytes: int) -> cl.Buffer:
+        align = self.dev.cl_device.mem_base_addr_align // 8
+        if byte_offset % align:
+            raise ValueError(f"OpenCL sub-buffer offset {byte_offset} is not a multiple of the device's base "
+                             f"alignment ({align} bytes)")
+        return handle.get_sub_region(byte_offset, max(nbytes, 1))
+
+
+class OpenCLCompiler(Compiler):
+    """OpenCL C source -> the device's program binary (pyopencl build). Usable without an opened device."""
+    kind = "opencl"
+
+    def __init__(self, device_index: int = 0, options: Sequence[str] = (), ctx: cl.Context | None = None):
+        super().__init__()
+        self.options = list(options)
+        self.cl_device = all_devices()[device_index]
+        self.ctx = ctx if ctx is not None else cl.Context([self.cl_device])
+
+    def identity(self) -> str:
+        d = self.cl_device
+        return (f"platform={d.platform.name} {d.platform.version} device={d.name} driver={d.driver_version} "
+                f"options={' '.join(self.options)}")
+
+    def compile(self, src: str) -> bytes:
+        try:
+            prg = cl.Program(self.ctx, src).build(options=self.options)
+        except cl.Error as e:
+            raise CompileError(f"OpenCL build failed on {self.cl_device.name}", src, str(e)) from None
+        return prg.get_info(cl.program_info.BINARIES)[0]
+
+
+class OpenCLProgram(Program):
+    """``__kernel void name(__global T* b0, ..., int v0, ...)``; see the module docstring for the geometry."""
+
+    def __init__(self, device: OpenCLDevice, name: str, lib: bytes):
+        super().__init__(device, name, lib)
+        self.dev = device
+        try:
+            self.kernel = cl.Kernel(device.load(lib), name)
+        except cl.Error as e:
+            raise ValueError(f"kernel {name!r} is not in the compiled program: {e}") from None
+
+    def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        for i, b in enumerate(bufs):
+            self.kernel.set_arg(i, b)
+        for j, v in enumerate(vals):
+            self.kernel.set_arg(len(bufs) + j, np.int32(v))
+        if local_size is None:
+            gws, lws = tuple(global_size), None
+        else:
+            gws, lws = tuple(g * lc for g, lc in zip(global_size, local_size, strict=True)), tuple(local_size)
+        evt = cl.enqueue_nd_range_kernel(self.dev.queue, self.kernel, gws, lws)
+        if wait:
+            evt.wait()
+            return (evt.profile.end - evt.profile.start) * 1e-9
+        return None
+
+
+SMOKE = """
+__kernel void tolk_smoke(__global float* out, __global const float* a, __global const float* b, int n, int k) {
+  int i = get_global_id(0);
+  if (i < n) out[i] = a[i] * (float)k + b[i];
+}
+"""
+
+
+class OpenCLDevice(CompiledDevice):
+    """``OPENCL:i``: the i-th device of ``all_devices()``, its own context and in-order profiling queue."""
+
+    def __init__(self, name: str = "OPENCL:0"):
+        self.index = int(name.partition(":")[2] or 0)
+        self.cl_device = all_devices()[self.index]
+        self.ctx = cl.Context([self.cl_device])
+        self.queue = cl.CommandQueue(self.ctx, self.cl_device,
+                                     properties=cl.command_queue_properties.PROFILING_ENABLE)
+        super().__init__(name, OpenCLAllocator(self), OpenCLCompiler(self.index, ctx=self.ctx), OpenCLProgram)
+        self._programs: dict[str, cl.Program] = {}
+
+    def load(self, lib: bytes) -> cl.Program:
+        """The built cl.Program for a binary (built once per distinct binary)."""
+        key = hashlib.sha256(lib).hexdigest()
+        if (prg := self._programs.get(key)) is None:
+            prg = self._programs[key] = cl.Program(self.ctx, [self.cl_device], [lib]).build()
+        return prg
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    def self_test(self) -> str:
+        return run_smoke(self, SMOKE, global_size=(16, 1, 1), local_size=(64, 1, 1))

@@ -1,0 +1,395 @@
+"""The entry-point loader and the immutable registry snapshot.
+
+Loading happens at the first registry use (never at ``import tolk_core``). Each entry point of the group
+``tolk.backends`` is imported on its own; any failure becomes a recorded ``broken`` state with its traceback.
+Every backend then gets exactly one state with a reason:
+
+  available     the probe said ok
+  unavailable   the probe said why not (or raised, or timed out)
+  incompatible  the spec targets another plugin-API major version (both versions named)
+  disabled      deny-listed (TOLK_DISABLE_PLUGINS) or not allow-listed (TOLK_PLUGINS); plugin-level
+  conflict      two providers claim the same device name (both listed)
+  broken        import, hook or validation error (traceback kept); plugin-level
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as md
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import pluggy
+
+from tolk_core import config
+from tolk_core.errors import ConfigError, PluginError
+from tolk_core.plugins.hookspecs import PROJECT, TolkHookSpecs
+from tolk_core.plugins.specs import (
+    API_VERSION,
+    NAME_RE,
+    Availability,
+    BackendSpec,
+    GraphSpec,
+    RendererSpec,
+    resolve_ref,
+)
+
+GROUP = "tolk.backends"
+
+
+class PluginWarning(UserWarning):
+    """Emitted once per snapshot for each broken plugin (the rest of Tolk keeps working)."""
+
+STATES = ("available", "unavailable", "incompatible", "disabled", "conflict", "broken")
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """One plugin: an entry point (or a runtime registration). state: loaded | disabled | broken."""
+    name: str
+    dist: str
+    version: str
+    value: str
+    state: str
+    reason: str = ""
+    traceback: str = ""
+    import_s: float = 0.0
+
+    @property
+    def provider(self) -> str:
+        return f"{self.dist} {self.version}".strip()
+
+
+@dataclass(frozen=True)
+class ProvidedSpec:
+    """A graph or renderer spec and the plugin that returned it."""
+    spec: Any
+    plugin: PluginRecord
+    state: str = "ok"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class BackendRecord:
+    """One declared backend, its provider, its state and reason, and what other plugins attach to it."""
+    name: str
+    spec: BackendSpec
+    plugin: PluginRecord
+    state: str
+    reason: str = ""
+    hint: str = ""
+    availability: Availability | None = None
+    graph: ProvidedSpec | None = None
+    renderers: tuple[ProvidedSpec, ...] = ()
+
+    @property
+    def priority(self) -> int:
+        a = self.availability
+        return a.priority if a is not None and a.priority is not None else self.spec.priority
+
+    @property
+    def device_count(self) -> int:
+        return self.availability.device_count if self.availability is not None else 0
+
+    @property
+    def renderer(self) -> ProvidedSpec | None:
+        return self.renderers[0] if self.renderers else None
+
+
+@dataclass(frozen=True)
+class Registry:
+    """An immutable snapshot: every plugin, every backend with its state, graph and renderer providers."""
+    plugins: tuple[PluginRecord, ...]
+    backends: tuple[BackendRecord, ...]
+    rejected: tuple[ProvidedSpec, ...] = ()
+    by_name: Mapping[str, tuple[BackendRecord, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def records(self, name: str) -> tuple[BackendRecord, ...]:
+        """The records claiming `name` (case-insensitive; aliases included); empty if none."""
+        return self.by_name.get(name.upper(), ())
+
+    def get(self, name: str) -> BackendRecord | None:
+        """The record for `name`, or None. With a conflict, the first of the conflicting records."""
+        recs = self.records(name)
+        return recs[0] if recs else None
+
+    def available(self) -> list[BackendRecord]:
+        """Available backends, best first (priority descending, then name)."""
+        return sorted((b for b in self.backends if b.state == "available"), key=lambda b: (-b.priority, b.name))
+
+    @property
+    def names(self) -> list[str]:
+        return sorted({b.name for b in self.backends})
+
+
+# ---------------------------------------------------------------- runtime registration and the snapshot cache
+
+_runtime: list[tuple[str, Any]] = []
+_snapshot: Registry | None = None
+_lock = threading.RLock()
+
+
+def register(obj: Any, name: str | None = None) -> None:
+    """Register a plugin at runtime (a module or object with ``@hookimpl`` functions); tests and notebooks.
+    The next registry use rebuilds the snapshot (devices already opened stay open)."""
+    global _snapshot
+    with _lock:
+        _runtime.append((name or getattr(obj, "__name__", type(obj).__name__), obj))
+        _snapshot = None
+
+
+def unregister(name: str) -> None:
+    """Remove a runtime registration by name."""
+    global _snapshot
+    with _lock:
+        _runtime[:] = [(n, o) for n, o in _runtime if n != name]
+        _snapshot = None
+
+
+def reset() -> None:
+    """Drop the snapshot and runtime registrations and opened devices (tests)."""
+    global _snapshot
+    with _lock:
+        _runtime.clear()
+        _snapshot = None
+    from tolk_core.plugins import device as _device
+    _device.Device.reset()
+    config.reset()
+
+
+def get_registry() -> Registry:
+    """The current snapshot, loading plugins and probing backends on first use."""
+    global _snapshot
+    with _lock:
+        if _snapshot is None:
+            _snapshot = build_registry()
+            for p in _snapshot.plugins:
+                if p.state == "broken":
+                    fix = (f"unregister it with tolk_core.plugins.unregister({p.name!r})" if p.dist == "<runtime>"
+                           else f"disable it with TOLK_DISABLE_PLUGINS={p.dist}")
+                    warnings.warn(f"tolk: backend plugin {p.provider!r} ({p.name}) is broken: {p.reason} (run `tolk "
+                                  f"devices -v` for the traceback; {fix})", PluginWarning, stacklevel=2)
+        return _snapshot
+
+
+def refresh() -> Registry:
+    """Rebuild the snapshot from the installed entry points (keeps runtime registrations)."""
+    global _snapshot
+    with _lock:
+        _snapshot = None
+        return get_registry()
+
+
+# ---------------------------------------------------------------- gates
+
+
+def _split(v: str | None) -> list[str] | None:
+    return None if v is None else [x.strip() for x in v.split(",") if x.strip()]
+
+
+def _check_gate_names(names: list[str], known: set[str], var: str) -> None:
+    lowered = {k.lower() for k in known}
+    for n in names:
+        if n.lower() not in lowered:
+            close = difflib.get_close_matches(n.lower(), sorted(lowered), n=1)
+            raise ConfigError(f"{var}: unknown plugin {n!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                              + f" (installed: {', '.join(sorted(known)) or 'none'})")
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, Any]]]:
+    eps = list(md.entry_points(group=GROUP))
+    known = set()
+    for ep in eps:
+        known.add(ep.name)
+        if ep.dist is not None:
+            known.add(ep.dist.name)
+    allow = _split(config.get("PLUGINS"))
+    deny = _split(config.get("DISABLE_PLUGINS")) or []
+    if allow is not None:
+        _check_gate_names(allow, known, "TOLK_PLUGINS")
+    _check_gate_names(deny, known, "TOLK_DISABLE_PLUGINS")
+    allow_l = None if allow is None else {a.lower() for a in allow}
+    deny_l = {d.lower() for d in deny}
+    records: list[PluginRecord] = []
+    loaded: list[tuple[PluginRecord, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for ep in sorted(eps, key=lambda e: (e.dist.name if e.dist else "", e.name)):
+        dist = ep.dist.name if ep.dist is not None else "?"
+        version = ep.dist.version if ep.dist is not None else ""
+        if (dist, ep.name) in seen:  # the same distribution found twice on the path
+            continue
+        seen.add((dist, ep.name))
+        ids = {ep.name.lower(), dist.lower()}
+        if ids & deny_l:
+            records.append(PluginRecord(ep.name, dist, version, ep.value, "disabled",
+                                        f"disabled by TOLK_DISABLE_PLUGINS={config.get('DISABLE_PLUGINS')}"))
+            continue
+        if allow_l is not None and not ids & allow_l:
+            records.append(PluginRecord(ep.name, dist, version, ep.value, "disabled",
+                                        f"not in TOLK_PLUGINS={config.get('PLUGINS')}"))
+            continue
+        t0 = time.perf_counter()
+        try:
+            obj = ep.load()
+        except BaseException as e:  # noqa: BLE001 - a plugin's import must never take tolk down
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            records.append(PluginRecord(ep.name, dist, version, ep.value, "broken",
+                                        f"import failed: {type(e).__name__}: {e}", traceback.format_exc(),
+                                        time.perf_counter() - t0))
+            continue
+        rec = PluginRecord(ep.name, dist, version, ep.value, "loaded", import_s=time.perf_counter() - t0)
+        records.append(rec)
+        loaded.append((rec, obj))
+    for name, obj in list(_runtime):
+        rec = PluginRecord(name, "<runtime>", "", getattr(obj, "__name__", repr(obj)), "loaded")
+        records.append(rec)
+        loaded.append((rec, obj))
+    return records, loaded
+
+
+def _call_hooks(rec: PluginRecord, obj: Any) -> tuple[list[BackendSpec], list[GraphSpec], list[RendererSpec]]:
+    """Register `obj` in a private plugin manager and call its three hooks. Raises on any problem."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(TolkHookSpecs)
+    pm.register(obj, name=f"{rec.dist}:{rec.name}")
+    pm.check_pending()
+    out: list[list[Any]] = []
+    for hook, cls in (("tolk_backends", BackendSpec), ("tolk_graphs", GraphSpec), ("tolk_renderers", RendererSpec)):
+        caller = getattr(pm.hook, hook)
+        for impl in caller.get_hookimpls():
+            if impl.hookwrapper or impl.wrapper:
+                raise PluginError(f"{hook} must not be a wrapper")
+        results = caller()
+        specs: list[Any] = []
+        for r in results:
+            for s in (r if isinstance(r, Iterable) and not isinstance(r, str) else [r]):
+                if not isinstance(s, cls):
+                    raise PluginError(f"{hook} returned {type(s).__name__}, expected {cls.__name__}")
+                specs.append(s)
+        out.append(specs)
+    return out[0], out[1], out[2]
+
+
+def _validate_backend(s: BackendSpec) -> None:
+    if not NAME_RE.match(s.name):
+        raise PluginError(f"backend name {s.name!r} must be upper-case letters, digits and _ (e.g. 'CUDA')")
+    if not isinstance(s.api_version, tuple) or len(s.api_version) != 2:
+        raise PluginError(f"backend {s.name}: api_version must be a (major, minor) tuple, got {s.api_version!r}")
+
+
+def _incompatible(api: tuple[int, int]) -> str | None:
+    if api[0] != API_VERSION[0]:
+        return (f"built for tolk plugin API {api[0]}.{api[1]}, but this tolk-core speaks "
+                f"{API_VERSION[0]}.{API_VERSION[1]}")
+    return None
+
+
+def run_probe(ref: Any, timeout: float) -> Availability:
+    """Run a probe in a thread with a timeout. Never raises: failures become ``ok=False`` with the reason."""
+    if ref is None:
+        return Availability(True, "no probe (always available)")
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append(resolve_ref(ref)())
+        except BaseException as e:  # noqa: BLE001
+            box.append(e)
+
+    th = threading.Thread(target=target, daemon=True, name="tolk-probe")
+    th.start()
+    th.join(timeout)
+    if not box:
+        return Availability(False, f"probe timed out after {timeout:g}s", 0,
+                            hint="raise TOLK_PROBE_TIMEOUT or check the driver")
+    res = box[0]
+    if isinstance(res, BaseException):
+        return Availability(False, f"probe raised {type(res).__name__}: {res}", 0)
+    if not isinstance(res, Availability):
+        return Availability(False, f"probe returned {type(res).__name__}, expected Availability", 0)
+    return res
+
+
+def build_registry() -> Registry:
+    """Load every plugin and build a fresh snapshot (does not touch the cached one)."""
+    records, loaded = _load_entry_points()
+    final_plugins: list[PluginRecord] = [r for r in records if r.state != "loaded"]
+    backends: list[tuple[BackendSpec, PluginRecord]] = []
+    graphs: list[ProvidedSpec] = []
+    renderers: list[ProvidedSpec] = []
+    for rec, obj in loaded:
+        try:
+            b, g, r = _call_hooks(rec, obj)
+            for s in b:
+                _validate_backend(s)
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            final_plugins.append(PluginRecord(rec.name, rec.dist, rec.version, rec.value, "broken",
+                                              f"registration failed: {type(e).__name__}: {e}",
+                                              traceback.format_exc(), rec.import_s))
+            continue
+        final_plugins.append(rec)
+        backends += [(s, rec) for s in b]
+        graphs += [ProvidedSpec(s, rec) for s in g]
+        renderers += [ProvidedSpec(s, rec) for s in r]
+
+    rejected: list[ProvidedSpec] = []
+
+    def compatible(ps: ProvidedSpec) -> bool:
+        if (why := _incompatible(ps.spec.api_version)) is not None:
+            rejected.append(ProvidedSpec(ps.spec, ps.plugin, "incompatible", why))
+            return False
+        return True
+
+    graphs = [g for g in graphs if compatible(g)]
+    renderers = [r for r in renderers if compatible(r)]
+
+    claims: dict[str, list[tuple[BackendSpec, PluginRecord]]] = {}
+    for s, rec in backends:
+        claims.setdefault(s.name, []).append((s, rec))
+    timeout = float(config.get("PROBE_TIMEOUT"))
+    out: list[BackendRecord] = []
+    for name, claimants in sorted(claims.items()):
+        g = sorted((x for x in graphs if x.spec.device.upper() == name),
+                   key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name))
+        rs = tuple(sorted((x for x in renderers if x.spec.device.upper() == name),
+                          key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name)))
+        common = dict(graph=g[0] if g else None, renderers=rs)
+        if len(claimants) > 1:
+            who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
+            for s, rec in claimants:
+                out.append(BackendRecord(name, s, rec, "conflict", f"{name} is claimed by {who}",
+                                         "uninstall one of them or disable one with TOLK_DISABLE_PLUGINS=<name>",
+                                         **common))
+            continue
+        s, rec = claimants[0]
+        if (why := _incompatible(s.api_version)) is not None:
+            out.append(BackendRecord(name, s, rec, "incompatible", why,
+                                     f"install a version of {rec.dist} built for tolk plugin API {API_VERSION[0]}.x",
+                                     **common))
+            continue
+        avail = run_probe(s.probe, timeout)
+        if avail.ok:
+            out.append(BackendRecord(name, s, rec, "available", avail.reason, "", avail, **common))
+        else:
+            out.append(BackendRecord(name, s, rec, "unavailable", avail.reason or "probe said not available",
+                                     avail.hint or s.install_hint, avail, **common))
+    by_name: dict[str, list[BackendRecord]] = {}
+    for b in out:
+        by_name.setdefault(b.name, []).append(b)
+        for a in b.spec.aliases:
+            by_name.setdefault(a.upper(), []).append(b)
+    return Registry(tuple(final_plugins), tuple(out), tuple(rejected),
+                    MappingProxyType({k: tuple(v) for k, v in by_name.items()}))
+
+

@@ -1,0 +1,43 @@
+"""The public C-compile helper C-based plugins share: C source -> shared object bytes -> ctypes library."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+
+from tolk_core.errors import CompileError
+
+_ALWAYS = ("-shared", "-fPIC")
+
+
+def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
+    """Compile C `src` with compiler `cc` and `flags` (``-shared -fPIC`` added when missing) into a shared
+    object, returned as bytes. Works in a private temporary directory. Raises CompileError carrying the
+    source and the compiler's output when the compiler is missing or fails."""
+    if shutil.which(cc) is None:
+        raise CompileError(f"C compiler {cc!r} not found; install gcc or clang, or set CC in the tolk config "
+                           f"(TOLK_CC)", src)
+    args = [cc, *flags, *(f for f in _ALWAYS if f not in flags)]
+    with tempfile.TemporaryDirectory(prefix="tolk-cc-") as d:
+        c_path, so_path = os.path.join(d, "kernel.c"), os.path.join(d, "kernel.so")
+        with open(c_path, "w") as f:
+            f.write(src)
+        proc = subprocess.run([*args, "-o", so_path, c_path, "-lm"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"{cc} failed (exit {proc.returncode}): {' '.join(args)}", src,
+                               proc.stderr + proc.stdout)
+        with open(so_path, "rb") as f:
+            return f.read()
+
+
+def load_shared(lib: bytes) -> ctypes.CDLL:
+    """Load shared-object bytes with ctypes (written to a temporary file that is removed once loaded)."""
+    fd, path = tempfile.mkstemp(prefix="tolk-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(lib)
+        return ctypes.CDLL(path)
+    finally:
+        os.unlink(path)

@@ -1,0 +1,94 @@
+"""Compiler: source text to a binary, with an in-memory and an on-disk cache."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from tolk_core import config
+
+
+def cache_dir() -> Path:
+    """The compile cache directory: config CACHE_DIR, else $XDG_CACHE_HOME/tolk, else ~/.cache/tolk."""
+    if d := config.get("CACHE_DIR"):
+        return Path(d).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tolk"
+
+
+class Compiler:
+    """Turns source into a binary (``compile``), cached by ``compile_cached``.
+
+    Subclasses implement ``compile`` (raising CompileError(message, source, log) on failure) and
+    ``identity()``: a string naming the compiler, its version, its flags and the *resolved* target (e.g. what
+    ``-march=native`` means on this CPU). The cache key is a SHA-256 of (kind, identity, source).
+
+    On disk an entry is written to a temporary file and renamed into place, so a reader never sees half an
+    entry; a per-entry lock makes a second process compiling the same source at the same time wait and then
+    read the first one's entry, so they share it.
+    """
+
+    kind: str = "generic"
+
+    def __init__(self) -> None:
+        self._mem: dict[str, bytes] = {}
+        self._identity: str | None = None
+
+    def compile(self, src: str) -> bytes:
+        raise NotImplementedError
+
+    def identity(self) -> str:
+        """Compiler identity, flags and resolved target; part of the cache key."""
+        return type(self).__qualname__
+
+    def cache_key(self, src: str) -> str:
+        if self._identity is None:
+            self._identity = self.identity()
+        h = hashlib.sha256()
+        for part in (self.kind, self._identity, src):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def cache_path(self, src: str) -> Path:
+        key = self.cache_key(src)
+        return cache_dir() / "compile" / self.kind / key[:2] / key
+
+    def compile_cached(self, src: str) -> bytes:
+        """``compile(src)``, reusing an earlier result from memory or disk when the key matches."""
+        key = self.cache_key(src)
+        if (lib := self._mem.get(key)) is not None:
+            return lib
+        if config.get("DISABLE_COMPILER_CACHE"):
+            lib = self.compile(src)
+        else:
+            lib = self._disk_cached(src)
+        self._mem[key] = lib
+        return lib
+
+    def _disk_cached(self, src: str) -> bytes:
+        path = self.cache_path(src)
+        with contextlib.suppress(OSError):
+            return path.read_bytes()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(path.with_suffix(".lock"), "wb")
+        except OSError:  # a read-only cache location: compile without caching
+            return self.compile(src)
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with contextlib.suppress(OSError):
+                return path.read_bytes()  # another process wrote it while we waited
+            lib = self.compile(src)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(lib)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            return lib

@@ -1,0 +1,66 @@
+"""CompiledDevice: what a plugin's device class derives from."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tolk_core.errors import PluginError
+from tolk_core.runtime.allocator import Allocator
+from tolk_core.runtime.compiler import Compiler
+from tolk_core.runtime.program import Graph, Program
+
+if TYPE_CHECKING:
+    from tolk_core.plugins.specs import GraphSpec, RendererSpec
+
+
+class CompiledDevice:
+    """An opened device: ``name`` (canonical, e.g. ``CPU``, ``OPENCL:0``), ``allocator``, ``compiler``,
+    ``runtime`` (its Program class), ``renderer`` (created lazily from the registry's renderer spec, or None)
+    and ``graph`` (a Graph class, or None: no batching).
+
+    Plugins subclass it with ``__init__(self, name)`` and call ``super().__init__(name, allocator, compiler,
+    runtime)``. The registry attaches renderer and graph specs after construction.
+    """
+
+    def __init__(self, name: str, allocator: Allocator, compiler: Compiler, runtime: type[Program],
+                 graph: type[Graph] | None = None):
+        self.name, self.allocator, self.compiler, self.runtime = name, allocator, compiler, runtime
+        self._graph = graph
+        self._graph_spec: GraphSpec | None = None
+        self._renderer_spec: RendererSpec | None = None
+        self._renderer: Any = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+    def attach(self, renderer_spec: RendererSpec | None, graph_spec: GraphSpec | None) -> None:
+        """Called by the registry: the default renderer spec and the chosen Graph provider for this device."""
+        self._renderer_spec, self._graph_spec = renderer_spec, graph_spec
+
+    @property
+    def renderer(self) -> Any:
+        """The device's renderer, constructed on first access as ``RendererClass(self)``; None if none."""
+        if self._renderer is None and self._renderer_spec is not None:
+            from tolk_core.plugins.specs import resolve_ref
+            try:
+                self._renderer = resolve_ref(self._renderer_spec.renderer)(self)
+            except PluginError:
+                raise
+            except Exception as e:
+                raise PluginError(f"renderer {self._renderer_spec.name} for {self.name} failed to initialize: "
+                                  f"{type(e).__name__}: {e}") from e
+        return self._renderer
+
+    @property
+    def graph(self) -> type[Graph] | None:
+        """The Graph class to batch launches with, or None when no plugin supplies one."""
+        if self._graph_spec is not None:
+            from tolk_core.plugins.specs import resolve_ref
+            return resolve_ref(self._graph_spec.graph)
+        return self._graph
+
+    def synchronize(self) -> None:
+        """Block until all queued work on this device finished."""
+
+    def self_test(self) -> str:
+        """Run a hand-written smoke kernel and check its result; return a short description, raise on failure."""
+        raise NotImplementedError(f"{type(self).__name__} has no self-test")

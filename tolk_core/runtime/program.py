@@ -1,0 +1,73 @@
+"""Program (one compiled kernel, launchable) and Graph (a batch of launches replayed at once)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tolk_core.runtime.device import CompiledDevice
+
+
+class Program:
+    """A kernel `name` in the compiled library `lib` on `device`.
+
+    One lib may hold many kernels (one C translation unit, one OpenCL program); `name` selects the function.
+    Devices cache loaded libraries, so building several Programs over one lib loads it once.
+
+    ``prg(*bufs, global_size=, local_size=, vals=, wait=)`` launches it. `bufs` are allocator handles, `vals` are
+    int32 scalars passed after the buffers. `global_size` is the number of work-groups per dimension (like a
+    CUDA grid) and `local_size` the size of one group; backends that loop themselves (CPU) ignore both. With
+    ``wait=True`` the call blocks until the kernel finished and returns its run time in seconds, else None.
+    """
+
+    def __init__(self, device: CompiledDevice, name: str, lib: bytes):
+        self.device, self.name, self.lib = device, name, lib
+
+    def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        raise NotImplementedError
+
+
+@dataclass
+class Launch:
+    """One kernel launch of a Graph: the program, its buffer handles, values and sizes."""
+    program: Program
+    bufs: list[Any]
+    vals: list[int] = field(default_factory=list)
+    global_size: tuple[int, ...] = (1, 1, 1)
+    local_size: tuple[int, ...] | None = None
+
+
+class Graph:
+    """A batch of launches on one device, built once and replayed with one call.
+
+    Contract: ``Graph(device, launches)`` captures the launches; ``update(i, bufs=, vals=)`` rebinds the
+    buffers and/or values of launch `i` (a backend without in-place update may rebuild); ``graph(wait=)``
+    runs every launch in order, returning seconds when `wait`. Replay must give exactly the results of
+    launching the programs one by one. This base replays them one by one; backends override it.
+    """
+
+    def __init__(self, device: CompiledDevice, launches: Sequence[Launch]):
+        self.device = device
+        self.launches = [Launch(ln.program, list(ln.bufs), list(ln.vals), tuple(ln.global_size),
+                                None if ln.local_size is None else tuple(ln.local_size)) for ln in launches]
+
+    def update(self, index: int, *, bufs: Sequence[Any] | None = None, vals: Sequence[int] | None = None) -> None:
+        ln = self.launches[index]
+        if bufs is not None:
+            if len(bufs) != len(ln.bufs):
+                raise ValueError(f"launch {index} takes {len(ln.bufs)} buffers, got {len(bufs)}")
+            ln.bufs = list(bufs)
+        if vals is not None:
+            if len(vals) != len(ln.vals):
+                raise ValueError(f"launch {index} takes {len(ln.vals)} values, got {len(vals)}")
+            ln.vals = list(vals)
+
+    def __call__(self, wait: bool = False) -> float | None:
+        total = 0.0
+        for ln in self.launches:
+            t = ln.program(*ln.bufs, global_size=ln.global_size, local_size=ln.local_size, vals=tuple(ln.vals),
+                           wait=wait)
+            total += t or 0.0
+        return total if wait else None
