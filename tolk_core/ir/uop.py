@@ -715,6 +715,8 @@ def render(root: UOp) -> str:
                 r = m
             elif op is Op.ADD and s[1].op is Op.MUL and _is_neg1(s[1].src[1]):
                 r = f"({a}-{out[s[1].src[0]]})"
+            elif op in (Op.ADD, Op.SUB) and s[1].op is Op.CONST and type(s[1].arg) is int and s[1].arg < 0:
+                r = f"({a}{'-' if op is Op.ADD else '+'}{-s[1].arg})"
             elif op is Op.CMPNE and s[1].op is Op.CONST and s[1].arg is True:
                 r = f"(!{a})"
             else:
