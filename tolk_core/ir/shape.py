@@ -15,12 +15,16 @@ from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, resolve, sint, ssimplify, sym_eq
 
 
-def _fmt(shape: tuple) -> str:
-    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+def _fmt(x: Any) -> str:
+    """A shape or movement argument as text, symbolic sizes by name."""
+    if isinstance(x, (tuple, list)):
+        return "(" + ", ".join(_fmt(e) for e in x) + ("," if len(x) == 1 else "") + ")"
+    return str(x) if isinstance(x, UOp) else repr(x)
 
 
 def _nonneg(x: sint) -> bool:
-    return x >= 0 if not isinstance(x, UOp) else resolve(x >= 0, False)
+    """x >= 0 provably (symbolic sizes are simplified, then decided by range)."""
+    return x >= 0 if not isinstance(x, UOp) else resolve(x.simplify() >= 0, False)
 
 
 def movement_shape(op: Op, in_shape: tuple[sint, ...], arg: Any) -> tuple[sint, ...]:
@@ -37,7 +41,7 @@ def movement_shape(op: Op, in_shape: tuple[sint, ...], arg: Any) -> tuple[sint, 
         return new
     if op is Op.PERMUTE:
         if sorted(arg) != list(range(n)):
-            raise ShapeError(f"permute of shape {_fmt(in_shape)}: order {tuple(arg)} is not a permutation of "
+            raise ShapeError(f"permute of shape {_fmt(in_shape)}: order {_fmt(arg)} is not a permutation of "
                              f"range({n})")
         return tuple(in_shape[i] for i in arg)
     if op is Op.EXPAND:
@@ -47,19 +51,19 @@ def movement_shape(op: Op, in_shape: tuple[sint, ...], arg: Any) -> tuple[sint, 
         return new
     if op is Op.PAD:
         if len(arg) != n or any(not (_nonneg(b) and _nonneg(a)) for b, a in arg):
-            raise ShapeError(f"pad of shape {_fmt(in_shape)} with {tuple(arg)}: need one non-negative "
+            raise ShapeError(f"pad of shape {_fmt(in_shape)} with {_fmt(arg)}: need one non-negative "
                              "(before, after) per axis")
         return tuple(ssimplify(s + b + a) if isinstance(s, UOp) or isinstance(b, UOp) or isinstance(a, UOp)
                      else s + b + a for s, (b, a) in zip(in_shape, arg, strict=True))
     if op is Op.SHRINK:
         if len(arg) != n or any(not (_nonneg(st) and _nonneg(e - st) and _nonneg(s - e))
                                 for s, (st, e) in zip(in_shape, arg, strict=True)):
-            raise ShapeError(f"shrink of shape {_fmt(in_shape)} with {tuple(arg)}: need 0 <= start <= end <= size "
+            raise ShapeError(f"shrink of shape {_fmt(in_shape)} with {_fmt(arg)}: need 0 <= start <= end <= size "
                              "per axis")
         return tuple(ssimplify(e - st) for st, e in arg)
     if op is Op.FLIP:
         if len(arg) != n or any(not isinstance(f, bool) for f in arg):
-            raise ShapeError(f"flip of shape {_fmt(in_shape)}: need one bool per axis, got {tuple(arg)}")
+            raise ShapeError(f"flip of shape {_fmt(in_shape)}: need one bool per axis, got {_fmt(arg)}")
         return tuple(in_shape)
     raise ShapeError(f"{op.name} is not a movement op")
 
@@ -83,8 +87,10 @@ def apply_movement_op(op: Op, in_shape: tuple[sint, ...], arg: Any,
             flat = flat * s + i
         res: list[UOp] = []
         stride: sint = 1
-        for s in reversed(in_shape):
-            res.append(_idx(0) if sym_eq(s, 1) else (flat // stride) % s)
+        for ax in range(len(in_shape) - 1, -1, -1):
+            s = in_shape[ax]
+            # the outermost axis needs no modulo: a valid flat index is below the total size
+            res.append(_idx(0) if sym_eq(s, 1) else (flat // stride) if ax == 0 else (flat // stride) % s)
             stride = stride * s
         ret = tuple(reversed(res))
     elif op is Op.PERMUTE:
