@@ -1,0 +1,751 @@
+"""The one node type of the IR.
+
+`UOp(op, dtype, src, arg)` is immutable and hash-consed: constructing a structurally equal node returns the
+same object, so equality and hashing are identity (cheap). Interning is weak: the table holds weak
+references and a node removes its own entry when it is freed, so dropped graphs free their memory.
+`arg` must be hashable.
+
+Derived facts (shape, device, vmin/vmax, toposort) are computed once per node and cached on it. They are
+computed iteratively over the uncached part of the graph, so a 100k-deep chain does not recurse.
+
+Tensor-level conventions (what `shape` and `device` read):
+  * BUFFER: dtype is the element dtype, arg = size (sint), src = (UNIQUE(arg=id), DEVICE(arg=name));
+    shape (size,). Build with `UOp.new_buffer`.
+  * PARAM: arg = (slot, shape) at tensor level (shape from arg[1]); at kernel level arg = slot, dtype a
+    pointer, no shape.
+  * CONST, DEFINE_VAR, BIND: shape (); tensor consts are scalars reshaped/expanded by movement ops. A CONST
+    may have a DEVICE source to place it.
+  * Movement ops carry their argument: RESHAPE new shape, PERMUTE order, EXPAND new shape, PAD ((before,
+    after), ...), SHRINK ((start, end), ...), FLIP (bool, ...) per axis.
+  * REDUCE_AXIS arg = (Op, axes): the reduced axes are kept with size 1.
+  * ALU, CAST: the shape of the sources, which must agree. Kernel-level nodes (RANGE, INDEX, ...) have
+    shape None, and so does any ALU over them.
+  * device: the arg of a DEVICE source, else the first device among the sources.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Iterable
+from typing import Any, Union
+
+from tolk_core.errors import ShapeError, TolkError
+from tolk_core.ir.dtype import DType, PtrDType, dtypes
+from tolk_core.ir.ops import GroupOp, Op, exec_alu, python_alu, truncate
+
+sint = Union[int, "UOp"]
+
+# (op, dtype, src, arg) -> weakref to the node. src tuples hash by node identity.
+_ucache: dict[tuple, weakref.ReferenceType] = {}
+_unique_counter = [0]
+
+
+def live_uops() -> int:
+    """Number of entries in the interning table (for leak tests)."""
+    return len(_ucache)
+
+
+def _key(op: Op, dtype: DType, src: tuple, arg: Any) -> tuple:
+    # -0.0 == 0.0 in Python; keep them distinct so 1/-0.0 stays -inf
+    if op is Op.CONST and type(arg) is float and arg == 0.0:
+        return (op, dtype, src, arg, math.copysign(1.0, arg))
+    return (op, dtype, src, arg)
+
+
+class UOp:
+    """An IR node. Never mutate the four fields; build a new node with `replace`."""
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_topo", "_shape", "_device", "_vmin", "_vmax")
+    op: Op
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+
+    def __new__(cls, op: Op, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        if type(src) is not tuple:
+            src = tuple(src)
+        key = _key(op, dtype, src, arg)
+        ref = _ucache.get(key)
+        if ref is not None and (u := ref()) is not None:
+            return u
+        self = object.__new__(cls)
+        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+        _ucache[key] = weakref.ref(self)
+        return self
+
+    def __del__(self) -> None:
+        try:
+            key = _key(self.op, self.dtype, self.src, self.arg)
+            ref = _ucache.get(key)
+            if ref is not None and ref() in (None, self):
+                del _ucache[key]
+        except Exception:  # interpreter shutdown: module globals may already be gone
+            pass
+
+    def __reduce__(self):
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def replace(self, **kw: Any) -> UOp:
+        """This node with some of op/dtype/src/arg replaced (interned like any construction)."""
+        return UOp(kw.pop("op", self.op), kw.pop("dtype", self.dtype), kw.pop("src", self.src), kw.pop("arg", self.arg))
+
+    # ---------------------------------------------------------------- graph walks
+    def toposort(self) -> list[UOp]:
+        """Every node reachable from this one, sources before users, this node last. Deterministic:
+        sources are visited in order. Cached on the node queried (not on its ancestors)."""
+        try:
+            return [*self._topo, self]
+        except AttributeError:
+            pass
+        order: list[UOp] = []
+        seen: set[UOp] = {self}
+        stack: list[tuple[UOp, int]] = [(self, 0)]
+        while stack:
+            u, i = stack[-1]
+            if i < len(u.src):
+                stack[-1] = (u, i + 1)
+                s = u.src[i]
+                if s not in seen:
+                    seen.add(s)
+                    stack.append((s, 0))
+            else:
+                stack.pop()
+                order.append(u)
+        order.pop()  # self: kept out of the cache to avoid a reference cycle through it
+        self._topo = tuple(order)
+        return [*order, self]
+
+    def _fill(self, slot: str, compute) -> None:
+        """Compute cached attribute `slot` for this node and every uncached ancestor, sources first,
+        without recursion. `compute(u)` may read `slot` of u's sources."""
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            u, expanded = stack.pop()
+            if hasattr(u, slot):
+                continue
+            if expanded:
+                object.__setattr__(u, slot, compute(u))
+                continue
+            stack.append((u, True))
+            stack.extend((s, False) for s in u.src if not hasattr(s, slot))
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """This graph with every occurrence of a key of `mapping` replaced by its value (no rewriting of the
+        replacements themselves)."""
+        memo: dict[UOp, UOp] = dict(mapping)
+        if self in memo:
+            return memo[self]
+        for u in self.toposort():
+            if u in memo:
+                continue
+            new_src = tuple(memo.get(s, s) for s in u.src)
+            memo[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg)
+        return memo[self]
+
+    def simplify(self) -> UOp:
+        """This expression rewritten by the symbolic simplifier (`ir.symbolic.symbolic`)."""
+        from tolk_core.ir.pattern import graph_rewrite
+        from tolk_core.ir.symbolic import symbolic
+        return graph_rewrite(self, symbolic, name="simplify")
+
+    # ---------------------------------------------------------------- derived facts
+    @property
+    def shape(self) -> tuple[sint, ...] | None:
+        """Tensor-level shape (see module docstring), None where a node has no shape."""
+        try:
+            return self._shape
+        except AttributeError:
+            self._fill("_shape", _compute_shape)
+            return self._shape
+
+    @property
+    def device(self) -> str | tuple[str, ...] | None:
+        try:
+            return self._device
+        except AttributeError:
+            self._fill("_device", _compute_device)
+            return self._device
+
+    @property
+    def vmin(self) -> int | float | bool:
+        """A lower bound of this expression's value (exact for constants and variables)."""
+        try:
+            return self._vmin
+        except AttributeError:
+            self._fill("_vmin", _fill_range)
+            return self._vmin
+
+    @property
+    def vmax(self) -> int | float | bool:
+        """An upper bound of this expression's value."""
+        try:
+            return self._vmax
+        except AttributeError:
+            self._fill("_vmin", _fill_range)
+            return self._vmax
+
+    @property
+    def size(self) -> sint:
+        """Number of elements of the tensor-level shape."""
+        if self.shape is None:
+            raise ShapeError(f"{self.op.name} has no shape")
+        return prod(self.shape)
+
+    # ---------------------------------------------------------------- construction helpers
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        """A scalar CONST of `dtype` holding `value` converted to that dtype (ints wrap, floats round)."""
+        if isinstance(value, UOp):
+            return value
+        return UOp(Op.CONST, dtype, (), truncate(dtype.scalar(), value))
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.index) -> UOp:
+        """A symbolic integer `name` known to lie in [min_val, max_val]."""
+        if min_val > max_val:
+            raise TolkError(f"Variable {name!r}: min {min_val} > max {max_val}")
+        return UOp(Op.DEFINE_VAR, dtype, (), (name, min_val, max_val))
+
+    @staticmethod
+    def new_buffer(device: str, size: sint, dtype: DType) -> UOp:
+        """A fresh tensor-level BUFFER (a new UNIQUE identity every call)."""
+        _unique_counter[0] += 1
+        return UOp(Op.BUFFER, dtype, (UOp(Op.UNIQUE, dtypes.void, (), _unique_counter[0]),
+                                      UOp(Op.DEVICE, dtypes.void, (), device)), size)
+
+    def bind(self, val: int) -> UOp:
+        """BIND(this variable, val); raises TolkError when val is outside the variable's bounds."""
+        if self.op is not Op.DEFINE_VAR:
+            raise TolkError(f"bind: only variables can be bound, not {self.op.name}")
+        name, lo, hi = self.arg
+        if not lo <= val <= hi:
+            raise TolkError(f"bind: {name}={val} is outside its bounds [{lo}, {hi}]")
+        return UOp(Op.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(variable, value) of a BIND."""
+        if self.op is not Op.BIND:
+            raise TolkError(f"unbind: expected BIND, got {self.op.name}")
+        return self.src[0], self.src[1].arg
+
+    @property
+    def expr(self) -> str:
+        """The name of a DEFINE_VAR (or of the variable of a BIND)."""
+        return (self.src[0] if self.op is Op.BIND else self).arg[0]
+
+    def _ufix(self, x: Any) -> UOp:
+        return x if isinstance(x, UOp) else UOp.const(self.dtype.scalar() if self.dtype.kind != "b" or
+                                                      isinstance(x, bool) else dtypes.from_py(x), x)
+
+    def alu(self, op: Op, *srcs: Any) -> UOp:
+        """ALU `op` over this node and `srcs` (Python scalars become CONSTs of this dtype). Folds when every
+        source is a CONST. Comparisons give bool (with this node's lanes)."""
+        s = (self, *(self._ufix(x) for x in srcs))
+        if op in GroupOp.Comparison:
+            dt = dtypes.bool.vec(self.dtype.count) if self.dtype.count > 1 else dtypes.bool
+        elif op is Op.WHERE:
+            dt = s[1].dtype
+        else:
+            dt = self.dtype
+        if all(x.op is Op.CONST for x in s) and dt.count == 1:
+            try:
+                return UOp.const(dt, exec_alu(op, dt, tuple(x.arg for x in s)))
+            except (ZeroDivisionError, ValueError, OverflowError):
+                pass
+        return UOp(op, dt, s)
+
+    def cast(self, dt: DType) -> UOp:
+        if self.dtype == dt:
+            return self
+        if self.op is Op.CONST:
+            return UOp.const(dt, self.arg)
+        return UOp(Op.CAST, dt, (self,))
+
+    def bitcast(self, dt: DType) -> UOp:
+        return self if self.dtype == dt else UOp(Op.BITCAST, dt, (self,))
+
+    # arithmetic: builds ALU nodes; `//` and `%` are the IR's truncating IDIV and MOD
+    def __add__(self, x: Any) -> UOp:
+        if type(x) is int and x == 0:
+            return self
+        return self.alu(Op.ADD, x)
+
+    def __radd__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.ADD, self) if not (type(x) is int and x == 0) else self
+
+    def __sub__(self, x: Any) -> UOp:
+        return self.alu(Op.SUB, x)
+
+    def __rsub__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.SUB, self)
+
+    def __mul__(self, x: Any) -> UOp:
+        if type(x) is int and x == 1:
+            return self
+        return self.alu(Op.MUL, x)
+
+    def __rmul__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.MUL, self) if not (type(x) is int and x == 1) else self
+
+    def __floordiv__(self, x: Any) -> UOp:
+        if type(x) is int and x == 1:
+            return self
+        return self.alu(Op.IDIV, x)
+
+    def __rfloordiv__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.IDIV, self)
+
+    def __mod__(self, x: Any) -> UOp:
+        return self.alu(Op.MOD, x)
+
+    def __rmod__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.MOD, self)
+
+    def __truediv__(self, x: Any) -> UOp:
+        return self.alu(Op.FDIV, x)
+
+    def __rtruediv__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.FDIV, self)
+
+    def __neg__(self) -> UOp:
+        return self.alu(Op.NEG)
+
+    def __lt__(self, x: Any) -> UOp:
+        return self.alu(Op.CMPLT, x)
+
+    def __gt__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.CMPLT, self)
+
+    def __le__(self, x: Any) -> UOp:
+        return (self > x).logical_not()
+
+    def __ge__(self, x: Any) -> UOp:
+        return (self < x).logical_not()
+
+    def __and__(self, x: Any) -> UOp:
+        return self.alu(Op.AND, x)
+
+    def __rand__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.AND, self)
+
+    def __or__(self, x: Any) -> UOp:
+        return self.alu(Op.OR, x)
+
+    def __ror__(self, x: Any) -> UOp:
+        return self._ufix(x).alu(Op.OR, self)
+
+    def __xor__(self, x: Any) -> UOp:
+        return self.alu(Op.XOR, x)
+
+    def __lshift__(self, x: Any) -> UOp:
+        return self.alu(Op.SHL, x)
+
+    def __rshift__(self, x: Any) -> UOp:
+        return self.alu(Op.SHR, x)
+
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+
+    def ne(self, x: Any) -> UOp:
+        return self.alu(Op.CMPNE, x)
+
+    def eq(self, x: Any) -> UOp:
+        return self.alu(Op.CMPEQ, x)
+
+    def maximum(self, x: Any) -> UOp:
+        return self.alu(Op.MAX, x)
+
+    def minimum(self, x: Any) -> UOp:
+        """min(self, x), expressed as -max(-self, -x) (no MIN op in the IR)."""
+        return -((-self).maximum(-self._ufix(x)))
+
+    def where(self, a: Any, b: Any) -> UOp:
+        """`a` where this bool is true, else `b`."""
+        if not isinstance(a, UOp) and isinstance(b, UOp):
+            a = b._ufix(a)
+        if isinstance(a, UOp) and not isinstance(b, UOp):
+            b = a._ufix(b)
+        return self.alu(Op.WHERE, a, b)
+
+    def logical_not(self) -> UOp:
+        return self.alu(Op.CMPNE, True)
+
+    def logical_and(self, x: Any) -> UOp:
+        return self.alu(Op.AND, x)
+
+    def logical_or(self, x: Any) -> UOp:
+        return self.alu(Op.OR, x)
+
+    def __bool__(self) -> bool:
+        """Bool UOps decide by range analysis (and raise when undecidable); other nodes are truthy."""
+        if self.dtype.kind != "b":
+            return True
+        if self.vmin == self.vmax:
+            return bool(self.vmin)
+        raise TolkError(f"cannot decide the truth of symbolic {self.render()} (it may be either)")
+
+    # ---------------------------------------------------------------- evaluation and printing
+    def eval(self, values: dict[str, int] | None = None) -> Any:
+        """The value of this expression with variables (by name) set from `values`; bound variables
+        use their bound value unless overridden. IR semantics (truncating division, dtype wrap)."""
+        values = values or {}
+        memo: dict[UOp, Any] = {}
+        for u in self.toposort():
+            if u.op is Op.CONST:
+                memo[u] = u.arg
+            elif u.op is Op.DEFINE_VAR:
+                if u.arg[0] not in values:
+                    raise TolkError(f"eval: no value for variable {u.arg[0]!r}")
+                memo[u] = values[u.arg[0]]
+            elif u.op is Op.BIND:
+                memo[u] = values.get(u.src[0].arg[0], memo[u.src[1]])
+            elif u.op in python_alu:
+                memo[u] = exec_alu(u.op, u.dtype, tuple(memo[s] for s in u.src))
+            elif u.op is Op.CAST:
+                memo[u] = truncate(u.dtype.scalar(), memo[u.src[0]])
+            elif u.op in (Op.RANGE, Op.SPECIAL) and (name := render_leaf(u)) in values:
+                memo[u] = values[name]
+            else:
+                raise TolkError(f"eval: cannot evaluate {u.op.name}")
+        return memo[self]
+
+    def render(self) -> str:
+        """The expression as C-like text, e.g. "((i*4)+j)" (IDIV prints as //, MOD as %)."""
+        return render(self)
+
+    def __str__(self) -> str:
+        if self.op in _RENDERABLE or self.op in GroupOp.ALU:
+            return self.render()
+        return repr(self)
+
+    def __repr__(self) -> str:
+        return listing(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+_RENDERABLE = frozenset({Op.CONST, Op.DEFINE_VAR, Op.BIND, Op.RANGE, Op.SPECIAL, Op.CAST})
+
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.index) -> UOp:
+    """A bounded symbolic integer: `Variable("n", 1, 1024)`; str() of it is its name."""
+    return UOp.variable(name, min_val, max_val, dtype)
+
+
+# ---------------------------------------------------------------- sint helpers
+def prod(xs: Iterable[sint]) -> sint:
+    r: sint = 1
+    for x in xs:
+        r = x * r if isinstance(x, UOp) else r * x
+    return r
+
+
+def ssimplify(x: sint) -> sint:
+    """Simplify a symbolic int; a result that is a constant comes back as a Python int."""
+    if not isinstance(x, UOp):
+        return x
+    x = x.simplify()
+    return x.arg if x.op is Op.CONST else x
+
+
+def resolve(x: Any, default: bool = True) -> bool:
+    """The truth of a Python bool or a bool UOp, `default` when range analysis cannot decide."""
+    if not isinstance(x, UOp):
+        return bool(x)
+    if x.vmin == x.vmax:
+        return bool(x.vmin)
+    return default
+
+
+def smax(*xs: sint) -> sint:
+    if all(not isinstance(x, UOp) for x in xs):
+        return max(xs)
+    r = xs[0]
+    for x in xs[1:]:
+        r = (r if isinstance(r, UOp) else x._ufix(r)).maximum(x)
+    return ssimplify(r)
+
+
+def smin(*xs: sint) -> sint:
+    if all(not isinstance(x, UOp) for x in xs):
+        return min(xs)
+    r = xs[0]
+    for x in xs[1:]:
+        r = (r if isinstance(r, UOp) else x._ufix(r)).minimum(x)
+    return ssimplify(r)
+
+
+def sym_eq(a: sint, b: sint) -> bool:
+    """True when two sints are provably equal (structurally after simplification)."""
+    if not isinstance(a, UOp) and not isinstance(b, UOp):
+        return a == b
+    if a is b:
+        return True
+    return ssimplify(a - b if isinstance(a, UOp) else -(b - a)) == 0
+
+
+# ---------------------------------------------------------------- derived-fact rules
+def _compute_shape(u: UOp) -> tuple | None:
+    op = u.op
+    if op in GroupOp.ALU or op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.COPY, Op.STAGE,
+                                   Op.ASSIGN, Op.AFTER, Op.BITCAST):
+        srcs = u.src if op in GroupOp.ALU else u.src[:1]
+        shapes = [s._shape for s in srcs]
+        if not shapes or any(s is None for s in shapes):
+            return None
+        first = shapes[0]
+        for s in shapes[1:]:
+            if s != first:
+                raise ShapeError(f"{op.name} sources have different shapes {first} and {s}")
+        if op is Op.BITCAST and first and u.dtype.itemsize != u.src[0].dtype.itemsize:
+            return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
+        return first
+    if op in GroupOp.Movement:
+        from tolk_core.ir.shape import movement_shape
+        ins = u.src[0]._shape
+        return None if ins is None else movement_shape(op, ins, u.arg)
+    if op in (Op.CONST, Op.DEFINE_VAR, Op.BIND):
+        return ()
+    if op is Op.BUFFER:
+        return (u.arg,)
+    if op is Op.PARAM:
+        return tuple(u.arg[1]) if isinstance(u.arg, tuple) else None
+    if op is Op.REDUCE_AXIS:
+        ins = u.src[0]._shape
+        if ins is None:
+            return None
+        axes = u.arg[1]
+        if any(not 0 <= a < len(ins) for a in axes):
+            raise ShapeError(f"REDUCE_AXIS axes {axes} out of range for shape {ins}")
+        return tuple(1 if i in axes else s for i, s in enumerate(ins))
+    return None
+
+
+def _compute_device(u: UOp) -> Any:
+    if u.op is Op.DEVICE:
+        return u.arg
+    for s in u.src:
+        if s.op is Op.DEVICE:
+            return s.arg
+    for s in u.src:
+        if s._device is not None:
+            return s._device
+    return None
+
+
+def _set_range(u: UOp, lo: Any, hi: Any) -> None:
+    object.__setattr__(u, "_vmax", hi)
+    return lo
+
+
+def _fill_range(u: UOp) -> Any:
+    """Store u._vmax and return u._vmin (called by _fill with sources' ranges available)."""
+    lo, hi = _range(u)
+    if u.dtype.kind == "b":
+        lo, hi = bool(lo), bool(hi)
+    return _set_range(u, lo, hi)
+
+
+def _dt_range(dt: DType) -> tuple[Any, Any]:
+    if isinstance(dt, PtrDType) or dt.kind == "v":
+        return (-math.inf, math.inf)
+    return dtypes.min(dt), dtypes.max(dt)
+
+
+def _range(u: UOp) -> tuple[Any, Any]:
+    """Bounds of u from the bounds of its sources (interval arithmetic; integer division truncates)."""
+    op, dt = u.op, u.dtype
+    dlo, dhi = _dt_range(dt)
+    if op is Op.CONST:
+        return u.arg, u.arg
+    if op is Op.DEFINE_VAR:
+        return u.arg[1], u.arg[2]
+    if op is Op.BIND:
+        return u.src[0]._vmin, u.src[0]._vmax
+    if op is Op.RANGE:
+        return 0, max(0, u.src[0]._vmax - 1)
+    if op is Op.SPECIAL:
+        return 0, max(0, u.src[0]._vmax - 1)
+    if op is Op.CAST:
+        s = u.src[0]
+        if dt.kind in ("i", "u", "b") and s.dtype.kind in ("i", "u", "b") and dlo <= s._vmin and s._vmax <= dhi:
+            return s._vmin, s._vmax
+        if dt.kind == "f" and s.dtype.kind != "f":
+            return s._vmin, s._vmax
+        return dlo, dhi
+    if op not in GroupOp.ALU or dt.count != 1:
+        return dlo, dhi
+    s = u.src
+    a_lo, a_hi = s[0]._vmin, s[0]._vmax
+    if len(s) >= 2:
+        b_lo, b_hi = s[1]._vmin, s[1]._vmax
+    isint = dt.kind in ("i", "u")
+    r: tuple[Any, Any] | None = None
+    if op is Op.ADD:
+        r = (a_lo + b_lo, a_hi + b_hi)
+    elif op is Op.SUB:
+        r = (a_lo - b_hi, a_hi - b_lo)
+    elif op is Op.NEG:
+        r = (-a_hi, -a_lo) if dt.kind != "b" else None
+    elif op is Op.MUL:
+        if isint or all(math.isfinite(v) for v in (a_lo, a_hi, b_lo, b_hi)):
+            c = (a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi)
+            r = (min(c), max(c))
+    elif op is Op.MAX:
+        r = (max(a_lo, b_lo), max(a_hi, b_hi))
+    elif op is Op.IDIV and isint:
+        if b_lo > 0 or b_hi < 0:
+            from tolk_core.ir.ops import _trunc_div
+            c = [_trunc_div(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
+            r = (min(c), max(c))
+    elif op is Op.MOD and isint:
+        m = max(abs(b_lo), abs(b_hi)) - 1
+        if a_lo >= 0:
+            if b_lo == b_hi and b_lo != 0 and a_lo // abs(b_lo) == a_hi // abs(b_lo):
+                r = (a_lo % abs(b_lo), a_hi % abs(b_lo))
+            else:
+                r = (0, min(a_hi, m))
+        elif a_hi <= 0:
+            r = (max(a_lo, -m), 0)
+        else:
+            r = (max(a_lo, -m), min(a_hi, m))
+    elif op is Op.CMPLT:
+        r = (int(a_hi < b_lo), int(a_lo < b_hi))
+    elif op is Op.CMPNE:
+        if a_hi < b_lo or b_hi < a_lo:
+            r = (1, 1)
+        elif a_lo == a_hi == b_lo == b_hi:
+            r = (0, 0)
+        else:
+            r = (0, 1)
+    elif op is Op.CMPEQ:
+        if a_hi < b_lo or b_hi < a_lo:
+            r = (0, 0)
+        elif a_lo == a_hi == b_lo == b_hi:
+            r = (1, 1)
+        else:
+            r = (0, 1)
+    elif op is Op.WHERE:
+        c_lo, c_hi = s[2]._vmin, s[2]._vmax
+        if a_lo == a_hi:
+            r = (b_lo, b_hi) if a_lo else (c_lo, c_hi)
+        else:
+            r = (min(b_lo, c_lo), max(b_hi, c_hi))
+    elif op in (Op.AND, Op.OR, Op.XOR) and dt.kind == "b":
+        if a_lo == a_hi and b_lo == b_hi:
+            v = python_alu[op](bool(a_lo), bool(b_lo))
+            r = (v, v)
+        elif op is Op.AND and (a_hi == 0 or b_hi == 0):
+            r = (0, 0)
+        elif op is Op.OR and (a_lo == 1 or b_lo == 1):
+            r = (1, 1)
+        else:
+            r = (0, 1)
+    elif op is Op.AND and isint and (a_lo >= 0 or b_lo >= 0):
+        r = (0, min(x for x in (a_hi if a_lo >= 0 else None, b_hi if b_lo >= 0 else None) if x is not None))
+    elif op is Op.SHL and isint and b_lo == b_hi and b_lo >= 0:
+        r = (a_lo << b_lo, a_hi << b_lo)
+    elif op is Op.SHR and isint and b_lo == b_hi and b_lo >= 0:
+        r = (a_lo >> b_lo, a_hi >> b_lo)
+    elif op is Op.MULACC and isint:
+        cc = s[2]
+        c = (a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi)
+        r = (min(c) + cc._vmin, max(c) + cc._vmax)
+    if r is None:
+        return dlo, dhi
+    lo, hi = r
+    # a result outside the dtype would wrap: fall back to the dtype's bounds (index is treated as unbounded)
+    if isint and dt != dtypes.index and (lo < dlo or hi > dhi):
+        return dlo, dhi
+    return lo, hi
+
+
+# ---------------------------------------------------------------- printing
+_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.FDIV: "/", Op.IDIV: "//", Op.MOD: "%", Op.CMPLT: "<",
+          Op.CMPNE: "!=", Op.CMPEQ: "==", Op.AND: "&", Op.OR: "|", Op.XOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
+
+
+def render_leaf(u: UOp) -> str:
+    if u.op is Op.DEFINE_VAR:
+        return u.arg[0]
+    if u.op is Op.BIND:
+        return u.src[0].arg[0]
+    if u.op is Op.RANGE:
+        return f"ridx{u.arg if not isinstance(u.arg, tuple) else '_'.join(map(str, u.arg))}"
+    if u.op is Op.SPECIAL:
+        return str(u.arg)
+    if u.op is Op.CONST:
+        v = u.arg
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return repr(v) if isinstance(v, float) else str(v)
+    return f"<{u.op.name}>"
+
+
+def _is_neg1(u: UOp) -> bool:
+    return u.op is Op.CONST and u.arg == -1
+
+
+def _negated(u: UOp, out: dict[UOp, str]) -> str | None:
+    """Text of -u when u is visibly a negation (NEG x, x*-1 or a constant), else None."""
+    if u.op is Op.NEG:
+        return out[u.src[0]]
+    if u.op is Op.MUL and _is_neg1(u.src[1]):
+        return out[u.src[0]]
+    if u.op is Op.CONST and type(u.arg) is int:
+        return str(-u.arg)
+    return None
+
+
+def _min_text(m: UOp, out: dict[UOp, str]) -> str | None:
+    """min(a,b) for the negation of m = MAX(-a, -b)."""
+    if m.op is Op.MAX and (a := _negated(m.src[0], out)) is not None and (b := _negated(m.src[1], out)) is not None:
+        return f"min({a},{b})"
+    return None
+
+
+def render(root: UOp) -> str:
+    """C-like text of an index/ALU expression, iteratively (deep chains are fine)."""
+    out: dict[UOp, str] = {}
+    for u in root.toposort():
+        op, s = u.op, u.src
+        if op in _INFIX:
+            a, b = out[s[0]], out[s[1]]
+            if op is Op.MUL and _is_neg1(s[1]) and (m := _min_text(s[0], out)) is not None:
+                r = m
+            elif op is Op.ADD and s[1].op is Op.MUL and _is_neg1(s[1].src[1]):
+                r = f"({a}-{out[s[1].src[0]]})"
+            elif op in (Op.ADD, Op.SUB) and s[1].op is Op.CONST and type(s[1].arg) is int and s[1].arg < 0:
+                r = f"({a}{'-' if op is Op.ADD else '+'}{-s[1].arg})"
+            elif op is Op.CMPNE and s[1].op is Op.CONST and s[1].arg is True:
+                r = f"(!{a})"
+            else:
+                r = f"({a}{_INFIX[op]}{b})"
+        elif op is Op.NEG:
+            r = m if (m := _min_text(s[0], out)) is not None else f"(-{out[s[0]]})"
+        elif op is Op.MAX:
+            r = f"max({out[s[0]]},{out[s[1]]})"
+        elif op is Op.WHERE:
+            r = f"({out[s[0]]}?{out[s[1]]}:{out[s[2]]})"
+        elif op is Op.CAST:
+            r = f"(({u.dtype.name}){out[s[0]]})"
+        elif op in GroupOp.ALU:
+            r = f"{op.name.lower()}({','.join(out[x] for x in s)})"
+        else:
+            r = render_leaf(u)
+        out[u] = r
+    return out[root]
+
+
+def listing(root: UOp) -> str:
+    """One node per line, sources first; every node is named once (%n) and referenced by name."""
+    names: dict[UOp, str] = {}
+    lines = []
+    for u in root.toposort():
+        names[u] = n = f"%{len(names)}"
+        src = ", ".join(names[s] for s in u.src)
+        arg = "" if u.arg is None else f" {u.arg!r}"
+        lines.append(f"{n} = {u.op.name} {u.dtype!r}{arg}" + (f" ({src})" if src else ""))
+    if len(lines) > 1:
+        return "\n".join(lines)
+    return f"UOp({root.op.name} {root.dtype!r}{'' if root.arg is None else ' ' + repr(root.arg)})"
