@@ -39,7 +39,6 @@ def test_second_realize_compiles_nothing(device) -> None:
 def test_second_process_reuses_disk_cache(device, tmp_path) -> None:
     script = textwrap.dedent(f"""
         import numpy as np
-import pytest
         from tolk_core.frontend.tensor import Tensor
         from tolk_core.counters import GlobalCounters
         x = np.arange(300, dtype=np.float32).reshape(20, 15)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tests.frontend.conftest import close
+from tests.frontend.helpers import close
 from tolk_core.frontend.tensor import Tensor
 
 BIG = (257, 263)  # 67591 elements: past 2^16, odd in both axes, so every remainder path runs

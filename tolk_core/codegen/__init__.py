@@ -39,9 +39,10 @@ def _kernel_name(ast: UOp, body: str) -> str:
 
 def generate(ast: UOp, renderer) -> KernelSource:
     """Source for kernel `ast` in `renderer`'s dialect; identical kernels give identical names and text."""
-    plan = optimize(ast.simplify(), renderer, noopt=bool(config.get("NOOPT")))
+    ast = ast.simplify()
+    plan = optimize(ast, renderer, noopt=bool(config.get("NOOPT")))
     lin = linearize(plan.ast)
     params = kernel_params(plan.ast)
     body = renderer.render_kernel("KERNEL", lin, params, plan.loop_kinds, guard=plan.guard)
-    name = _kernel_name(plan.ast, body)
+    name = _kernel_name(ast, body)
     return KernelSource(name, body.replace(" KERNEL(", f" {name}(", 1), plan.global_size, plan.local_size, params)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from tolk_core import config
+from tolk_core.counters import GlobalCounters
 
 
 def cache_dir() -> Path:
@@ -62,26 +63,39 @@ class Compiler:
         if (lib := self._mem.get(key)) is not None:
             return lib
         if config.get("DISABLE_COMPILER_CACHE"):
-            lib = self.compile(src)
+            lib = self._compile_counted(src)
         else:
             lib = self._disk_cached(src)
         self._mem[key] = lib
         return lib
 
+    def _compile_counted(self, src: str) -> bytes:
+        GlobalCounters.compiles += 1
+        return self.compile(src)
+
+    @staticmethod
+    def _read_entry(path: Path) -> bytes | None:
+        try:
+            lib = path.read_bytes()
+        except OSError:
+            return None
+        GlobalCounters.disk_cache_hits += 1
+        return lib
+
     def _disk_cached(self, src: str) -> bytes:
         path = self.cache_path(src)
-        with contextlib.suppress(OSError):
-            return path.read_bytes()
+        if (lib := self._read_entry(path)) is not None:
+            return lib
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             lock = open(path.with_suffix(".lock"), "wb")
         except OSError:  # a read-only cache location: compile without caching
-            return self.compile(src)
+            return self._compile_counted(src)
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            with contextlib.suppress(OSError):
-                return path.read_bytes()  # another process wrote it while we waited
-            lib = self.compile(src)
+            if (lib := self._read_entry(path)) is not None:
+                return lib  # another process wrote it while we waited
+            lib = self._compile_counted(src)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:

@@ -36,33 +36,38 @@ def _is_expanding(u: UOp) -> bool:
 
 
 def realize_points(sink_values: list[UOp]) -> set[UOp]:
-    """The values that need storage, given the values the caller asked for (see the module docstring)."""
+    """The values that need storage, given the values the caller asked for (see the module docstring).
+
+    Broadcasts are visited sources-first, and before each one the reductions already read by several kernels
+    are stored: a value is only stored for a broadcast if it still computes an unstored reduction then.
+    """
     order = UOp(Op.SINK, dtypes.void, tuple(sink_values)).toposort()
     realized: set[UOp] = set(sink_values) | {u.src[0] for u in order if u.op is Op.CONTIGUOUS}
     realized |= {u for u in order if u.op in _STORAGE}
+    _store_shared_reductions(realized)
+    for u in order:
+        if _is_expanding(u):
+            x = u.src[0]
+            while x.op in GroupOp.Movement:
+                x = x.src[0]
+            if x not in realized and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+                realized.add(x)
+                _store_shared_reductions(realized)
+    return realized
+
+
+def _store_shared_reductions(realized: set[UOp]) -> None:
+    """Store, until none is left, every unstored reduction that more than one kernel would compute."""
     while True:
-        # has_reduce: the value computes a reduction that is not stored (so inlining it repeats that work)
-        has_reduce: dict[UOp, bool] = {}
-        for u in order:
-            has_reduce[u] = u not in realized and (u.op is Op.REDUCE_AXIS or any(has_reduce[s] for s in u.src))
-        new: set[UOp] = set()
-        for u in order:
-            if _is_expanding(u):
-                x = u.src[0]
-                while x.op in GroupOp.Movement:
-                    x = x.src[0]
-                if has_reduce[x]:
-                    new.add(x)
-        # reductions read by several kernels
-        readers: dict[UOp, set[UOp]] = {}
+        readers: dict[UOp, int] = {}
         for k in realized:
             for u in _kernel_body(k, realized):
                 if u.op is Op.REDUCE_AXIS and u is not k:
-                    readers.setdefault(u, set()).add(k)
-        new |= {u for u, ks in readers.items() if len(ks) > 1}
-        if not (new - realized):
-            return realized
-        realized |= new
+                    readers[u] = readers.get(u, 0) + 1
+        shared = {u for u, n in readers.items() if n > 1}
+        if not shared:
+            return
+        realized |= shared
 
 
 def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
@@ -174,8 +179,12 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
         stride *= s
     store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, out_param.dtype, (out_param, flat)), body))
     live = tuple(r for r in rngs if r.op is Op.RANGE)
-    ast = UOp(Op.SINK, dtypes.void, (UOp(Op.END, dtypes.void, (store, *live)) if live else store,))
-    return Kernel(ast, lw.buffers)
+    ast = UOp(Op.SINK, dtypes.void, (UOp(Op.END, dtypes.void, (store, *live)) if live else store,)).simplify()
+    # simplification can drop reads (a load under a gate that is never true): number the remaining slots 0..n-1
+    used = sorted((u for u in ast.toposort() if u.op is Op.PARAM), key=lambda u: u.arg)
+    if len(used) != len(lw.buffers):
+        ast = ast.substitute({p: p.replace(arg=i) for i, p in enumerate(used)})
+    return Kernel(ast, [lw.buffers[p.arg] for p in used])
 
 
 def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:

@@ -1,0 +1,25 @@
+"""Numerical helpers shared by the front-end tests: numpy comparison and numpy references."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def close(got, want, rtol: float = 1e-4, atol: float = 1e-4) -> None:
+    """Assert tolk's result equals numpy's: exact for integers and bools; for float32, within rtol and atol
+    (float32 sums of a few thousand terms of magnitude ~1 differ from numpy's pairwise sums by ~1e-4)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
+    if np.issubdtype(want.dtype, np.floating):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def np_mlp(x, w1, b1, w2, b2):
+    return np.maximum(x @ w1 + b1, 0) @ w2 + b2
+
+
+def np_attention(q, k, v):
+    s = (q @ k.transpose(0, 2, 1)) / 8
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ v
