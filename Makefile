@@ -12,6 +12,8 @@ test: install opencl lint
 
 demo: install opencl
 	$(BIN)/tolk devices --check
+	$(BIN)/tolk demo
+	TOLK_DEVICE=OPENCL $(BIN)/tolk demo
 
 lint: install
 	$(BIN)/ruff check .

@@ -158,6 +158,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from tolk_core import demo
+    return demo.run(args.device)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tolk", description="Tolk: devices, configuration and diagnostics")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -168,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_devices)
     sub.add_parser("config", help="each effective setting and where it came from").set_defaults(fn=cmd_config)
     sub.add_parser("doctor", help="versions, registry and config sources for bug reports").set_defaults(fn=cmd_doctor)
+    p = sub.add_parser("demo", help="the main job: an MLP and an attention head, checked against numpy")
+    p.add_argument("--device", default=None, help="device to run on (default: the configured default)")
+    p.set_defaults(fn=cmd_demo)
     args = parser.parse_args(argv)
     import warnings
     warnings.filterwarnings("ignore", category=PluginWarning)  # the table shows broken plugins itself

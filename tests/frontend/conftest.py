@@ -1,7 +1,6 @@
 """Fixtures for front-end tests: every available compiled device, and a numpy comparison helper."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tolk_core.counters import GlobalCounters

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.frontend.helpers import close, np_mlp, np_attention
+from tests.frontend.helpers import close, np_attention, np_mlp
 from tolk_core.frontend.tensor import Tensor
 
 

@@ -89,7 +89,8 @@ add("flipped", (13, 17), fn=lambda a: a.flip(0) - a.flip((0, 1)), ref=lambda a: 
 add("padded", (13, 17), fn=lambda a: a.pad(((1, 2), (3, 0))) * 2, ref=lambda a: np.pad(a, ((1, 2), (3, 0))) * 2)
 add("padded_value", (5, 6), fn=lambda a: a.pad(((2, 2), (0, 1)), value=-1.5),
     ref=lambda a: np.pad(a, ((2, 2), (0, 1)), constant_values=-1.5))
-add("padded_sum", BIG, fn=lambda a: a.pad(((1, 1), (2, 2))).sum(axis=1), ref=lambda a: np.pad(a, ((1, 1), (2, 2))).sum(1))
+add("padded_sum", BIG, fn=lambda a: a.pad(((1, 1), (2, 2))).sum(axis=1),
+    ref=lambda a: np.pad(a, ((1, 1), (2, 2))).sum(1))
 add("shrink", (10, 11), fn=lambda a: a.shrink(((2, 7), (0, 11))) + 1, ref=lambda a: a[2:7] + 1)
 add("reshape", (6, 35), fn=lambda a: a.reshape(3, -1, 7).sum(axis=1), ref=lambda a: a.reshape(3, -1, 7).sum(1))
 add("reshape_of_permute", (6, 10), fn=lambda a: a.T.reshape(5, 12) + 1, ref=lambda a: a.T.reshape(5, 12) + 1)

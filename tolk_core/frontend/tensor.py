@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.engine import buffers as storage
+from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.ir.dtype import DType, dtypes, promote_types
 from tolk_core.ir.ops import Op
 from tolk_core.ir.shape import movement_shape
@@ -127,7 +127,6 @@ class Tensor:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange step must not be zero")
-        n = max(0, math.ceil((stop - start) / step))
         dt = dtypes.parse(dtype) if dtype is not None else (
             dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
         # uploaded rather than computed: a computed arange costs O(n^2) work or a special op, an upload O(n)

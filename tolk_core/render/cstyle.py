@@ -119,7 +119,7 @@ class CStyleRenderer:
         lines: list[str] = []
         depth = 1
         counter = 0
-        specials = {u for u in lin if u.op is Op.SPECIAL} | ({s for s in guard.src if s.op is Op.SPECIAL} if guard else set())
+        specials = {u for u in (*lin, *(guard.src if guard is not None else ())) if u.op is Op.SPECIAL}
         pre = [f"  const int {u.arg[0]} = {self.render_special(u)};" for u in sorted(specials, key=lambda u: u.arg)]
         names.update({u: u.arg[0] for u in specials})
 
@@ -157,7 +157,8 @@ class CStyleRenderer:
                 red = u.arg
                 names[u] = f"acc{counter}"
                 counter += 1
-                lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {self.render_const(_identity(red), u.dtype)};")
+                init = self.render_const(_identity(red), u.dtype)
+                lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {init};")
                 continue
             if u.op is Op.ASSIGN:
                 acc, val = names[u.src[0]], ref(u.src[1])
