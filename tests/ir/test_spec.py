@@ -60,7 +60,8 @@ def test_tensor_stage_rejects():
 
 
 def test_kernel_stage_rejects():
-    with pytest.raises(SpecError, match=r"STORE of dtypes.int32 into a pointer to dtypes.float32\n  at node %\d+: STORE"):
+    want = r"STORE of dtypes.int32 into a pointer to dtypes.float32\n  at node %\d+: STORE"
+    with pytest.raises(SpecError, match=want):
         validate(_kernel_graph(dtypes.int32), "kernel")
     with pytest.raises(SpecError, match="RESHAPE is not allowed in a kernel graph"):
         validate(UOp(Op.RESHAPE, dtypes.float32, (UOp.const(dtypes.float32, 1.0),), (1,)), "kernel")
