@@ -122,3 +122,10 @@ def test_debug_reports_rules(capsys):
     with config.override(DEBUG=5):
         graph_rewrite(UOp(Op.ADD, dtypes.index, (i, UOp.const(dtypes.index, 0))), pm, name="t")
     assert "drop_add_zero" in capsys.readouterr().out
+
+
+def test_rewrite_into_itself_detected():
+    i = Variable("i", 0, 9)
+    pm = PatternMatcher([(UPat(Op.DEFINE_VAR, name="x"), lambda x: UOp(Op.NEG, x.dtype, (x,)))])
+    with pytest.raises(TolkError, match="cycle"):
+        graph_rewrite(i, pm)

@@ -18,7 +18,6 @@ from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 
 _ANY_ARG = object()
-_MISS = object()
 
 
 class UPat:
@@ -115,10 +114,17 @@ class UPat:
             if n != len(self.src):
                 return []
             alternatives = itertools.permutations(self.src)
+        if kind == "exact":  # the common case: one alternative, usually a single store
+            stores = [store]
+            for p, s in zip(self.src, u.src, strict=False):  # a prefix when allow_any_len
+                stores = p.match(s, stores[0]) if len(stores) == 1 else [r for st in stores for r in p.match(s, st)]
+                if not stores:
+                    return stores
+            return stores
         res: list[dict[str, UOp]] = []
         for alt in alternatives:
             stores = [store]
-            for p, s in zip(alt, u.src, strict=False):  # a prefix when allow_any_len
+            for p, s in zip(alt, u.src, strict=True):
                 stores = [r for st in stores for r in p.match(s, st)]
                 if not stores:
                     break
@@ -245,32 +251,33 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
     debug = config.get("DEBUG") >= 5
     fired: list[str] | None = [] if debug else None
     replace: dict[UOp, UOp] = {}
-    cache: dict[UOp, UOp | None] = {}
     visited = rewrites = 0
-    budget = 10_000_000  # guard against non-terminating rule sets
+    pm_rewrite = pm.rewrite
 
     def rw(u: UOp) -> UOp | None:
+        # each node reaches here at most once per call (replace memoises), so no result cache is needed
         nonlocal rewrites
-        r = cache.get(u, _MISS)
-        if r is not _MISS:
-            return r
-        r = cache[u] = pm.rewrite(u, ctx, fired)
+        r = pm_rewrite(u, ctx, fired)
         if r is not None:
             rewrites += 1
             if debug:
                 print(f"[{name or 'rewrite'}] {fired[-1]}: {u.op.name} -> {r.op.name}")
-            if rewrites > budget:
-                raise TolkError(f"graph_rewrite {name or ''} does not terminate (last rule: "
-                                f"{fired[-1] if fired else '?'})")
         return r
 
-    # stack entries: (node, stage, working node). stage 0: first visit; 1: sources done; 2: link result
+    # stack entries: (node, stage, working node). stage 0: first visit; 1: sources done; 2: link result.
+    # A node started but not finished can only be met again through a cycle that the rules created.
+    started: set[UOp] = set()
     stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
+    pop, push, get_done = stack.pop, stack.append, replace.__getitem__
     while stack:
-        n, stage, new_n = stack.pop()
+        n, stage, new_n = pop()
         if n in replace:
             continue
         if stage == 0:
+            if n in started:
+                raise TolkError(f"graph_rewrite {name or ''}: rules cycle: {n.op.name} is rewritten into a graph "
+                                f"containing itself (last rule: {fired[-1] if fired else '?'})")
+            started.add(n)
             visited += 1
             if bottom_up:
                 seen = {n}
@@ -279,29 +286,22 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
                         raise TolkError(f"graph_rewrite {name or ''}: rules cycle on {nxt.op.name}")
                     seen.add(nxt)
                     new_n = nxt
-            stack.append((n, 1, new_n))
-            stack.extend((s, 0, s) for s in reversed(new_n.src) if s not in replace)
+            push((n, 1, new_n))
+            for s in reversed(new_n.src):
+                if s not in replace:
+                    push((s, 0, s))
         elif stage == 1:
-            missing = [s for s in new_n.src if s not in replace]
-            if missing:  # a source reached first through another path is still pending; revisit after it
-                stack.append((n, 1, new_n))
-                stack.extend((s, 0, s) for s in missing)
-                continue
-            new_src = tuple(replace[s] for s in new_n.src)
+            new_src = tuple(map(get_done, new_n.src))
             if new_src == new_n.src:
                 if bottom_up or (nxt := rw(new_n)) is None:
                     replace[n] = new_n
                     continue
             else:
                 nxt = UOp(new_n.op, new_n.dtype, new_src, new_n.arg)
-            stack.append((n, 2, nxt))
-            stack.append((nxt, 0, nxt))
+            push((n, 2, nxt))
+            push((nxt, 0, nxt))
         else:
-            if new_n in replace:
-                replace[n] = replace[new_n]
-            else:  # new_n is being processed below us (it appeared twice); come back when it is done
-                stack.append((n, 2, new_n))
-                stack.append((new_n, 0, new_n))
+            replace[n] = replace[new_n]
     rewrite_stats.visited += visited
     rewrite_stats.rewrites += rewrites
     rewrite_stats.calls += 1

@@ -45,9 +45,12 @@ def live_uops() -> int:
     return len(_ucache)
 
 
+_CONST = Op.CONST
+
+
 def _key(op: Op, dtype: DType, src: tuple, arg: Any) -> tuple:
     # -0.0 == 0.0 in Python; keep them distinct so 1/-0.0 stays -inf
-    if op is Op.CONST and type(arg) is float and arg == 0.0:
+    if type(arg) is float and arg == 0.0 and op is _CONST:
         return (op, dtype, src, arg, math.copysign(1.0, arg))
     return (op, dtype, src, arg)
 
@@ -63,7 +66,7 @@ class UOp:
     def __new__(cls, op: Op, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         if type(src) is not tuple:
             src = tuple(src)
-        key = _key(op, dtype, src, arg)
+        key = (op, dtype, src, arg) if type(arg) is not float else _key(op, dtype, src, arg)
         ref = _ucache.get(key)
         if ref is not None and (u := ref()) is not None:
             return u
@@ -74,7 +77,9 @@ class UOp:
 
     def __del__(self) -> None:
         try:
-            key = _key(self.op, self.dtype, self.src, self.arg)
+            arg = self.arg
+            key = (self.op, self.dtype, self.src, arg) if type(arg) is not float else \
+                _key(self.op, self.dtype, self.src, arg)
             ref = _ucache.get(key)
             if ref is not None and ref() in (None, self):
                 del _ucache[key]
