@@ -37,8 +37,11 @@ def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     return deps
 
 
-def linearize(sink: UOp) -> list[UOp]:
-    """The kernel `sink` (STOREs, possibly wrapped in END(store, *ranges)) as a flat program."""
+def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
+    """The kernel `sink` (STOREs, possibly wrapped in END(store, *ranges)) as a flat program.
+
+    With a `guard`, the program starts with `IF(guard, arg="return")`: work items where it is false stop.
+    """
     deps = _range_deps(sink)
     stack: list[_Loop] = [_Loop(None)]
     placed: set[UOp] = set()
@@ -77,17 +80,24 @@ def linearize(sink: UOp) -> list[UOp]:
         block_for(r).append(reg)
         rngs = [s for s in r.src[1:] if s.op is Op.RANGE]
         for rng in rngs:
-            stack.append(_Loop(rng))
+            open_loop(rng)
         emit(r.src[0])
         stack[-1].body.append(UOp(Op.ASSIGN, r.dtype, (reg, r.src[0]), r.arg))
         close(len(rngs))
         placed.add(r)
 
+    def open_loop(rng: UOp) -> None:
+        emit(rng.src[0])  # a symbolic bound is computed before its loop
+        stack.append(_Loop(rng))
+
+    if guard is not None:
+        emit(guard)
+        stack[0].body.append(UOp(Op.IF, dtypes.void, (guard,), "return"))
     for top in sink.src:
         if top.op is Op.END:
             store, rngs = top.src[0], [s for s in top.src[1:] if s.op is Op.RANGE]
             for rng in rngs:
-                stack.append(_Loop(rng))
+                open_loop(rng)
             emit(store)
             close(len(rngs))
         else:

@@ -12,13 +12,12 @@ Everything else is inlined (recomputed) into each kernel that reads it: fusion i
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, prod, resolve, sint
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -93,26 +92,31 @@ class _Lowerer:
         self.memo: dict[tuple, UOp] = {}
         self.nranges = 0
 
-    def param(self, buf: UOp) -> UOp:
+    def param(self, buf: UOp, size: sint) -> UOp:
+        """The PARAM slot of `buf`, typed by the size of the value it holds (symbolic sizes are left out of
+        the type, so one kernel serves every bound value)."""
         if (p := self.params.get(buf)) is None:
-            p = self.params[buf] = UOp(Op.PARAM, buf.dtype.ptr(buf.arg), (), len(self.buffers))
+            ptr = buf.dtype.ptr(size if isinstance(size, int) else -1)
+            p = self.params[buf] = UOp(Op.PARAM, ptr, (), len(self.buffers))
             self.buffers.append(buf)
         return p
 
-    def new_range(self, size: int, kind: str) -> UOp:
-        if size == 1:
+    def new_range(self, size: sint, kind: str) -> UOp:
+        if isinstance(size, int) and size == 1:
             return UOp.const(dtypes.index, 0)
-        r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (self.nranges, kind))
+        bound = size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
+        r = UOp(Op.RANGE, dtypes.index, (bound,), (self.nranges, kind))
         self.nranges += 1
         return r
 
-    def load(self, buf: UOp, shape: tuple[int, ...], idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    def load(self, buf: UOp, shape: tuple[sint, ...], idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
         flat = UOp.const(dtypes.index, 0)
         stride = 1
         for i, s in reversed(list(zip(idxs, shape, strict=True))):
             flat = flat + i * stride
             stride *= s
-        index = UOp(Op.INDEX, buf.dtype.ptr(buf.arg), (self.param(buf), flat) + ((gate,) if gate is not None else ()))
+        param = self.param(buf, prod(shape))
+        index = UOp(Op.INDEX, param.dtype, (param, flat) + ((gate,) if gate is not None else ()))
         return UOp(Op.LOAD, buf.dtype, (index,))
 
     def lower(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool = False) -> UOp:
@@ -168,7 +172,7 @@ def _identity(op: Op, dt) -> int | float | bool:
 def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
     """The kernel that computes `value` into BUFFER `out`, reading the stored values in `realized`."""
     lw = _Lowerer(realized)
-    out_param = lw.param(out)
+    out_param = lw.param(out, prod(value.shape))
     shape = tuple(value.shape)
     rngs = tuple(lw.new_range(s, "loop") for s in shape)
     body = lw.lower(value, rngs, None, top=True)
@@ -203,6 +207,6 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
             realized[u] = u if u.op in _STORAGE else new_buffer(u)
     kernels = []
     for u in order:  # sources before users: a kernel's inputs are computed by earlier kernels
-        if u in points and u.op not in _STORAGE and math.prod(u.shape) > 0:
+        if u in points and u.op not in _STORAGE and resolve(prod(u.shape) != 0):
             kernels.append(lower_kernel(u, realized[u], realized))
     return kernels
