@@ -18,7 +18,7 @@ import numpy as np
 from tolk_core.engine import buffers as storage
 from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.ir.dtype import DType, dtypes, promote_types
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import movement_shape
 from tolk_core.ir.uop import UOp, prod, resolve, sint, sym_eq
 
@@ -35,6 +35,13 @@ def _normalize_axis(axis: int, ndim: int) -> int:
     if not -max(ndim, 1) <= axis < max(ndim, 1):
         raise ShapeError(f"axis {axis} is out of range for a tensor of {ndim} dimension(s)")
     return axis % max(ndim, 1)
+
+
+def _views_storage(u: UOp) -> bool:
+    """Whether `u` is storage seen through movements and bitcasts only (so a store into it is defined)."""
+    while u.op in GroupOp.Movement or u.op is Op.BITCAST:
+        u = u.src[0]
+    return u.op is Op.BUFFER
 
 
 def _is_neg1(s: Any) -> bool:
@@ -191,6 +198,29 @@ class Tensor:
         if self.numel() != 1:
             raise ShapeError(f"item() needs a tensor of one element, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
+
+    def assign(self, value: Any) -> Tensor:
+        """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor's storage, in
+        place: other tensors viewing the same storage see the new values. A destination that is a broadcast
+        (an expand of an axis of one) raises BroadcastStoreError. A tensor without storage yet (lazy) simply
+        takes the new value."""
+        from tolk_core.engine.realize import realize_assign
+        if not isinstance(value, Tensor):
+            value = Tensor.full(self.shape, value, self.dtype, self.device)
+        if value.device != self.device:
+            raise DeviceMismatchError(f"assign from {value.device} into a tensor on {self.device}")
+        value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
+            value.cast(self.dtype)
+        if not _views_storage(self.uop):  # no storage to write into yet: the whole value is replaced
+            self.uop = value.uop
+            return self
+        realize_assign(self.device, self.uop, value.uop)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if not _views_storage(self.uop):
+            self.realize()  # the selection must view this tensor's own storage
+        self[index].assign(value)
 
     def to(self, device: str) -> Tensor:
         device = _resolve_device(device)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tolk_core.errors import BroadcastStoreError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
@@ -169,19 +170,60 @@ def _identity(op: Op, dt) -> int | float | bool:
     return dtypes.min(dt)  # MAX
 
 
+def _is_broadcast(u: UOp) -> bool:
+    return u.op is Op.EXPAND and any(i is not o and resolve(i == 1) and resolve(o != 1, True)
+                                     for i, o in zip(u.src[0].shape, u.arg, strict=True))
+
+
+def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> tuple[UOp, UOp]:
+    """(INDEX into the storage under `target`, value cast) for storing at output position `idxs`.
+
+    `target` is a BUFFER or movements / equal-size bitcasts of one: the index goes back through them (a padded
+    view stores only where its padding is not). A broadcast destination is refused (seed 001): its elements
+    share cells, so the store would write each cell once per element, in no order.
+    """
+    chain, u = [], target
+    while u.op in GroupOp.Movement or u.op is Op.BITCAST:
+        if _is_broadcast(u):
+            raise BroadcastStoreError(f"cannot store into a broadcast: EXPAND {tuple(u.src[0].shape)} -> {u.arg} "
+                                      "stretches an axis of one element to more, so several elements of the "
+                                      "destination are one cell, which the store would write in no order")
+        chain.append(u)
+        u = u.src[0]
+    if u.op is not Op.BUFFER:
+        raise BroadcastStoreError(f"cannot store into {u.op.name}: a store's destination must be storage")
+    gate = None
+    for m in chain:
+        if m.op is Op.BITCAST:
+            continue
+        idxs, valid = apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, idxs)
+        if valid is not None:
+            gate = valid if gate is None else gate.alu(Op.AND, valid)
+    param = lw.param(u, u.arg)
+    return UOp(Op.INDEX, param.dtype, (param, idxs[0]) + ((gate,) if gate is not None else ())), u
+
+
 def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
-    """The kernel that computes `value` into BUFFER `out`, reading the stored values in `realized`."""
+    """The kernel that computes `value` into `out` (a BUFFER, or a view of one for an assignment), reading the
+    stored values in `realized`."""
     lw = _Lowerer(realized)
-    out_param = lw.param(out, prod(value.shape))
     shape = tuple(value.shape)
+    if out.op is Op.BUFFER:
+        lw.param(out, prod(shape))  # slot 0, typed by the value's (possibly symbolic) size
     rngs = tuple(lw.new_range(s, "loop") for s in shape)
     body = lw.lower(value, rngs, None, top=True)
-    flat = UOp.const(dtypes.index, 0)
-    stride = 1
-    for r, s in reversed(list(zip(rngs, shape, strict=True))):
-        flat = flat + r * stride
-        stride *= s
-    store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, out_param.dtype, (out_param, flat)), body))
+    if out.op is Op.BUFFER:
+        flat = UOp.const(dtypes.index, 0)
+        stride: sint = 1
+        for r, s in reversed(list(zip(rngs, shape, strict=True))):
+            flat = flat + r * stride
+            stride = stride * s
+        index = UOp(Op.INDEX, lw.params[out].dtype, (lw.params[out], flat))
+    else:
+        index, base = store_target(lw, out, rngs, shape)
+        if base.dtype != body.dtype:  # stored through an equal-size bitcast: store the bits
+            body = UOp(Op.BITCAST, base.dtype, (body,))
+    store = UOp(Op.STORE, dtypes.void, (index, body))
     live = tuple(r for r in rngs if r.op is Op.RANGE)
     ast = UOp(Op.SINK, dtypes.void, (UOp(Op.END, dtypes.void, (store, *live)) if live else store,)).simplify()
     # simplification can drop reads (a load under a gate that is never true): number the remaining slots 0..n-1
@@ -200,13 +242,19 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
     outputs = [(v.src[0] if v.op is Op.CONTIGUOUS else v, b) for v, b in outputs]
     values = [v for v, _ in outputs]
     points = realize_points(values)
-    realized: dict[UOp, UOp] = {v: b for v, b in outputs}
+    # a value assigned into a view of storage is stored there, but read by other kernels from nowhere else
+    realized: dict[UOp, UOp] = {v: b for v, b in outputs if b.op is Op.BUFFER}
+    targets = dict(outputs)
     order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
     for u in order:
         if u in points and u not in realized:
             realized[u] = u if u.op in _STORAGE else new_buffer(u)
     kernels = []
     for u in order:  # sources before users: a kernel's inputs are computed by earlier kernels
-        if u in points and u.op not in _STORAGE and resolve(prod(u.shape) != 0):
+        if u not in points or not resolve(prod(u.shape) != 0):
+            continue
+        if u in targets:
+            kernels.append(lower_kernel(u, targets[u], realized))
+        elif u.op not in _STORAGE:
             kernels.append(lower_kernel(u, realized[u], realized))
     return kernels
