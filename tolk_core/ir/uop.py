@@ -676,7 +676,8 @@ def render_leaf(u: UOp) -> str:
     if u.op is Op.BIND:
         return u.src[0].arg[0]
     if u.op is Op.RANGE:
-        return f"ridx{u.arg if not isinstance(u.arg, tuple) else '_'.join(map(str, u.arg))}"
+        # arg is an axis number or (axis number(s)..., AxisType): the numbers name the loop variable
+        return f"ridx{u.arg if not isinstance(u.arg, tuple) else '_'.join(str(a) for a in u.arg if type(a) is int)}"
     if u.op is Op.SPECIAL:
         return str(u.arg)
     if u.op is Op.CONST:
