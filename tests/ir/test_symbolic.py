@@ -140,13 +140,40 @@ def _check(e: UOp, rng: random.Random) -> UOp:
     return s
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2**32), st.integers(1, 5), st.booleans())
-def test_simplifier_preserves_value(seed, depth, compare):
-    rng = random.Random(seed)
-    e = _gen(rng, depth)
-    if compare:
-        e = UOp(Op.CMPLT, dtypes.bool, (e, _gen(rng, depth)))
+def _leaf() -> st.SearchStrategy[UOp]:
+    return st.one_of(st.sampled_from(VARS), st.integers(-12, 12).map(lambda v: UOp.const(dtypes.index, v)))
+
+
+def _extend(ch: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
+    def binop(t):
+        op, a, b = t
+        return a.minimum(b) if op == "min" else UOp(op, dtypes.index, (a, b))
+
+    def divmod_(t):
+        op, a, d = t
+        return UOp(op, dtypes.index, (a, UOp.const(dtypes.index, d) if isinstance(d, int) else d))
+
+    divisors = st.one_of(st.integers(-9, 9).filter(bool), st.sampled_from([VARS[2], VARS[3]]))
+    return st.one_of(
+        st.tuples(st.sampled_from([Op.ADD, Op.SUB, Op.MAX, "min"]), ch, ch).map(binop),
+        st.tuples(st.just(Op.MUL), ch, st.one_of(st.integers(-6, 6).map(lambda v: UOp.const(dtypes.index, v)), ch))
+        .map(binop),
+        st.tuples(st.sampled_from([Op.IDIV, Op.MOD]), ch, divisors).map(divmod_),
+        st.tuples(ch, ch, ch, ch).map(lambda t: UOp(Op.WHERE, dtypes.index, (UOp(Op.CMPLT, dtypes.bool, t[:2]),
+                                                                             t[2], t[3]))),
+    )
+
+
+EXPRS = st.recursive(_leaf(), _extend, max_leaves=14)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(EXPRS, st.one_of(st.none(), EXPRS), st.randoms(use_true_random=False))
+def test_simplifier_preserves_value(e, rhs, rng):
+    """Random expressions over + - * // % < min max (and where) with bounded variables, some negative:
+    the simplified expression has the same value at the bounds and at random points."""
+    if rhs is not None:
+        e = UOp(Op.CMPLT, dtypes.bool, (e, rhs))
     _check(e, rng)
 
 

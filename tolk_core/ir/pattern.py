@@ -90,8 +90,9 @@ class UPat:
             return [r for p in self.alts for r in p.match(u, store)]
         if self.op is not None and u.op not in self.op:
             return []
+        # args compare by value and type, except that int and float values compare numerically
         if self.arg is not _ANY_ARG and (self.arg != u.arg or type(self.arg) is not type(u.arg)) and \
-                not (isinstance(self.arg, (int, float)) and type(u.arg) in (int, float) and self.arg == u.arg):
+                not (type(self.arg) in (int, float) and type(u.arg) in (int, float) and self.arg == u.arg):
             return []
         if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype:
             return []
