@@ -500,8 +500,8 @@ def _compute_shape(u: UOp) -> tuple | None:
             return None
         first = shapes[0]
         for s in shapes[1:]:
-            if s != first:
-                raise ShapeError(f"{op.name} sources have different shapes {first} and {s}")
+            if s != first and (len(s) != len(first) or not all(sym_eq(x, y) for x, y in zip(s, first, strict=True))):
+                raise ShapeError(f"{op.name} sources have different shapes {_shape_str(first)} and {_shape_str(s)}")
         if op is Op.BITCAST and first and u.dtype.itemsize != u.src[0].dtype.itemsize:
             return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
         return first
@@ -524,6 +524,10 @@ def _compute_shape(u: UOp) -> tuple | None:
             raise ShapeError(f"REDUCE_AXIS axes {axes} out of range for shape {ins}")
         return tuple(1 if i in axes else s for i, s in enumerate(ins))
     return None
+
+
+def _shape_str(shape: tuple) -> str:
+    return "(" + ", ".join(str(x) for x in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _compute_device(u: UOp) -> Any:
