@@ -105,23 +105,21 @@ class UPat:
         if kind == "any":
             return [store]
         n = len(u.src)
-        if kind == "each":
-            alternatives: Any = ((self.src[0],) * n,)
-        elif kind == "exact":
+        if kind == "exact":  # the common case: one source order, usually a single store
             if n != len(self.src) and not (self.allow_any_len and n >= len(self.src)):
                 return []
-            alternatives = (self.src,)
-        else:
-            if n != len(self.src):
-                return []
-            alternatives = itertools.permutations(self.src)
-        if kind == "exact":  # the common case: one alternative, usually a single store
             stores = [store]
             for p, s in zip(self.src, u.src, strict=False):  # a prefix when allow_any_len
                 stores = p.match(s, stores[0]) if len(stores) == 1 else [r for st in stores for r in p.match(s, st)]
                 if not stores:
                     return stores
             return stores
+        if kind == "each":
+            alternatives: Any = ((self.src[0],) * n,)
+        else:
+            if n != len(self.src):
+                return []
+            alternatives = itertools.permutations(self.src)
         res: list[dict[str, UOp]] = []
         for alt in alternatives:
             stores = [store]
