@@ -14,6 +14,7 @@ a, b = Variable("a", 0, 4), Variable("b", 0, 7)
 n, m = Variable("n", 1, 16), Variable("m", 1, 8)
 x, y = Variable("x", 0, 100), Variable("y", -10, 10)
 r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, 16),), 0)
+rn = UOp(Op.RANGE, dtypes.index, (n,), 1)
 
 # (expression, rendered simplified form)
 IDENTITIES = [
@@ -53,6 +54,12 @@ IDENTITIES = [
     (y.maximum(-20), "y"),
     ((i + 1).minimum(0), "0"),
     (x.maximum(x), "x"),
+    # symbolic strides (a reshape over a variable size n)
+    ((r * n + rn) // n, "ridx0"),
+    ((r * n + rn) % n, "ridx1"),
+    ((r * (n * 2) + j) // 2, "((ridx0*n)+(j//2))"),
+    (i * (n * 4), "((i*n)*4)"),
+    ((i * n * 4 + rn) % n, "ridx1"),
     # comparisons decided by range / reduced
     (i * 4 + j < n * 4, "(i<n)"),
     (i * 4 + j < 40, "true"),
@@ -104,9 +111,14 @@ VARS = [Variable("v0", 0, 15), Variable("v1", -8, 7), Variable("v2", 1, 40), Var
 
 
 def _points(e: UOp, count: int, rng: random.Random):
-    vs = [u for u in e.toposort() if u.op in (Op.DEFINE_VAR, Op.RANGE)]
+    topo = e.toposort()
+    vs = [u for u in topo if u.op is Op.DEFINE_VAR]
+    loops = [u for u in topo if u.op is Op.RANGE]
     pts = [{v.render(): v.vmin for v in vs}, {v.render(): v.vmax for v in vs}]
     pts += [{v.render(): rng.randint(v.vmin, v.vmax) for v in vs} for _ in range(count)]
+    for p in pts:  # a loop index lies below its (possibly symbolic) end
+        for lp in loops:
+            p[lp.render()] = rng.randint(0, lp.src[0].eval(p) - 1)
     return pts
 
 
