@@ -41,6 +41,8 @@ class CStyleRenderer:
     buffer_qualifier: str = ""
     restrict: str = "restrict"
     supports_float64: bool = True
+    local_qualifier: str = ""        # how group-shared memory is declared
+    barrier: str = ""                # the statement that orders group-shared memory
 
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -152,6 +154,13 @@ class CStyleRenderer:
             if u.op in (Op.INDEX, Op.PARAM, Op.DEFINE_VAR):
                 continue
             if u.op is Op.SPECIAL:
+                continue
+            if u.op is Op.DEFINE_LOCAL:
+                names[u] = u.arg[0]
+                lines.append(f"{pad}{self.local_qualifier}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+                continue
+            if u.op is Op.BARRIER:
+                lines.append(f"{pad}{self.barrier}")
                 continue
             if u.op is Op.IF:  # work items past the end of a padded launch stop here
                 lines.append(f"{pad}if (!{ref(u.src[0])}) return;")
