@@ -72,8 +72,8 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     outputs = [(v, new_buffer(v)) for v in sink.src]
     linear = create_linear(outputs, new_buffer)
     GlobalCounters.schedules += 1
-    if config.get("DEBUG") >= 3:
-        print(f"scheduled {len(linear.src)} kernel(s):\n{linear}")
+    if (debug := config.get("DEBUG")) >= 1:
+        print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
     run_linear(linear, var_vals=var_vals)
     for (orig, ts), (_, buf) in zip(todo.items(), outputs, strict=True):
         view = buffers.view_as(buf, tuple(_concrete(s, var_vals) for s in orig.shape))
