@@ -9,6 +9,10 @@ Placement: a value is computed in the innermost loop among the ranges it depends
 loop-invariant work is hoisted out of inner loops by construction. A loop's statement is appended to its parent
 block only when the loop closes, so values hoisted into the parent while the loop's body is being built still
 precede the loop.
+
+Unrolled copies (see codegen.upcast) share loops: adjacent END tops over the same ranges are one loop nest, and
+reductions over the same ranges whose bodies hold no reduction and that are needed in the same block are folded
+in one loop, each into its own accumulator.
 """
 from __future__ import annotations
 
@@ -43,6 +47,10 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
     With a `guard`, the program starts with `IF(guard, arg="return")`: work items where it is false stop.
     """
     deps = _range_deps(sink)
+    siblings: dict[tuple, list[UOp]] = {}
+    for u in sink.toposort():
+        if u.op is Op.REDUCE and not any(b.op is Op.REDUCE for b in u.src[0].toposort()):
+            siblings.setdefault((u.src[1:], deps[u]), []).append(u)
     stack: list[_Loop] = [_Loop(None)]
     placed: set[UOp] = set()
 
@@ -77,16 +85,18 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
             placed.add(x)
 
     def emit_reduce(r: UOp) -> None:
-        reg = UOp(Op.DEFINE_REG, r.dtype, (), r)
+        group = [x for x in siblings.get((r.src[1:], deps[r]), [r]) if x not in placed] or [r]
         target = block_for(r)  # the reduction's loops go where its value is needed, not where it was asked for
-        target.append(reg)
+        regs = [UOp(Op.DEFINE_REG, x.dtype, (), x) for x in group]
+        target.extend(regs)
         rngs = [s for s in r.src[1:] if s.op is Op.RANGE]
         for rng in rngs:
             open_loop(rng)
-        emit(r.src[0])
-        stack[-1].body.append(UOp(Op.ASSIGN, r.dtype, (reg, r.src[0]), r.arg))
+        for x, reg in zip(group, regs, strict=True):
+            emit(x.src[0])
+            stack[-1].body.append(UOp(Op.ASSIGN, x.dtype, (reg, x.src[0]), x.arg))
         close(len(rngs), target)
-        placed.add(r)
+        placed.update(group)
 
     def open_loop(rng: UOp) -> None:
         emit(rng.src[0])  # a symbolic bound is computed before its loop
@@ -95,13 +105,17 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
     if guard is not None:
         emit(guard)
         stack[0].body.append(UOp(Op.IF, dtypes.void, (guard,), "return"))
-    for top in sink.src:
-        if top.op is Op.END:
-            store, rngs = top.src[0], [s for s in top.src[1:] if s.op is Op.RANGE]
-            for rng in rngs:
-                open_loop(rng)
-            emit(store)
-            close(len(rngs), stack[0].body)
-        else:
+    tops = list(sink.src)
+    while tops:
+        top = tops.pop(0)
+        if top.op is not Op.END:
             emit(top)
+            continue
+        rngs = [s for s in top.src[1:] if s.op is Op.RANGE]
+        for rng in rngs:
+            open_loop(rng)
+        emit(top.src[0])
+        while tops and tops[0].op is Op.END and tops[0].src[1:] == top.src[1:]:  # unrolled copies
+            emit(tops.pop(0).src[0])
+        close(len(rngs), stack[0].body)
     return stack[0].body

@@ -2,7 +2,13 @@
 
 CPU-style renderers (no locals) keep loops and annotate them: the outermost output loop is split across
 threads (`parallel`) when the kernel does enough work to pay for a thread team, the innermost output loop
-with no reduction inside is vectorized (`simd`), and a small reduction loop is unrolled.
+with no reduction inside is vectorized (`simd`), and a small reduction loop is unrolled. A kernel whose
+reduction sits inside its output loops (matmul, column sums) cannot be vectorized by the C compiler across
+outputs, so it is upcast (codegen.upcast): the contiguous output axis becomes vector lanes, that axis and
+another output axis whose value some loads do not depend on are unrolled into a register block of
+accumulators (`MAX_ACCUMULATORS` vectors), the loop over column blocks becomes the outermost (the operand
+shared by a column block's rows, K x block width, then stays in L2 across all rows), and the reduction loop
+is unrolled by 4.
 
 GPU-style renderers (locals) get one work item per output element: the output ranges are rebuilt from one
 global index by division and remainder, the launch is `ceil(n / local)` groups of `local` items, and a guard
@@ -19,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tolk_core.codegen.upcast import hoist_range, lanes_are_contiguous, split_lanes, unroll_output, vectorize_lanes
 from tolk_core.ir.dtype import AddrSpace, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
@@ -28,6 +35,7 @@ UNROLL_MAX = 16
 GROUP_MAX_OUTPUTS = 1024      # a group reduction pays off when outputs are too few to fill the device
 GROUP_MIN_REDUCE = 256        # ... and the reduction is long enough to share
 GROUP_SIZE = 64
+MAX_ACCUMULATORS = 16         # vector accumulators of a register block (AVX-512 has 32 registers)
 
 
 @dataclass
@@ -58,9 +66,13 @@ def optimize(ast: UOp, renderer, noopt: bool = False) -> Plan:
     reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
     if renderer.has_local:
         return _gpu_plan(ast, outs, renderer, noopt)
-    plan = Plan(ast)
     if noopt:
-        return plan
+        return Plan(ast)
+    if reduce_ranges and getattr(renderer, "vector_bytes", 0):
+        ast = _upcast(ast, outs, renderer.vector_bytes)
+        outs = _output_ranges(ast)
+        reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
+    plan = Plan(ast)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
     if outs and work >= PARALLEL_MIN_WORK and _most(outs[0]) > 1:
         plan.loop_kinds[outs[0]] = "parallel"
@@ -70,7 +82,39 @@ def optimize(ast: UOp, renderer, noopt: bool = False) -> Plan:
     for r in reduce_ranges:
         if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX:
             plan.loop_kinds[r] = "unroll"
+        elif any(u.dtype.count > 1 for u in ast.toposort()):
+            plan.loop_kinds[r] = "unroll4"
     return plan
+
+
+def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
+    """`ast` register-blocked over its output axes (see the module docstring), or unchanged when its innermost
+    output axis is not a whole number of vectors or some access would not be contiguous in the lanes."""
+    stores = [u for u in ast.toposort() if u.op is Op.STORE]
+    if not outs or len(stores) != 1 or any(r.src[0].op is not Op.CONST for r in outs):
+        return ast
+    width = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4)
+    inner = outs[-1]
+    if inner.src[0].arg % width:
+        return ast
+    lanes_ast, inner, lane = split_lanes(ast, inner, width)
+    if not lanes_are_contiguous(lanes_ast, lane):
+        return ast
+    ast, budget = lanes_ast, MAX_ACCUMULATORS
+    if inner.src[0].arg % 2 == 0:
+        ast, inner = unroll_output(ast, inner, 2)
+        budget //= 2
+    # another output axis, unrolled when some loads do not depend on it: those loads are shared by the copies
+    loads = [u for u in ast.toposort() if u.op is Op.LOAD]
+    for r in reversed(outs[:-1]):
+        if any(r not in ld.toposort() for ld in loads):
+            factor = next((f for f in (8, 4, 2) if f <= budget and r.src[0].arg % f == 0), 1)
+            if factor > 1:
+                ast, _ = unroll_output(ast, r, factor)
+                # column blocks outermost: one block's slice of the shared operand stays in cache across rows
+                ast = hoist_range(ast, inner)
+            break
+    return vectorize_lanes(ast, lane, width)
 
 
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:

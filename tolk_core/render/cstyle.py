@@ -6,6 +6,11 @@ names, the kernel signature's qualifiers, math builtins, GPU index specials, loo
 Naming in the output: buffers `b<slot>`, integer arguments by their variable's name, loops `r<id>`,
 accumulators `acc<n>`, other values `v<n>`. Every computed value gets its own `const` variable, so an
 expression is never more than one operation deep and the compiler sees plain SSA.
+
+Vector values (dtype count > 1, made by codegen.upcast for dialects with `vector_type_name`): arithmetic of one
+vector type is native C vector arithmetic (a scalar operand is broadcast); anything else is computed lane by
+lane (`v[l]`) in a statement expression. A vector LOAD/STORE through INDEX(arg="vec") is one contiguous access
+at the scalar index; through INDEX(arg="gather") it is one access per lane.
 """
 from __future__ import annotations
 
@@ -65,7 +70,7 @@ class CStyleRenderer:
 
     # ---- dialect hooks ----
     def type_name(self, dt: DType) -> str:
-        return self.type_names[dt.scalar() if dt.count == 1 else dt]
+        return self.type_names[dt.scalar()] if dt.count == 1 else self.vector_type_name(dt)
 
     def buffer_type_name(self, dt: DType) -> str:
         return self.type_name(dt)
@@ -102,6 +107,10 @@ class CStyleRenderer:
 
     def loop_pragma(self, kind: str) -> str | None:
         return None
+
+    def vector_type_name(self, dt: DType) -> str:
+        """The name of an unaligned vector type of `dt.count` lanes (declared by the prelude)."""
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
 
     def param_decl(self, p: KernelParam) -> str:
         if p.var is not None:
@@ -169,24 +178,65 @@ class CStyleRenderer:
                 red = u.arg
                 names[u] = f"acc{counter}"
                 counter += 1
-                init = self.render_const(_identity(red), u.dtype)
+                init = self.render_const(_identity(red), u.dtype.scalar())
+                if u.dtype.count > 1:
+                    init = "{" + ", ".join([init] * u.dtype.count) + "}"
                 lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {init};")
                 continue
             if u.op is Op.ASSIGN:
                 acc, val = names[u.src[0]], ref(u.src[1])
-                lines.append(f"{pad}{acc} = {self.binops[u.arg](acc, val)};")
+                if u.dtype.count > 1 and u.arg not in _VECTOR_NATIVE:
+                    lanes = self.binops[u.arg](f"{acc}[_l]", f"{val}[_l]")
+                    lines.append(f"{pad}for (int _l = 0; _l < {u.dtype.count}; _l++) {acc}[_l] = {lanes};")
+                else:
+                    lines.append(f"{pad}{acc} = {self.binops[u.arg](acc, val)};")
                 continue
             if u.op is Op.STORE:
-                dst, gate = index(u.src[0])
-                stmt = f"{dst} = {ref(u.src[1])};"
-                lines.append(f"{pad}if ({gate}) {stmt}" if gate else f"{pad}{stmt}")
+                lines.append(pad + self.store(u, ref, index))
                 continue
-            expr = self.expression(u, ref, index)
+            expr = self.vector_expression(u, ref, index) if u.dtype.count > 1 else self.expression(u, ref, index)
             names[u] = f"v{counter}"
             counter += 1
             lines.append(f"{pad}const {self.type_name(u.dtype)} {names[u]} = {expr};")
         head = f"{self.kernel_prefix} {name}({', '.join(self.param_decl(p) for p in params)}) {{"
         return "\n".join([head, *pre, *lines, "}"])
+
+    def store(self, u: UOp, ref: Callable[[UOp], str], index: Callable[[UOp], tuple[str, str | None]]) -> str:
+        idx, val = u.src[0], u.src[1]
+        dst, gate = index(idx)
+        if idx.arg == "gather":  # one store per lane, each under its own gate (gathers index PARAM buffers)
+            g = f"if ({_lane(idx.src[2], gate)}) " if gate else ""
+            return (f"for (int _l = 0; _l < {val.dtype.count}; _l++) "
+                    f"{g}b{idx.src[0].arg}[{_lane(idx.src[1], ref(idx.src[1]))}] = {_lane(val, ref(val))};")
+        if idx.arg == "vec":
+            dst = f"*({self.type_name(val.dtype)}*)(&{dst})"
+        stmt = f"{dst} = {ref(val)};"
+        return f"if ({gate}) {stmt}" if gate else stmt
+
+    def vector_expression(self, u: UOp, ref: Callable[[UOp], str],
+                          index: Callable[[UOp], tuple[str, str | None]]) -> str:
+        """A vector value: native where C vector arithmetic means the same, else lane by lane."""
+        tname, n = self.type_name(u.dtype), u.dtype.count
+        if u.op is Op.VECTORIZE:
+            return f"(({tname}){{{', '.join(ref(s) for s in u.src)}}})"
+        if u.op is Op.LOAD and u.src[0].arg == "vec":
+            src, gate = index(u.src[0])
+            vec = f"(*(const {tname}*)(&{src}))"
+            return f"({gate}?{vec}:({tname}){{0}})" if gate else vec
+        if u.op in _VECTOR_NATIVE and all(s.dtype in (u.dtype, u.dtype.scalar()) for s in u.src):
+            return self.binops[u.op](*(ref(s) for s in u.src))
+        scalar = UOp(u.op, u.dtype.scalar(), u.src, u.arg)
+
+        def lane_ref(s: UOp) -> str:
+            return _lane(s, ref(s))
+
+        if u.op is Op.LOAD:  # a gather: one load per lane
+            idx = u.src[0]
+            src = f"b{idx.src[0].arg}[{lane_ref(idx.src[1])}]"
+            lane = f"({lane_ref(idx.src[2])}?{src}:{self.render_const(0, scalar.dtype)})" if len(idx.src) > 2 else src
+        else:
+            lane = self.expression(scalar, lane_ref, index)
+        return f"({{ {tname} _r; for (int _l = 0; _l < {n}; _l++) _r[_l] = {lane}; _r; }})"
 
     def expression(self, u: UOp, ref: Callable[[UOp], str], index: Callable[[UOp], tuple[str, str | None]]) -> str:
         if u.op is Op.LOAD:
@@ -206,8 +256,17 @@ class CStyleRenderer:
         return self.prelude(functions) + "\n\n".join(functions) + "\n"
 
 
+# vector ops whose C vector-extension meaning is the lane-wise scalar meaning
+_VECTOR_NATIVE = (Op.ADD, Op.SUB, Op.MUL, Op.FDIV)
+
+
+def _lane(u: UOp, text: str) -> str:
+    """`text` (the rendering of `u`) read at lane `_l` when `u` is a vector."""
+    return f"{text}[_l]" if u.dtype.count > 1 else text
+
+
 def _identity(reduce: UOp) -> object:
-    dt = reduce.dtype
+    dt = reduce.dtype.scalar()
     if reduce.arg is Op.ADD:
         return False if dtypes.is_bool(dt) else 0
     if reduce.arg is Op.MUL:

@@ -1,0 +1,117 @@
+"""upcast: replicate a kernel's body over a small constant range, as unrolled copies or as vector lanes.
+
+Two expansions of an output range `r` of size `S` by a factor `U` dividing `S` (both keep every element's
+value: they only change which loop iteration computes it):
+
+- `unroll_output(ast, r, U)`: `r` becomes a range `r'` of size `S/U`, and each store is copied `U` times with
+  `r = r' * U + c` for `c = 0..U-1`. A reduction inside becomes `U` reductions over the same loops; linearize
+  folds them in one loop, so each copy keeps its own accumulator (register blocking), and loads that do not
+  depend on `r` are shared by every copy (hash-consing makes them one node).
+- `vectorize_lanes(ast, r, W)`: `r = r' * W + lane`, where `lane` stands for all `W` values at once: every
+  value that depends on it gets a vector dtype of `W` lanes. A load or store whose index is `base + lane`
+  becomes one contiguous vector access at `base`; any other lane-dependent index is a gather or a scatter.
+"""
+from __future__ import annotations
+
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+
+
+def _next_range_id(ast: UOp) -> int:
+    return 1 + max((u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), default=-1)
+
+
+def _split(ast: UOp, r: UOp, factor: int) -> tuple[UOp, UOp]:
+    """(the range of size size(r)/factor that replaces `r`, keeping its id, and a fresh range of size factor)."""
+    outer = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, r.src[0].arg // factor),), r.arg)
+    return outer, UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, factor),), (_next_range_id(ast), "lane"))
+
+
+def _retop(top: UOp, old: UOp, new: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    if top.op is not Op.END:
+        return top.substitute(mapping)
+    rngs = tuple(new if s is old else s for s in top.src[1:])
+    return UOp(Op.END, dtypes.void, (top.src[0].substitute(mapping), *rngs))
+
+
+def unroll_output(ast: UOp, r: UOp, factor: int) -> tuple[UOp, UOp]:
+    """(`ast` with output range `r` unrolled `factor` times (see the module docstring), the range replacing
+    `r`); `factor` divides r's constant size. The copies of one store are adjacent tops with the same ranges."""
+    outer, _ = _split(ast, r, factor)
+    tops = [_retop(t, r, outer, {r: outer * factor + c}) for t in ast.src for c in range(factor)]
+    return UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), outer
+
+
+def hoist_range(ast: UOp, r: UOp) -> UOp:
+    """`ast` with output range `r` made the outermost loop of every END that closes it."""
+    tops = [UOp(Op.END, dtypes.void, (t.src[0], r, *(s for s in t.src[1:] if s is not r)))
+            if t.op is Op.END and r in t.src[1:] else t for t in ast.src]
+    return UOp(Op.SINK, dtypes.void, tuple(tops))
+
+
+def lane_index_split(idx: UOp, lane: UOp) -> UOp | None:
+    """`base` when `idx` is `base + lane` with `base` free of `lane`, else None."""
+    if idx is lane:
+        return UOp.const(dtypes.index, 0)
+    terms, stack = [], [idx]
+    while stack:
+        t = stack.pop()
+        if t.op is Op.ADD:
+            stack.extend(t.src)
+        else:
+            terms.append(t)
+    hits = [t for t in terms if t is lane]
+    rest = [t for t in terms if t is not lane]
+    if len(hits) != 1 or any(lane in t.toposort() for t in rest):
+        return None
+    base = rest[0]
+    for t in rest[1:]:
+        base = UOp(Op.ADD, dtypes.index, (base, t))
+    return base
+
+
+def split_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp, UOp]:
+    """(`ast` with `r = r' * width + lane`, simplified, the range `r'`, and the `lane` placeholder range)."""
+    outer, lane = _split(ast, r, width)
+    tops = [_retop(t, r, outer, {r: outer * width + lane}) for t in ast.src]
+    return UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), outer, lane
+
+
+def lanes_are_contiguous(ast: UOp, lane: UOp) -> bool:
+    """Whether every memory access that depends on `lane` is `base + lane` (no gathers or scatters)."""
+    for u in ast.toposort():
+        if u.op is Op.INDEX and u.src[0].op is Op.PARAM and lane in u.toposort():
+            if lane_index_split(u.src[1], lane) is None or (len(u.src) > 2 and lane in u.src[2].toposort()):
+                return False
+    return True
+
+
+def vectorize_lanes(ast: UOp, lane: UOp, width: int) -> UOp:
+    """`ast` with the `lane` placeholder replaced by the lane vector `(0, 1, .., width-1)` and every value that
+    depends on it widened to `width` lanes. Must run after the last simplify: vector nodes are for the
+    renderer only. Contiguous accesses become INDEX(param, base) under a vector LOAD/STORE."""
+    dep: set[UOp] = set()
+    new: dict[UOp, UOp] = {}
+    for u in ast.toposort():
+        if u is lane:
+            dep.add(u)
+            new[u] = UOp(Op.VECTORIZE, dtypes.index.vec(width),
+                         tuple(UOp.const(dtypes.index, i) for i in range(width)))
+            continue
+        src = tuple(new[s] for s in u.src)
+        if not any(s in dep for s in u.src):
+            new[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+            continue
+        dep.add(u)
+        if u.op is Op.INDEX and (base := lane_index_split(u.src[1], lane)) is not None and \
+                (len(u.src) < 3 or u.src[2] not in dep):
+            new[u] = UOp(Op.INDEX, u.dtype, (src[0], base, *src[2:]), "vec")  # base is lane-free: unchanged
+        elif u.op in (Op.STORE, Op.END, Op.SINK):
+            new[u] = UOp(u.op, u.dtype, src, u.arg)
+        elif u.op is Op.INDEX:
+            new[u] = UOp(Op.INDEX, u.dtype, src, "gather")
+        else:
+            new[u] = UOp(u.op, u.dtype.vec(width), src, u.arg)
+    return new[ast]
+
