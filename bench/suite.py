@@ -1,0 +1,247 @@
+"""`python -m bench --device D [--quick] [--json PATH]`: Tolk next to numpy, torch and tinygrad, one run.
+
+Each throughput row prints Tolk's number, every importable peer's, and the ratio Tolk/peer (> 1: Tolk is
+faster). Memory-bound rows also print the fraction of the bandwidth baseline: `np.copyto` of an output-sized
+array, measured in this run. numpy runs in a child process without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (see
+bench.numpy_child), which also records the BLAS kernel. Process rows (first call cold and warm, schedule
+time) run in child processes. The exit status is 1 when Tolk's result differs from numpy's on any row.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.rows import Row, rows
+from bench.timing import best_time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _have(mod: str) -> bool:
+    try:
+        __import__(mod)
+    except Exception:  # noqa: BLE001 - any failure to import means the peer is absent
+        return False
+    return True
+
+
+def _peer_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def numpy_peer(names: list[str], reps: int) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "bench.numpy_child", str(reps), *names], capture_output=True,
+                          text=True, env=_peer_env(), cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"numpy child failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def copy_bandwidth(elems: int, reps: int) -> float:
+    """GB/s of np.copyto between two float32 arrays of `elems` elements (bytes read + written)."""
+    src, dst = np.random.default_rng(1).random(elems, dtype=np.float32), np.empty(elems, np.float32)
+    return 8 * elems / best_time(lambda: np.copyto(dst, src), reps) / 1e9
+
+
+def _result(fn) -> np.ndarray:
+    out = fn()
+    return np.asarray(out.numpy() if hasattr(out, "numpy") else out, dtype=np.float64)
+
+
+def run_row(row: Row, device: str, reps: int, peers: dict[str, bool]) -> dict[str, Any]:
+    inp = row.setup(np.random.default_rng(0))
+    want = np.asarray(row.numpy(inp)(), dtype=np.float64)
+    rec: dict[str, Any] = {"row": row.name, "unit": row.unit, "work": row.work, "times": {}}
+    tolk_fn = row.tolk(inp)
+    got = _result(tolk_fn)
+    err = float(np.max(np.abs(got - want) / (np.abs(want) + 1))) if want.size else 0.0
+    rec["max_rel_error"], rec["ok"] = err, bool(got.shape == want.shape and err <= row.rtol)
+    rec["times"]["tolk"] = best_time(tolk_fn, reps)
+    for name, impl in (("torch", row.torch), ("tinygrad", row.tinygrad)):
+        if impl is not None and peers[name]:
+            try:
+                rec["times"][name] = best_time(impl(inp), reps)
+            except Exception as e:  # noqa: BLE001 - a peer's failure is reported, not fatal
+                rec.setdefault("peer_errors", {})[name] = f"{type(e).__name__}: {e}"[:200]
+    return rec
+
+
+def _rate(rec: dict[str, Any], who: str) -> float | None:
+    t = rec["times"].get(who)
+    return rec["work"] / t / 1e9 if t else None
+
+
+_CHILD_MLP = """
+import time; t0 = time.perf_counter()
+import json, sys, numpy as np
+from bench.rows import mlp_inputs, _mlp
+inp = mlp_inputs(np.random.default_rng(0))
+if sys.argv[1] == "tolk":
+    from tolk_core.frontend.tensor import Tensor
+    ts = {k: Tensor(v, device=sys.argv[2]) for k, v in inp.items()}
+else:
+    from tinygrad import Tensor
+    ts = {k: Tensor(v, device="CPU") for k, v in inp.items()}
+t1 = time.perf_counter()
+out = _mlp(**ts).numpy()
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t2 - t1}))
+"""
+
+
+def first_calls(device: str, peers: dict[str, bool]) -> list[dict[str, Any]]:
+    """MLP forward in fresh processes: cold (empty compile caches) then warm (the same caches again)."""
+    out = []
+    for who in ["tolk"] + (["tinygrad"] if peers["tinygrad"] else []):
+        with tempfile.TemporaryDirectory(prefix="tolk-bench-") as d:
+            env = _peer_env() | {"TOLK_CACHE_DIR": os.path.join(d, "tolk"), "POCL_CACHE_DIR": os.path.join(d, "pocl"),
+                                 "CACHEDB": os.path.join(d, "tinygrad.db")}
+            for phase in ("cold", "warm"):
+                st = time.perf_counter()
+                proc = subprocess.run([sys.executable, "-c", _CHILD_MLP, who, device], capture_output=True,
+                                      text=True, env=env, cwd=ROOT)
+                wall = time.perf_counter() - st
+                if proc.returncode != 0:
+                    out.append({"row": f"MLP first call {phase}", "who": who, "error": proc.stderr[-300:]})
+                    continue
+                rec = json.loads(proc.stdout.strip().splitlines()[-1])
+                out.append({"row": f"MLP first call {phase}", "who": who, "process_wall_s": wall, **rec})
+    return out
+
+
+_CHILD_SCHEDULE = """
+import json, sys, time, numpy as np
+layers, who, device = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rng = np.random.default_rng(0)
+ws = [(rng.standard_normal((64, 64)).astype(np.float32) * 0.1, rng.standard_normal(64).astype(np.float32))
+      for _ in range(layers)]
+if who == "tolk":
+    from tolk_core.frontend.tensor import Tensor
+    from tolk_core.engine import buffers
+    from tolk_core.ir.uop import prod
+    from tolk_core.schedule.linear import create_linear
+    mk = lambda a: Tensor(a, device=device)
+else:
+    from tinygrad import Tensor
+    mk = lambda a: Tensor(a, device="CPU")
+x = mk(rng.standard_normal((64, 64)).astype(np.float32))
+for w, b in ws:
+    x = (x @ mk(w) + mk(b)).relu()
+st = time.perf_counter()
+if who == "tolk":
+    nb = lambda v: buffers.new_buffer(device, prod(v.shape), v.dtype)
+    n = len(create_linear([(x.uop, nb(x.uop))], nb).src)
+else:
+    n = len(x.schedule())
+print(json.dumps({"schedule_s": time.perf_counter() - st, "kernels": n}))
+"""
+
+
+def schedule_times(device: str, peers: dict[str, bool]) -> list[dict[str, Any]]:
+    out = []
+    for who in ["tolk"] + (["tinygrad"] if peers["tinygrad"] else []):
+        for layers in (100, 200):
+            proc = subprocess.run([sys.executable, "-c", _CHILD_SCHEDULE, str(layers), who, device],
+                                  capture_output=True, text=True, env=_peer_env(), cwd=ROOT)
+            rec = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
+                {"error": proc.stderr[-300:]}
+            out.append({"row": f"schedule {layers}-layer graph", "who": who, "layers": layers, **rec})
+    return out
+
+
+def jit_replay(device: str, reps: int, peers: dict[str, bool]) -> dict[str, Any]:
+    """The demo MLP through each JIT: best replay time. Tolk's row needs `tolk_core.jit`."""
+    from bench.rows import _mlp, mlp_inputs
+    inp = mlp_inputs(np.random.default_rng(0))
+    rec: dict[str, Any] = {"row": "jitted MLP replay", "times": {}}
+    import tolk_core
+    if (jit := getattr(tolk_core, "jit", None)) is not None:
+        from tolk_core.frontend.tensor import Tensor
+        ts = [Tensor(v, device=device).realize() for v in inp.values()]
+        f = jit(lambda *a: _mlp(*a))
+        rec["times"]["tolk"] = best_time(lambda: f(*ts), reps)
+    else:
+        rec["tolk"] = "n/a (no JIT yet)"
+    if peers["tinygrad"]:
+        from tinygrad import Tensor as TT
+        from tinygrad import TinyJit
+        tts = [TT(v, device="CPU").realize() for v in inp.values()]
+        tf = TinyJit(lambda *a: _mlp(*a).realize())
+        rec["times"]["tinygrad"] = best_time(lambda: tf(*tts), reps)
+    if peers["torch"]:
+        import torch
+        pts = [torch.from_numpy(v.copy()) for v in inp.values()]
+        rec["times"]["torch (eager)"] = best_time(lambda: _mlp(*pts), reps)
+    return rec
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:9.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="CPU")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions and no N=2048 matmul (< 5 minutes)")
+    ap.add_argument("--json", help="write every measurement to this path")
+    ap.add_argument("--only", help="run only rows whose name contains this text")
+    args = ap.parse_args(argv)
+    reps = 3 if args.quick else 10
+    peers = {"torch": _have("torch"), "tinygrad": _have("tinygrad")}
+    selected = [r for r in rows(args.device) if (r.quick or not args.quick) and
+                (args.only is None or args.only in r.name)]
+    started = time.perf_counter()
+    np_peer = numpy_peer([r.name for r in selected], reps)
+    print(f"tolk bench on {args.device}; peers: numpy (BLAS {np_peer['blas']}), "
+          + ", ".join(f"{k}={'yes' if v else 'not importable'}" for k, v in peers.items()))
+    print(f"{'row':46s} {'unit':8s} {'tolk':>9s} {'numpy':>9s} {'torch':>9s} {'tinygrad':>9s}  "
+          f"{'x numpy':>8s} {'x torch':>8s} {'x tiny':>8s} {'bw frac':>7s} ok")
+    results: list[dict[str, Any]] = []
+    failed = False
+    copy_cache: dict[int, float] = {}
+    for row in selected:
+        rec = run_row(row, args.device, reps, peers)
+        if (t := np_peer["times"].get(row.name)) is not None:
+            rec["times"]["numpy"] = t
+        rates = {w: _rate(rec, w) for w in ("tolk", "numpy", "torch", "tinygrad")}
+        rec["rates"] = rates
+        if row.out_elems:
+            if row.out_elems not in copy_cache:
+                copy_cache[row.out_elems] = copy_bandwidth(row.out_elems, reps)
+            rec["copy_gbs"] = copy_cache[row.out_elems]
+            rec["bandwidth_fraction"] = rates["tolk"] / rec["copy_gbs"]
+        ratio = {w: rates["tolk"] / rates[w] if rates[w] else None for w in ("numpy", "torch", "tinygrad")}
+        rec["ratios"] = ratio
+        failed |= not rec["ok"]
+        results.append(rec)
+        print(f"{row.name:46s} {row.unit:8s} {_fmt(rates['tolk'])} {_fmt(rates['numpy'])} {_fmt(rates['torch'])} "
+              f"{_fmt(rates['tinygrad'])}  {_fmt(ratio['numpy'])[1:]} {_fmt(ratio['torch'])[1:]} "
+              f"{_fmt(ratio['tinygrad'])[1:]} {_fmt(rec.get('bandwidth_fraction'))[2:]} "
+              f"{'yes' if rec['ok'] else 'NO (max rel error %.2e)' % rec['max_rel_error']}", flush=True)
+    if args.only is None:
+        jr = jit_replay(args.device, reps * 10, peers)
+        results.append(jr)
+        print("jitted MLP replay (ms): " + (jr.get("tolk") or "") +
+              "  ".join(f"{k}={v * 1e3:.3f}" for k, v in jr["times"].items()), flush=True)
+        for rec in first_calls(args.device, peers) + schedule_times(args.device, peers):
+            results.append(rec)
+            print(f"{rec['row']:32s} {rec['who']:9s} " +
+                  "  ".join(f"{k}={v * 1e3:.1f}ms" if k.endswith("_s") else f"{k}={v}" for k, v in rec.items()
+                            if k not in ("row", "who")), flush=True)
+    print(f"suite took {time.perf_counter() - started:.0f} s; " +
+          ("all rows match numpy" if not failed else "SOME ROWS DIFFER FROM NUMPY"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "quick": args.quick, "numpy_blas": np_peer["blas"],
+                       "results": results}, f, indent=1)
+    return 1 if failed else 0
