@@ -5,6 +5,10 @@
 - `capturing` is the hook the JIT uses: while it holds a capturer, every LINEAR about to run is handed to it
   first (the capturer records it; the schedule still runs, so a capturing call returns real results).
 
+Schedules are cached by structure: a graph equal to an earlier one up to which storage it reads (BUFFERs are
+numbered slots in the key) and with the same variable values reuses that schedule, with this call's buffers
+and fresh storage for its outputs and intermediates, so a repeated realize skips scheduling.
+
 Kernels of one schedule that are not compiled yet are rendered into one translation unit (one C file, one
 OpenCL program) and compiled by one compiler call; programs are cached in memory by (device, kernel AST),
 and binaries on disk by the device's compiler.
@@ -37,6 +41,10 @@ _computed: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
 _programs: dict[tuple[str, UOp], tuple[Any, KernelSource]] = {}
 
+SCHEDULE_CACHE_SIZE = 512
+# structural key -> (LINEAR with slots for buffers, (size, dtype) of each new buffer's slot, output slots)
+_schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], list[int]]] = {}
+
 
 def _device(name: str):
     from tolk_core.plugins import Device
@@ -65,13 +73,8 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
         sink = sink.substitute(known)
     sink, var_vals = unbind(sink)
-
-    def new_buffer(v: UOp) -> UOp:
-        return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
-
-    outputs = [(v, new_buffer(v)) for v in sink.src]
-    linear = create_linear(outputs, new_buffer)
-    GlobalCounters.schedules += 1
+    linear, out_bufs = _cached_schedule(device, sink, var_vals)
+    outputs = list(zip(sink.src, out_bufs, strict=True))
     if (debug := config.get("DEBUG")) >= 1:
         print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
     run_linear(linear, var_vals=var_vals)
@@ -80,6 +83,38 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
         _computed[orig] = view
         for t in ts:
             t.uop = view
+
+
+def _slot(i: int, dtype: Any) -> UOp:
+    return UOp(Op.PARAM, dtype, (), ("schedule slot", i))
+
+
+def _cached_schedule(device: str, sink: UOp, var_vals: dict[str, int]) -> tuple[UOp, list[UOp]]:
+    """(the LINEAR computing `sink`'s values, the BUFFER holding each), from the schedule cache when a
+    structurally equal graph was scheduled before."""
+    inputs = [u for u in sink.toposort() if u.op is Op.BUFFER]
+    key = (device, sink.substitute({b: _slot(i, b.dtype) for i, b in enumerate(inputs)}),
+           tuple(sorted(var_vals.items())))
+    if (hit := _schedules.get(key)) is None:
+        made: list[UOp] = []
+
+        def new_buffer(v: UOp) -> UOp:
+            made.append(buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype))
+            return made[-1]
+
+        outputs = [(v, new_buffer(v)) for v in sink.src]
+        linear = create_linear(outputs, new_buffer)
+        GlobalCounters.schedules += 1
+        slots = {b: _slot(i, b.dtype) for i, b in enumerate(inputs + made)}
+        if len(_schedules) >= SCHEDULE_CACHE_SIZE:
+            del _schedules[next(iter(_schedules))]
+        _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made],
+                           [len(inputs) + made.index(b) for _, b in outputs])
+        return linear, [b for _, b in outputs]
+    template, fresh, out_slots = hit
+    bufs = inputs + [buffers.new_buffer(device, size, dt) for size, dt in fresh]
+    linear = template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)})
+    return linear, [bufs[i] for i in out_slots]
 
 
 def realize_assign(device: str, target: UOp, value: UOp) -> None:

@@ -44,30 +44,64 @@ def realize_points(sink_values: list[UOp]) -> set[UOp]:
     order = UOp(Op.SINK, dtypes.void, tuple(sink_values)).toposort()
     realized: set[UOp] = set(sink_values) | {u.src[0] for u in order if u.op is Op.CONTIGUOUS}
     realized |= {u for u in order if u.op in _STORAGE}
-    _store_shared_reductions(realized)
+    readers = _Readers(order, realized)
+    readers.store_shared(order)
     for u in order:
         if _is_expanding(u):
             x = u.src[0]
             while x.op in GroupOp.Movement:
                 x = x.src[0]
             if x not in realized and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
-                realized.add(x)
-                _store_shared_reductions(realized)
+                readers.store_shared(readers.add({x}))
     return realized
 
 
-def _store_shared_reductions(realized: set[UOp]) -> None:
-    """Store, until none is left, every unstored reduction that more than one kernel would compute."""
-    while True:
-        readers: dict[UOp, int] = {}
-        for k in realized:
-            for u in _kernel_body(k, realized):
-                if u.op is Op.REDUCE_AXIS and u is not k:
-                    readers[u] = readers.get(u, 0) + 1
-        shared = {u for u, n in readers.items() if n > 1}
-        if not shared:
-            return
-        realized |= shared
+_MANY = object()  # a node computed by more than one kernel
+
+
+class _Readers:
+    """Which kernel computes each unstored node: one kernel, or several (`_MANY`), kept up to date as values
+    get storage. A node belongs to kernel `k` when a path from `k` reaches it through unstored nodes only; so
+    storing `x` changes only the nodes of x's own body, and each update is local (scheduling stays linear in
+    the graph instead of recomputing every kernel's body per stored value)."""
+
+    def __init__(self, order: list[UOp], realized: set[UOp]):
+        self.realized = realized
+        self.pos = {u: i for i, u in enumerate(order)}
+        self.users: dict[UOp, list[UOp]] = {u: [] for u in order}
+        for u in order:
+            for s in u.src:
+                self.users[s].append(u)
+        self.owner: dict[UOp, object] = {}
+        self._relabel(reversed(order))
+
+    def _relabel(self, users_first) -> None:
+        for u in users_first:
+            owner = None
+            for v in self.users[u]:
+                r = v if v in self.realized else self.owner[v]
+                if r is None or r is owner:
+                    continue
+                if owner is not None:
+                    owner = _MANY
+                    break
+                owner = r
+            self.owner[u] = owner
+
+    def add(self, new: set[UOp]) -> list[UOp]:
+        """Give the values in `new` storage; returns the nodes whose owner was recomputed."""
+        self.realized |= new
+        region = {b for x in new for b in _kernel_body(x, self.realized)}
+        nodes = sorted(region, key=self.pos.__getitem__, reverse=True)
+        self._relabel(nodes)
+        return nodes
+
+    def store_shared(self, candidates) -> None:
+        """Store, until none is left, every unstored reduction among `candidates` (and the nodes that storing
+        recomputes) that more than one kernel would compute."""
+        while shared := {u for u in candidates if u.op is Op.REDUCE_AXIS and u not in self.realized
+                         and self.owner.get(u) is _MANY}:
+            candidates = self.add(shared)
 
 
 def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
