@@ -142,7 +142,7 @@ if who == "tolk":
     nb = lambda v: buffers.new_buffer(device, prod(v.shape), v.dtype)
     n = len(create_linear([(x.uop, nb(x.uop))], nb).src)
 else:
-    n = len(x.schedule())
+    n = len(x.schedule_linear().src)
 print(json.dumps({"schedule_s": time.perf_counter() - st, "kernels": n}))
 """
 
@@ -224,10 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         rec["ratios"] = ratio
         failed |= not rec["ok"]
         results.append(rec)
+        verdict = "yes" if rec["ok"] else "NO (max rel error {:.2e})".format(rec["max_rel_error"])
         print(f"{row.name:46s} {row.unit:8s} {_fmt(rates['tolk'])} {_fmt(rates['numpy'])} {_fmt(rates['torch'])} "
               f"{_fmt(rates['tinygrad'])}  {_fmt(ratio['numpy'])[1:]} {_fmt(ratio['torch'])[1:]} "
               f"{_fmt(ratio['tinygrad'])[1:]} {_fmt(rec.get('bandwidth_fraction'))[2:]} "
-              f"{'yes' if rec['ok'] else 'NO (max rel error %.2e)' % rec['max_rel_error']}", flush=True)
+              f"{verdict}", flush=True)
     if args.only is None:
         jr = jit_replay(args.device, reps * 10, peers)
         results.append(jr)

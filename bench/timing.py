@@ -6,15 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 
-def best_time(fn: Callable[[], Any], reps: int, budget_s: float = 10.0) -> float:
-    """Seconds of the fastest of `reps` calls of `fn` after a warm-up call; stops early after `budget_s`."""
+def best_time(fn: Callable[[], Any], reps: int, min_total_s: float = 0.3, budget_s: float = 10.0) -> float:
+    """Seconds of the fastest call of `fn` after a warm-up call: at least `reps` calls, more (up to 100) until
+    `min_total_s` is spent, fewer when `budget_s` runs out."""
     fn()
-    best, spent = float("inf"), 0.0
-    for _ in range(reps):
+    best, spent, n = float("inf"), 0.0, 0
+    while n < reps or (spent < min_total_s and n < 100):
         st = time.perf_counter()
         fn()
         dt = time.perf_counter() - st
-        best, spent = min(best, dt), spent + dt
+        best, spent, n = min(best, dt), spent + dt, n + 1
         if spent > budget_s:
             break
     return best

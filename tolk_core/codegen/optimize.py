@@ -79,12 +79,30 @@ def optimize(ast: UOp, renderer, noopt: bool = False) -> Plan:
     if outs and not reduce_ranges:
         inner = outs[-1]
         plan.loop_kinds[inner] = "parallel simd" if plan.loop_kinds.get(inner) == "parallel" else "simd"
+    if not plan.loop_kinds and (split := _parallel_reduction(ast, outs)) is not None:
+        plan.loop_kinds[split] = "parallel reduce"
     for r in reduce_ranges:
+        if r in plan.loop_kinds:
+            continue
         if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX:
             plan.loop_kinds[r] = "unroll"
         elif any(u.dtype.count > 1 for u in ast.toposort()):
             plan.loop_kinds[r] = "unroll4"
     return plan
+
+
+def _parallel_reduction(ast: UOp, outs: list[UOp]) -> UOp | None:
+    """The loop of a reduction worth splitting across threads: a kernel with no parallel output loop and one
+    long scalar sum or product (OpenMP combines the threads' partial results; float reassociation is already
+    allowed by the compile flags). None when there is no such loop."""
+    reduces = [u for u in ast.toposort() if u.op is Op.REDUCE]
+    if len(reduces) != 1 or outs and math.prod(_most(r) for r in outs) > 1:
+        return None
+    red = reduces[0]
+    rngs = [r for r in red.src[1:] if r.op is Op.RANGE]
+    if red.arg not in (Op.ADD, Op.MUL) or red.dtype.count > 1 or len(rngs) != 1 or _most(rngs[0]) < PARALLEL_MIN_WORK:
+        return None
+    return rngs[0]
 
 
 def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:

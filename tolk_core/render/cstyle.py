@@ -105,7 +105,9 @@ class CStyleRenderer:
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no GPU index specials")
 
-    def loop_pragma(self, kind: str) -> str | None:
+    def loop_pragma(self, kind: str, reductions: Sequence[tuple[str, Op]] = ()) -> str | None:
+        """The line before a loop of `kind` (an optimizer annotation); `reductions` are the (accumulator, op)
+        pairs the loop folds into variables declared outside it."""
         return None
 
     def vector_type_name(self, dt: DType) -> str:
@@ -147,11 +149,13 @@ class CStyleRenderer:
             buf, idx = names[u.src[0]] if u.src[0] in names else f"b{u.src[0].arg}", ref(u.src[1])
             return f"{buf}[{idx}]", (ref(u.src[2]) if len(u.src) > 2 else None)
 
-        for u in lin:
+        for i, u in enumerate(lin):
             pad = "  " * depth
             if u.op is Op.RANGE:
                 rn = names[u] = f"r{u.arg[0]}"
-                if (pragma := self.loop_pragma(loop_kinds.get(u, ""))) is not None:
+                reds = _loop_reductions(lin, i) if loop_kinds.get(u, "").startswith("parallel reduce") else ()
+                if (pragma := self.loop_pragma(loop_kinds.get(u, ""), [(names[a], op) for a, op in reds])) \
+                        is not None:
                     lines.append(f"{pad}{pragma}")
                 lines.append(f"{pad}for (int {rn} = 0; {rn} < {ref(u.src[0])}; {rn}++) {{")
                 depth += 1
@@ -258,6 +262,21 @@ class CStyleRenderer:
 
 # vector ops whose C vector-extension meaning is the lane-wise scalar meaning
 _VECTOR_NATIVE = (Op.ADD, Op.SUB, Op.MUL, Op.FDIV)
+
+
+def _loop_reductions(lin: list[UOp], start: int) -> list[tuple[UOp, Op]]:
+    """(accumulator, op) of each ASSIGN directly in the loop opened at lin[start] to a register declared
+    outside it."""
+    depth, inside, out = 0, set(), []
+    for u in lin[start:]:
+        depth += 1 if u.op is Op.RANGE else -1 if u.op is Op.END else 0
+        if depth == 0:
+            break
+        if u.op is Op.DEFINE_REG:
+            inside.add(u)
+        elif u.op is Op.ASSIGN and u.src[0] not in inside:
+            out.append((u.src[0], u.arg))
+    return out
 
 
 def _lane(u: UOp, text: str) -> str:

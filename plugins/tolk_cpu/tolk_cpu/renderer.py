@@ -5,7 +5,23 @@ import re
 from collections.abc import Sequence
 
 from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.ops import Op
 from tolk_core.render.cstyle import CStyleRenderer
+
+# float32 2^x as arithmetic the C compiler vectorizes (libm's exp2f is a scalar call): 2^x = 2^n * 2^f with
+# n = min(rint(x), 127), f in [-1/2, 1], 2^f by its Taylor series in f*ln2 to degree 9 (truncation < 1e-8
+# relative), 2^n as two factors (s1*s2 = 2^n is a float in any association: the flags allow reassociation).
+# Saturates to 0 and inf; NaN stays NaN. Within 3 ulp of libm's exp2f where the result is a normal float.
+_EXP2F = """static inline float tolk_exp2f(float x) {
+  const float c = x != x ? 0.0f : (x < -150.0f ? -150.0f : (x > 128.0f ? 128.0f : x));
+  const float r = __builtin_rintf(c), n = r > 127.0f ? 127.0f : r, f = (c - n) * 0.6931471805599453f;
+  const float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.6666667e-1f + f * (4.1666667e-2f + f * (8.3333333e-3f
+                  + f * (1.3888889e-3f + f * (1.9841270e-4f + f * (2.4801587e-5f + f * 2.7557319e-6f))))))));
+  const int k = (int)n, k1 = k / 2, k2 = k - k1;
+  union { int i; float f; } s1 = {(k1 + 127) << 23}, s2 = {(k2 + 127) << 23};
+  return x != x ? x : (x >= 128.0f ? __builtin_inff() : p * s1.f * s2.f);
+}
+"""
 
 # lanes of a vector type: GCC vector extensions (gcc and clang); a bool lane is a byte (C has no _Bool vectors)
 _VEC = re.compile(r"\btolk_(\w+?)_x(\d+)\b")
@@ -21,14 +37,22 @@ class CRenderer(CStyleRenderer):
                 "parallel simd": "#pragma omp parallel for simd", "unroll": "#pragma GCC unroll 16",
                 "unroll4": "#pragma GCC unroll 4"}
 
-    def loop_pragma(self, kind: str) -> str | None:
+    def loop_pragma(self, kind: str, reductions: Sequence[tuple[str, Op]] = ()) -> str | None:
+        if kind == "parallel reduce":  # a long reduction split across threads, partial sums combined by OpenMP
+            clauses = " ".join(f"reduction({'+' if op is Op.ADD else '*'}:{acc})" for acc, op in reductions)
+            return f"#pragma omp parallel for simd {clauses}"
         return self._pragmas.get(kind)
+
+    def unary(self, op: Op, x: str, dt: DType) -> str:
+        return f"tolk_exp2f({x})" if op is Op.EXP2 and dt == dtypes.float32 else super().unary(op, x, dt)
 
     def vector_type_name(self, dt: DType) -> str:
         return f"tolk_{self.type_name(dt.scalar()).replace(' ', '_')}_x{dt.count}"
 
     def prelude(self, sources: Sequence[str]) -> str:
         head = "#include <math.h>\n\n" if any("NAN" in s or "INFINITY" in s for s in sources) else ""
+        if any("tolk_exp2f(" in s for s in sources):
+            head += _EXP2F + "\n"
         vecs = sorted({m.groups() for s in sources for m in _VEC.finditer(s)})
         for scalar, lanes in vecs:
             ctype = "signed char" if scalar == "_Bool" else scalar.replace("_", " ")
