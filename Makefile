@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tolk-installed
 
-.PHONY: test demo install opencl lint clean
+.PHONY: test demo bench install opencl lint clean
 
 test: install opencl lint
 	$(BIN)/pytest --durations=20
@@ -14,6 +14,11 @@ demo: install opencl
 	$(BIN)/tolk devices --check
 	$(BIN)/tolk demo
 	TOLK_DEVICE=OPENCL $(BIN)/tolk demo
+
+# the peers of the benchmark suite (torch's CPU wheel is on local disk here), then the quick suite on CPU
+bench: install
+	$(BIN)/pip install -q torch==2.13.0 tinygrad==0.14.0 threadpoolctl
+	$(BIN)/python -m bench --device CPU --quick --json bench-cpu.json
 
 lint: install
 	$(BIN)/ruff check .

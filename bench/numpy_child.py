@@ -2,7 +2,7 @@
 (set on these machines, they make OpenBLAS pick a slower kernel). Prints one JSON object: the best time of each
 requested row and the BLAS in use (threadpoolctl).
 
-Usage: python -m bench.numpy_child REPS ROW_NAME...
+Usage: python -m bench.numpy_child REPS MIN_TOTAL_S ROW_NAME...
 """
 from __future__ import annotations
 
@@ -25,12 +25,12 @@ def blas_info() -> list[dict[str, object]]:
 
 
 def main() -> None:
-    reps, names = int(sys.argv[1]), set(sys.argv[2:])
+    reps, min_total, names = int(sys.argv[1]), float(sys.argv[2]), set(sys.argv[3:])
     times = {}
     for row in rows("CPU"):
         if row.name in names:
             fn = row.numpy(row.setup(np.random.default_rng(0)))
-            times[row.name] = best_time(fn, reps)
+            times[row.name] = best_time(fn, reps, min_total)
     print(json.dumps({"times": times, "blas": blas_info()}))
 
 

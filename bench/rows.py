@@ -42,8 +42,15 @@ class Row:
 def _tolk(fn: Callable[..., Any], device: str) -> Impl:
     def make(inp: dict[str, np.ndarray]) -> Callable[[], Any]:
         from tolk_core.frontend.tensor import Tensor
+        from tolk_core.plugins import Device
         ts = {k: Tensor(v, device=device).realize() for k, v in inp.items()}
-        return lambda: fn(**ts).realize()
+        dev = Device[next(iter(ts.values())).device]
+
+        def call() -> Any:
+            out = fn(**ts).realize()
+            dev.synchronize()  # launches may be asynchronous (OpenCL): time until the result exists
+            return out
+        return call
     return make
 
 

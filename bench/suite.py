@@ -39,18 +39,18 @@ def _peer_env() -> dict[str, str]:
     return env
 
 
-def numpy_peer(names: list[str], reps: int) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "bench.numpy_child", str(reps), *names], capture_output=True,
+def numpy_peer(names: list[str], reps: int, min_total: float) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "bench.numpy_child", str(reps), str(min_total), *names], capture_output=True,
                           text=True, env=_peer_env(), cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"numpy child failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def copy_bandwidth(elems: int, reps: int) -> float:
+def copy_bandwidth(elems: int, reps: int, min_total: float) -> float:
     """GB/s of np.copyto between two float32 arrays of `elems` elements (bytes read + written)."""
     src, dst = np.random.default_rng(1).random(elems, dtype=np.float32), np.empty(elems, np.float32)
-    return 8 * elems / best_time(lambda: np.copyto(dst, src), reps) / 1e9
+    return 8 * elems / best_time(lambda: np.copyto(dst, src), reps, min_total) / 1e9
 
 
 def _result(fn) -> np.ndarray:
@@ -58,7 +58,7 @@ def _result(fn) -> np.ndarray:
     return np.asarray(out.numpy() if hasattr(out, "numpy") else out, dtype=np.float64)
 
 
-def run_row(row: Row, device: str, reps: int, peers: dict[str, bool]) -> dict[str, Any]:
+def run_row(row: Row, device: str, reps: int, min_total: float, peers: dict[str, bool]) -> dict[str, Any]:
     inp = row.setup(np.random.default_rng(0))
     want = np.asarray(row.numpy(inp)(), dtype=np.float64)
     rec: dict[str, Any] = {"row": row.name, "unit": row.unit, "work": row.work, "times": {}}
@@ -66,11 +66,11 @@ def run_row(row: Row, device: str, reps: int, peers: dict[str, bool]) -> dict[st
     got = _result(tolk_fn)
     err = float(np.max(np.abs(got - want) / (np.abs(want) + 1))) if want.size else 0.0
     rec["max_rel_error"], rec["ok"] = err, bool(got.shape == want.shape and err <= row.rtol)
-    rec["times"]["tolk"] = best_time(tolk_fn, reps)
+    rec["times"]["tolk"] = best_time(tolk_fn, reps, min_total)
     for name, impl in (("torch", row.torch), ("tinygrad", row.tinygrad)):
         if impl is not None and peers[name]:
             try:
-                rec["times"][name] = best_time(impl(inp), reps)
+                rec["times"][name] = best_time(impl(inp), reps, min_total)
             except Exception as e:  # noqa: BLE001 - a peer's failure is reported, not fatal
                 rec.setdefault("peer_errors", {})[name] = f"{type(e).__name__}: {e}"[:200]
     return rec
@@ -196,12 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every measurement to this path")
     ap.add_argument("--only", help="run only rows whose name contains this text")
     args = ap.parse_args(argv)
-    reps = 3 if args.quick else 10
+    reps, min_total = (5, 0.5) if args.quick else (10, 2.0)
     peers = {"torch": _have("torch"), "tinygrad": _have("tinygrad")}
     selected = [r for r in rows(args.device) if (r.quick or not args.quick) and
                 (args.only is None or args.only in r.name)]
     started = time.perf_counter()
-    np_peer = numpy_peer([r.name for r in selected], reps)
+    np_peer = numpy_peer([r.name for r in selected], reps, min_total)
     print(f"tolk bench on {args.device}; peers: numpy (BLAS {np_peer['blas']}), "
           + ", ".join(f"{k}={'yes' if v else 'not importable'}" for k, v in peers.items()))
     print(f"{'row':46s} {'unit':8s} {'tolk':>9s} {'numpy':>9s} {'torch':>9s} {'tinygrad':>9s}  "
@@ -210,14 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     copy_cache: dict[int, float] = {}
     for row in selected:
-        rec = run_row(row, args.device, reps, peers)
+        rec = run_row(row, args.device, reps, min_total, peers)
         if (t := np_peer["times"].get(row.name)) is not None:
             rec["times"]["numpy"] = t
         rates = {w: _rate(rec, w) for w in ("tolk", "numpy", "torch", "tinygrad")}
         rec["rates"] = rates
         if row.out_elems:
             if row.out_elems not in copy_cache:
-                copy_cache[row.out_elems] = copy_bandwidth(row.out_elems, reps)
+                copy_cache[row.out_elems] = copy_bandwidth(row.out_elems, reps, min_total)
             rec["copy_gbs"] = copy_cache[row.out_elems]
             rec["bandwidth_fraction"] = rates["tolk"] / rec["copy_gbs"]
         ratio = {w: rates["tolk"] / rates[w] if rates[w] else None for w in ("numpy", "torch", "tinygrad")}

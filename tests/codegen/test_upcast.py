@@ -1,4 +1,4 @@
-"""CPU upcasting (codegen.upcast via optimize): register-blocked, vector-lane kernels compute what numpy does.
+"""Upcasting (codegen.upcast via optimize): register-blocked, vector-lane kernels compute what numpy does.
 
 Every case is built first and realized together (one compile). The shapes pick each path: whole vectors with
 row and column unrolling (matmul), lanes without a row axis (column sums), lane-wise fallbacks (max, where,
@@ -7,7 +7,9 @@ casts inside the reduction, int accumulators), and sizes that are not a whole nu
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from tests.frontend.conftest import _available
 from tests.frontend.helpers import close
 from tolk_core.codegen import generate
 from tolk_core.frontend.tensor import Tensor
@@ -34,9 +36,14 @@ def _cases(rng: np.random.Generator):
     ]
 
 
-def test_upcast_kernels_match_numpy():
+@pytest.mark.parametrize("device", ["CPU", "OPENCL"])
+def test_upcast_kernels_match_numpy(device):
+    """CPU: vector lanes and register blocks; OPENCL: register-blocked work items (GPU_BLOCK tiles)."""
+    ok, why = _available(device)
+    if not ok:
+        pytest.skip(why)
     cases = _cases(np.random.default_rng(0))
-    outs = [fn(lambda x: Tensor(x, device="CPU")) for _, fn, _ in cases]
+    outs = [fn(lambda x: Tensor(x, device=device)) for _, fn, _ in cases]
     outs[0].realize(*outs[1:])
     for (name, _, want), got in zip(cases, outs, strict=True):
         assert got.shape == want.shape, name

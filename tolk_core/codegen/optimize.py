@@ -10,8 +10,9 @@ accumulators (`MAX_ACCUMULATORS` vectors), the loop over column blocks becomes t
 shared by a column block's rows, K x block width, then stays in L2 across all rows), and the reduction loop
 is unrolled by 4.
 
-GPU-style renderers (locals) get one work item per output element: the output ranges are rebuilt from one
-global index by division and remainder, the launch is `ceil(n / local)` groups of `local` items, and a guard
+GPU-style renderers (locals) get one work item per output element (per GPU_BLOCK x GPU_BLOCK tile of outputs
+when the kernel reduces: unrolled copies, so each loaded operand serves a row or column of the tile): the
+output ranges are rebuilt from one global index by division and remainder, the launch is `ceil(n / local)` groups of `local` items, and a guard
 stops the items past the end. A kernel with few outputs and one long reduction instead gets a *group
 reduction*: one work group per output, each item folds a strided share of the reduction, the partial results
 meet in local memory behind a barrier, and item 0 folds them and stores. Heuristics and their numbers belong to
@@ -35,6 +36,10 @@ UNROLL_MAX = 16
 GROUP_MAX_OUTPUTS = 1024      # a group reduction pays off when outputs are too few to fill the device
 GROUP_MIN_REDUCE = 256        # ... and the reduction is long enough to share
 GROUP_SIZE = 64
+# measured on PoCL (docs/performance.md): an 8x8 tile per work item runs matmul 7-80x faster than one output
+# per item (4x4: 25 GFLOP/s, 16x16 spills); 256 items per group vectorize elementwise kernels better than 64
+GPU_BLOCK = 8                 # a GPU work item of a reduction kernel computes up to GPU_BLOCK^2 outputs
+GPU_LOCAL = 256               # work items per group of a one-item-per-output launch
 MAX_ACCUMULATORS = 16         # vector accumulators of a register block (AVX-512 has 32 registers)
 
 
@@ -49,7 +54,8 @@ class Plan:
 
 
 def _output_ranges(ast: UOp) -> list[UOp]:
-    return [r for top in ast.src if top.op is Op.END for r in top.src[1:] if r.op is Op.RANGE]
+    """The ranges the stores are ended by, outermost first (unrolled copies share theirs: listed once)."""
+    return list(dict.fromkeys(r for top in ast.src if top.op is Op.END for r in top.src[1:] if r.op is Op.RANGE))
 
 
 def _size(r: UOp) -> sint:
@@ -105,6 +111,19 @@ def _parallel_reduction(ast: UOp, outs: list[UOp]) -> UOp | None:
     return rngs[0]
 
 
+def _register_block(ast: UOp, outs: list[UOp], block: int) -> UOp:
+    """`ast` with its last two output axes unrolled by up to `block` each (scalar copies: one work item
+    computes a block x block tile), each only if some load does not depend on it: that load is then shared
+    by the copies; with no sharing, unrolling would only cut the work items."""
+    loads = [u for u in ast.toposort() if u.op is Op.LOAD]
+    for r in outs[-2:]:
+        if r.src[0].op is not Op.CONST or all(r in ld.toposort() for ld in loads):
+            continue
+        if (f := next((f for f in (block, 2) if r.src[0].arg % f == 0), 1)) > 1:
+            ast, _ = unroll_output(ast, r, f)
+    return ast
+
+
 def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
     """`ast` register-blocked over its output axes (see the module docstring), or unchanged when its innermost
     output axis is not a whole number of vectors or some access would not be contiguous in the lanes."""
@@ -138,11 +157,14 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
     if not noopt and (plan := _group_reduce_plan(ast, outs, renderer)) is not None:
         return plan
+    if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
+        ast = _register_block(ast, outs, GPU_BLOCK)
+        outs = _output_ranges(ast)
     n = prod(_size(r) for r in outs)
     if isinstance(n, int) and n <= 1:
         return Plan(ast)
     most = n if isinstance(n, int) else int(n.vmax)
-    local = 1 if noopt else min(renderer.local_max or 1, 64, 1 << max(most - 1, 1).bit_length())
+    local = 1 if noopt else min(renderer.local_max or 1, GPU_LOCAL, 1 << max(most - 1, 1).bit_length())
     groups = -(-n // local) if isinstance(n, int) else ((n + (local - 1)) // local).simplify()
     # the guard stops items past n, so every item that computes has gid < n: range analysis may assume it
     gid = UOp(Op.SPECIAL, dtypes.index, (n if isinstance(n, UOp) else UOp.const(dtypes.index, n),), ("idx0", 0))
