@@ -40,8 +40,8 @@ def _peer_env() -> dict[str, str]:
 
 
 def numpy_peer(names: list[str], reps: int, min_total: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "bench.numpy_child", str(reps), str(min_total), *names], capture_output=True,
-                          text=True, env=_peer_env(), cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "bench.numpy_child", str(reps), str(min_total), *names],
+                          capture_output=True, text=True, env=_peer_env(), cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"numpy child failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
