@@ -13,10 +13,9 @@ is unrolled by 4.
 GPU-style renderers (locals) get one work item per output element (per GPU_BLOCK x GPU_BLOCK tile of outputs
 when the kernel reduces: unrolled copies, so each loaded operand serves a row or column of the tile): the
 output ranges are rebuilt from one global index by division and remainder, the launch is `ceil(n / local)`
-groups of `local` items, and a guard stops the items past the end. A kernel with few outputs and one long reduction instead gets a *group
-reduction*: one work group per output, each item folds a strided share of the reduction, the partial results
-meet in local memory behind a barrier, and item 0 folds them and stores. Heuristics and their numbers belong to
-the speed work; these are the mechanisms.
+groups of `local` items, and a guard stops the items past the end. A kernel with few outputs and one long
+reduction instead gets a *group reduction*: one work group per output, each item folds a strided share of the
+reduction, the partial results meet in local memory behind a barrier, and item 0 folds them and stores.
 
 GPU index specials are named by what they count: `idx<d>` a global item, `gidx<d>` a group, `lidx<d>` an item
 within its group.
