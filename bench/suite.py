@@ -196,13 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every measurement to this path")
     ap.add_argument("--only", help="run only rows whose name contains this text")
     args = ap.parse_args(argv)
-    reps, min_total = (5, 0.5) if args.quick else (10, 2.0)
+    reps, min_total = (5, 1.5) if args.quick else (10, 4.0)
     peers = {"torch": _have("torch"), "tinygrad": _have("tinygrad")}
     selected = [r for r in rows(args.device) if (r.quick or not args.quick) and
                 (args.only is None or args.only in r.name)]
     started = time.perf_counter()
     np_peer = numpy_peer([r.name for r in selected], reps, min_total)
-    print(f"tolk bench on {args.device}; peers: numpy (BLAS {np_peer['blas']}), "
+    load = os.getloadavg()
+    print(f"tolk bench on {args.device}; load average {load[0]:.1f} on {os.cpu_count()} cpus; peers: numpy (BLAS {np_peer['blas']}), "
           + ", ".join(f"{k}={'yes' if v else 'not importable'}" for k, v in peers.items()))
     print(f"{'row':46s} {'unit':8s} {'tolk':>9s} {'numpy':>9s} {'torch':>9s} {'tinygrad':>9s}  "
           f"{'x numpy':>8s} {'x torch':>8s} {'x tiny':>8s} {'bw frac':>7s} ok")
@@ -243,6 +244,6 @@ def main(argv: list[str] | None = None) -> int:
           ("all rows match numpy" if not failed else "SOME ROWS DIFFER FROM NUMPY"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "quick": args.quick, "numpy_blas": np_peer["blas"],
+            json.dump({"device": args.device, "quick": args.quick, "numpy_blas": np_peer["blas"], "loadavg": load,
                        "results": results}, f, indent=1)
     return 1 if failed else 0
