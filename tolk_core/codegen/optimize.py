@@ -112,15 +112,23 @@ def _parallel_reduction(ast: UOp, outs: list[UOp]) -> UOp | None:
 
 def _register_block(ast: UOp, outs: list[UOp], block: int) -> UOp:
     """`ast` with its last two output axes unrolled by up to `block` each (scalar copies: one work item
-    computes a block x block tile), each only if some load does not depend on it: that load is then shared
-    by the copies; with no sharing, unrolling would only cut the work items."""
+    computes a tile), each only if some load does not depend on it: that load is then shared by the copies;
+    with no sharing, unrolling would only cut the work items. The tile shrinks so that tile x reductions stays
+    within block^2 accumulators (a convolution's nine reductions would otherwise spill)."""
     loads = [u for u in ast.toposort() if u.op is Op.LOAD]
+    budget = block * block // max(1, sum(u.op is Op.REDUCE for u in ast.toposort()))
     for r in outs[-2:]:
         if r.src[0].op is not Op.CONST or all(r in ld.toposort() for ld in loads):
             continue
-        if (f := next((f for f in (block, 2) if r.src[0].arg % f == 0), 1)) > 1:
+        if (f := _factor(r, min(block, budget))) > 1:
             ast, _ = unroll_output(ast, r, f)
+            budget //= f
     return ast
+
+
+def _factor(r: UOp, most: int) -> int:
+    """The largest of 8, 4, 2 that divides r's constant size and is at most `most`, else 1."""
+    return next((f for f in (8, 4, 2) if f <= most and r.src[0].arg % f == 0), 1)
 
 
 def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
@@ -136,16 +144,16 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
     lanes_ast, inner, lane = split_lanes(ast, inner, width)
     if not lanes_are_contiguous(lanes_ast, lane):
         return ast
-    ast, budget = lanes_ast, MAX_ACCUMULATORS
-    if inner.src[0].arg % 2 == 0:
+    # accumulators: one vector per copy of each reduction
+    ast, budget = lanes_ast, MAX_ACCUMULATORS // max(1, sum(u.op is Op.REDUCE for u in lanes_ast.toposort()))
+    if inner.src[0].arg % 2 == 0 and budget >= 2:
         ast, inner = unroll_output(ast, inner, 2)
         budget //= 2
     # another output axis, unrolled when some loads do not depend on it: those loads are shared by the copies
     loads = [u for u in ast.toposort() if u.op is Op.LOAD]
     for r in reversed(outs[:-1]):
         if any(r not in ld.toposort() for ld in loads):
-            factor = next((f for f in (8, 4, 2) if f <= budget and r.src[0].arg % f == 0), 1)
-            if factor > 1:
+            if (factor := _factor(r, budget)) > 1:
                 ast, _ = unroll_output(ast, r, factor)
                 # column blocks outermost: one block's slice of the shared operand stays in cache across rows
                 ast = hoist_range(ast, inner)
