@@ -18,9 +18,14 @@ from tolk_core.plugins import Device
 
 def _linear_of(t: Tensor):
     from tolk_core.engine import buffers
+    from tolk_core.ir.dtype import dtypes
+    from tolk_core.ir.ops import Op
+    from tolk_core.ir.uop import UOp
     from tolk_core.schedule.linear import create_linear
-    out = buffers.new_buffer(t.device, t.numel(), t.dtype)
-    return create_linear([(t.uop, out)], lambda v: buffers.new_buffer(t.device, int(np.prod(v.shape)), v.dtype))
+    from tolk_core.schedule.prepare import prepare_rangeify
+    store = UOp(Op.STORE, dtypes.void, (buffers.new_buffer(t.device, t.numel(), t.dtype), t.uop))
+    sink = prepare_rangeify(UOp(Op.SINK, dtypes.void, (store,)))
+    return create_linear(sink, lambda v: buffers.new_buffer(t.device, int(np.prod(v.shape)), v.dtype))
 
 
 def test_second_realize_compiles_nothing(device) -> None:

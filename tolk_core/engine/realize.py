@@ -21,10 +21,10 @@ from tolk_core.codegen import KernelSource, generate
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.schedule.linear import create_linear
-from tolk_core.schedule.prepare import unbind
+from tolk_core.schedule.prepare import prepare_rangeify, storage_base, unbind
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -70,7 +70,8 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
         return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
 
     outputs = [(v, new_buffer(v)) for v in sink.src]
-    linear = create_linear(outputs, new_buffer)
+    stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in outputs)
+    linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, stores)), new_buffer)
     GlobalCounters.schedules += 1
     if (debug := config.get("DEBUG")) >= 1:
         print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
@@ -85,43 +86,18 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
 def realize_assign(device: str, target: UOp, value: UOp) -> None:
     """Store `value` into the storage that `target` views (a BUFFER seen through movements and bitcasts).
 
-    If the value reads that storage through any view other than `target` itself (`x.assign(x.T)`,
-    `x[1:].assign(x[:-1])`), it is computed into new storage first: the store would otherwise overwrite
-    elements it has yet to read. Cached results that read the storage are forgotten.
+    prepare_rangeify refuses broadcast destinations and materialises a value that reads the destination
+    through another view first. Cached results that read the storage are forgotten.
     """
-    base = target
-    while base.src and base.op is not Op.BUFFER:
-        base = base.src[0]
-    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, (value, target)))
-    value, target = sink.src
+    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
 
     def new_buffer(v: UOp) -> UOp:
         return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
 
-    if _reads_other_view(value, base, target):
-        tmp = new_buffer(value)
-        run_linear(create_linear([(value, tmp)], new_buffer), var_vals=var_vals)
-        value = buffers.view_as(tmp, tuple(value.shape))
-    run_linear(create_linear([(value, target)], new_buffer), var_vals=var_vals)
+    run_linear(create_linear(prepare_rangeify(sink), new_buffer), var_vals=var_vals)
+    base = storage_base(target)
     for u in [u for u in list(_computed) if base in u.toposort()]:
         del _computed[u]
-
-
-def _reads_other_view(value: UOp, base: UOp, target: UOp) -> bool:
-    """Whether `value` reads storage `base` other than through exactly the view `target`."""
-    views = set()
-    for u in value.toposort():
-        if u.op in GroupOp.Movement or u.op in (Op.BUFFER, Op.BITCAST):
-            continue
-        for s in u.src:
-            v = s
-            while v.op in GroupOp.Movement or v.op is Op.BITCAST:
-                v = v.src[0]
-            if v is base:
-                views.add(s)
-    if value is base or (value.op in GroupOp.Movement and value is not target):
-        views.add(value)
-    return bool(views - {target})
 
 
 def _concrete(x: sint, var_vals: dict[str, int]) -> int:

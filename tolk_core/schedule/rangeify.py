@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tolk_core.errors import BroadcastStoreError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
@@ -170,28 +169,16 @@ def _identity(op: Op, dt) -> int | float | bool:
     return dtypes.min(dt)  # MAX
 
 
-def _is_broadcast(u: UOp) -> bool:
-    return u.op is Op.EXPAND and any(i is not o and resolve(i == 1) and resolve(o != 1, True)
-                                     for i, o in zip(u.src[0].shape, u.arg, strict=True))
-
-
 def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> tuple[UOp, UOp]:
     """(INDEX into the storage under `target`, value cast) for storing at output position `idxs`.
 
-    `target` is a BUFFER or movements / equal-size bitcasts of one: the index goes back through them (a padded
-    view stores only where its padding is not). A broadcast destination is refused (seed 001): its elements
-    share cells, so the store would write each cell once per element, in no order.
+    `target` is a BUFFER or movements / equal-size bitcasts of one (prepare_rangeify has refused broadcast
+    destinations): the index goes back through them, and a padded view stores only where it is not padding.
     """
     chain, u = [], target
     while u.op in GroupOp.Movement or u.op is Op.BITCAST:
-        if _is_broadcast(u):
-            raise BroadcastStoreError(f"cannot store into a broadcast: EXPAND {tuple(u.src[0].shape)} -> {u.arg} "
-                                      "stretches an axis of one element to more, so several elements of the "
-                                      "destination are one cell, which the store would write in no order")
         chain.append(u)
         u = u.src[0]
-    if u.op is not Op.BUFFER:
-        raise BroadcastStoreError(f"cannot store into {u.op.name}: a store's destination must be storage")
     gate = None
     for m in chain:
         if m.op is Op.BITCAST:
@@ -238,8 +225,6 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
 
     `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage.
     """
-    # an output that is contiguous(x) is x stored: the output's own storage is the contiguous copy
-    outputs = [(v.src[0] if v.op is Op.CONTIGUOUS else v, b) for v, b in outputs]
     values = [v for v, _ in outputs]
     points = realize_points(values)
     # a value assigned into a view of storage is stored there, but read by other kernels from nowhere else
