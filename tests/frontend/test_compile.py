@@ -68,7 +68,7 @@ def test_cpu_mechanisms_in_source() -> None:
 
 
 def test_opencl_mechanisms() -> None:
-    from tests.frontend.conftest import _available
+    from tests.conftest import _available
     ok, why = _available("OPENCL")
     if not ok:
         pytest.skip(why)

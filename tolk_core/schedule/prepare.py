@@ -104,6 +104,15 @@ def split_reduceop(red: UOp, x: UOp) -> UOp | None:
     return None
 
 
+def _split_reductions(sink: UOp) -> UOp:
+    """split_reduceop over the graph's reductions, once: the two reductions a split makes are not split
+    again (a sum of 2^24 elements is two kernels)."""
+    splits = {u: out for u in sink.toposort() if u.op is Op.REDUCE_AXIS
+              and (out := split_reduceop(red=u, x=u.src[0])) is not None}
+    rule_fires["split_reduceop"] += len(splits)
+    return sink.substitute(splits) if splits else sink
+
+
 def _split(red: UOp, x: UOp, axis: int, d: int) -> UOp:
     """Reshape `axis` into (d, size/d), move the d part last, reduce the original axes (now with size/d in
     place of `axis`) in a first, materialised reduction of out*d elements, then reduce the d part."""
@@ -168,14 +177,18 @@ def store_into_bitcast(store: UOp, bc: UOp, value: UOp) -> UOp | None:
     return store.replace(src=(inner, UOp(Op.BITCAST, inner.dtype, (value,))))
 
 
+def _fmt(shape: tuple) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
 def refuse_broadcast_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     """The seed's refusal: a store whose destination is (a view of) a broadcast."""
     u = dest
     while u.op in _VIEW_OPS or u.op in (Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.AFTER):
         if is_broadcast(u):
             raise BroadcastStoreError(
-                f"cannot store into a broadcast: EXPAND {tuple(u.src[0].shape)} -> {u.arg} stretches an axis of one "
-                "element to more, so several elements of the destination are one cell, which the store would "
+                f"cannot store into a broadcast: EXPAND {_fmt(u.src[0].shape)} -> {_fmt(u.arg)} stretches an axis "
+                "of one element to more, so several elements of the destination are one cell, which the store would "
                 "write once per element, in no order")
         u = u.src[0]
     return None
@@ -210,6 +223,86 @@ def _filled(value: Any, dt: DType, shape: tuple[sint, ...]) -> UOp:
     return UOp(Op.EXPAND, dt, (UOp(Op.RESHAPE, dt, (c,), (1,) * len(shape)),), tuple(shape)) if shape else c
 
 
+# ---------------------------------------------------------------- expand_bitcast
+def _uint(itemsize: int) -> DType:
+    return {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[itemsize]
+
+
+def _bits(x: UOp, dt: DType) -> UOp:
+    """`x` reinterpreted as `dt` of the same size (no node when the types are equal)."""
+    return x if x.dtype == dt else UOp(Op.BITCAST, dt, (x,))
+
+
+def _shrink_last(x: UOp, i: int) -> UOp:
+    return UOp(Op.SHRINK, x.dtype, (x,), tuple((0, s) for s in x.shape[:-1]) + ((i, i + 1),))
+
+
+def expand_bitcast(bc: UOp) -> UOp | None:
+    """A BITCAST to a type of another size as shifts and casts of unsigned integers, lane by lane along the
+    last axis, least significant first; None where the sizes are equal (or on a disk, which has no kernels)."""
+    x, new, old = bc.src[0], bc.dtype, bc.src[0].dtype
+    if new.itemsize == old.itemsize or not x.shape:
+        return None
+    ux, unew = _bits(x, _uint(old.itemsize)), _uint(new.itemsize)
+    *lead, last = x.shape
+    if new.itemsize > old.itemsize:  # widening: groups of narrow lanes shifted into place and summed
+        rate = new.itemsize // old.itemsize
+        grouped = UOp(Op.RESHAPE, ux.dtype, (ux,), (*lead, last // rate, rate))
+        total = None
+        for i in range(rate):
+            lane = UOp(Op.CAST, unew, (_shrink_last(grouped, i),))
+            lane = lane.alu(Op.SHL, _filled(8 * i * old.itemsize, unew, tuple(lane.shape)))
+            total = lane if total is None else total + lane
+        return _bits(UOp(Op.RESHAPE, unew, (total,), (*lead, last // rate)), new)
+    rate = old.itemsize // new.itemsize  # narrowing: each wide lane shifted and cast into its narrow lanes
+    wide = UOp(Op.RESHAPE, ux.dtype, (ux,), (*lead, last, 1))
+    stacked = None
+    for i in range(rate):
+        lane = UOp(Op.CAST, unew, (wide.alu(Op.SHR, _filled(8 * i * new.itemsize, ux.dtype, tuple(wide.shape))),))
+        padded = UOp(Op.PAD, unew, (lane,), tuple((0, 0) for _ in lead) + ((0, 0), (i, rate - 1 - i)))
+        stacked = padded if stacked is None else stacked + padded
+    return _bits(UOp(Op.RESHAPE, unew, (stacked,), (*lead, last * rate)), new)
+
+
+# ---------------------------------------------------------------- contiguous_view
+def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
+    """(b, offset) when the elements of `u`, in row-major order, are the elements of `b` from `offset` on, in
+    order, where `u` is `b` viewed through movements and equal-size bitcasts that neither reorder, skip, repeat
+    nor pad elements; None otherwise, and when `u` is empty or its size symbolic.
+
+    Found by indexing the flattened view with one range over its elements, pushing the index through the
+    movements and reading off `range + offset`; an index the simplifier leaves with divisions it does not
+    recombine is a miss (the seed lists such cases), and the caller treats `u` as a value of its own.
+    """
+    n = prod(u.shape)
+    if not isinstance(n, int) or n == 0:
+        return None
+    r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (0, "view"))
+    idxs, strides = [], [prod(u.shape[i + 1:]) for i in range(len(u.shape))]
+    for st, size in zip(strides, u.shape, strict=True):
+        idxs.append((r // st) % size)
+    b = u
+    while b.op in _VIEW_OPS:
+        if b.op is Op.BITCAST:
+            if b.dtype.itemsize != b.src[0].dtype.itemsize:
+                break
+        else:
+            new_idxs, valid = apply_movement_op(b.op, tuple(b.src[0].shape), b.arg, tuple(idxs))
+            if valid is not None and not resolve(valid, False):
+                return None  # padding: elements that are not b's
+            idxs = list(new_idxs)
+        b = b.src[0]
+    flat = UOp.const(dtypes.index, 0)
+    for i, st in zip(idxs, [prod(b.shape[i + 1:]) for i in range(len(b.shape))], strict=True):
+        flat = flat + i * st
+    offset = (flat - r).simplify()
+    nodes = offset.toposort()
+    bound = {x.src[0] for x in nodes if x.op is Op.BIND}
+    if any(x.op is Op.RANGE or (x.op is Op.DEFINE_VAR and x not in bound) for x in nodes):
+        return None  # the offset reads the range (not a run) or an unbound variable
+    return b, (offset.arg if offset.op is Op.CONST else offset)
+
+
 _STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
 # step 1: outputs stored in place
 pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
@@ -224,8 +317,8 @@ pm_prepare = PatternMatcher([
     (_STORE, *reversed(_counted("store_hazard", store_hazard))),
     (UPat((Op.DETACH, Op.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),), name="u"),
      *reversed(_counted("drop_detach", drop_detach))),
-    (UPat(Op.REDUCE_AXIS, src=(UPat.var("x"),), name="red"), *reversed(_counted("split_reduceop", split_reduceop))),
     (UPat(Op.SINK, name="sink"), *reversed(_counted("sink_sources_lose_movements", sink_sources_lose_movements))),
+    (UPat(Op.BITCAST, name="bc"), *reversed(_counted("expand_bitcast", expand_bitcast))),
     (UPat(GroupOp.ALU | {Op.REDUCE_AXIS, Op.CAST, Op.BITCAST, Op.CONTIGUOUS}, name="u"),
      *reversed(_counted("fold_empty", fold_empty))),
 ])
@@ -235,6 +328,7 @@ def prepare_rangeify(sink: UOp) -> UOp:
     """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring)."""
     before = Counter(rule_fires)
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
+    out = _split_reductions(out)
     out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
