@@ -1,6 +1,7 @@
 """rangeify: ranges index the tensor graph, movement ops become index maths, kernels end where values need storage.
 
-Input: the prepared tensor graph of the outputs to compute, each paired with the BUFFER it is stored into.
+Input: the prepared tensor graph of the outputs to compute, each paired with where it is stored (a new BUFFER,
+or a view of existing storage for an assignment).
 Output: kernels, each a kernel-level SINK whose PARAM slots name the buffers it reads and writes.
 
 Which values get storage (a kernel boundary):
