@@ -94,7 +94,8 @@ class OpenCLRenderer(CStyleRenderer):
         return f"get_global_id({u.arg[1]})"
 
     def prelude(self, sources: Sequence[str]) -> str:
-        out = []
+        # OpenCL C contracts a*b+c into fma by default; numpy and torch round the product first
+        out = ["#pragma OPENCL FP_CONTRACT OFF\n"]
         if any("double" in s for s in sources):
             out.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n")
         if self.native_half and any("half" in s for s in sources):
@@ -103,4 +104,4 @@ class OpenCLRenderer(CStyleRenderer):
             out.append(HALF_HELPERS)
         if any("tolk_half_round_f64" in s for s in sources):
             out.append(HALF_HELPERS_F64)
-        return "".join(out) + ("\n" if out else "") + super().prelude(sources)
+        return "".join(out) + "\n" + super().prelude(sources)
