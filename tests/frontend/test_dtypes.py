@@ -24,6 +24,8 @@ import pytest
 
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
 
 MATRIX: tuple[DType, ...] = (dtypes.bool, dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.float16,
                              dtypes.bfloat16, dtypes.float32, dtypes.float64)
@@ -157,6 +159,24 @@ for dt in FLOATS:
     add(f"special_arith_{dt.name}", [np.array(SPECIAL).astype(np_dt(dt)), np.array(SPECIAL[::-1]).astype(np_dt(dt))],
         lambda x, y: (x + y, x * y, x < y, x == y, (x != x).where(x, y)),
         lambda x, y: (x + y, x * y, x < y, x == y, np.where(x != x, x, y)))
+
+
+
+def bitcast(t: Tensor, dt: DType) -> Tensor:
+    """The bits of `t` read as `dt` (Tensor.bitcast belongs to the operations issue; this is its IR node)."""
+    return Tensor(UOp(Op.BITCAST, dt, (t.uop,)), t.device)
+
+
+# bitcasts between equal-size dtypes of a non-contiguous view, against numpy's view of the same elements
+BITCASTS = ((dtypes.float32, dtypes.int32), (dtypes.float32, dtypes.uint32), (dtypes.float64, dtypes.int64),
+            (dtypes.float16, dtypes.int16), (dtypes.bfloat16, dtypes.uint16), (dtypes.float16, dtypes.bfloat16),
+            (dtypes.int8, dtypes.uint8), (dtypes.int32, dtypes.uint32))
+for j, (p, q) in enumerate(BITCASTS):
+    for src, dst in ((p, q), (q, p)):
+        bits = np.random.default_rng(j).integers(0, 256, size=5 * 6 * src.itemsize, dtype=np.uint8)
+        x = values(src, (5, 6), 1000 + j) if dtypes.is_float(src) else bits.view(np_dt(src)).reshape(5, 6)
+        add(f"bitcast_{src.name}_to_{dst.name}", [x], lambda t, d=dst: bitcast(t.T.flip(0), d),
+            lambda a, d=dst: np.ascontiguousarray(a.T[::-1]).view(np_dt(d)))
 
 DEVICE_RESULTS: dict[str, dict[str, object]] = {}
 
