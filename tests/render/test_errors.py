@@ -54,7 +54,9 @@ def test_opencl_capabilities_follow_the_device_extensions() -> None:
         baseline.check_dtype(dtypes.float64)
     if has_opencl():
         dev = Device["OPENCL"]
-        assert dev.renderer.supports(dtypes.float64) == ("cl_khr_fp64" in dev.cl_device.extensions.split())
+        assert dev.extensions == frozenset(dev.cl_device.extensions.split())
+        assert dev.renderer.supports(dtypes.float64) == ("cl_khr_fp64" in dev.extensions)
+        assert (dtypes.float16 in dev.renderer.emulated) == ("cl_khr_fp16" not in dev.extensions)
     assert set(CRenderer().supported_dtypes) == set(dtypes.all)
 
 

@@ -46,10 +46,7 @@ class OpenCLRenderer(CStyleRenderer):
 
     def __init__(self, device: object = None, extensions: Iterable[str] | None = None):
         super().__init__(device)
-        if extensions is None:
-            cl_device = getattr(device, "cl_device", None)
-            extensions = cl_device.extensions.split() if cl_device is not None else ()
-        self.extensions = frozenset(extensions)
+        self.extensions = frozenset(extensions if extensions is not None else getattr(device, "extensions", ()))
         if "cl_khr_fp64" not in self.extensions:
             self.unsupported = {dtypes.float64: "the device does not report cl_khr_fp64; use float32"}
         self.native_half = "cl_khr_fp16" in self.extensions
