@@ -164,8 +164,8 @@ class CStyleRenderer:
 
     # emulated dtypes: the storage <-> float conversions (bfloat16 as uint16 bits here)
     def round_to(self, dt: DType, x: str, src: DType) -> str:
-        """`x` (a value of `src`) rounded to emulated `dt`, as a float."""
-        assert dt == dtypes.bfloat16, f"{type(self).__name__} does not emulate {dt!r}"
+        """`x` (a value of `src`) rounded to emulated `dt`, as a float. The base emulates bfloat16 only; a dialect
+        emulating more overrides this, `to_bits` and `from_bits`."""
         return f"tolk_bf16_round((float)({x}))"  # float64 rounds through float32, as ml_dtypes does
 
     def to_bits(self, dt: DType, x: str) -> str:
