@@ -67,6 +67,8 @@ def test_dialect_spellings(cuda_sources) -> None:
     assert "__half2float(" in text and "__float2half_rn(" in text            # half storage, float compute
     assert "__bfloat162float(" in text and "__float2bfloat16_rn(" in text    # bfloat16 likewise
     assert "__int_as_float(0x7f800000)" in text                              # inf by its bits, no header
+    assert "__float_as_int(" in text and "__longlong_as_double(" in text     # bitcasts by the intrinsics
+    assert "__bfloat16_as_ushort(" in text and "__ushort_as_half(" in text   # and through half bits
     module = Device.renderer_for("CUDA").render_module(list(cuda_sources.values()))
     assert "#include <cuda_fp16.h>" in module and "#include <cuda_bf16.h>" in module
 
