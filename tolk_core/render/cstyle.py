@@ -95,6 +95,10 @@ class CStyleRenderer:
     def render_cast(self, x: str, dt: DType) -> str:
         return f"(({self.type_name(dt)})({x}))"
 
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        """The bits of `x` (of type `src`) read as `dt` (same size): a C99 union compound literal."""
+        return f"((union {{ {self.type_name(src)} a; {self.type_name(dt)} b; }}){{.a = {x}}}).b"
+
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no GPU index specials")
 
@@ -185,6 +189,8 @@ class CStyleRenderer:
         args = [ref(s) for s in u.src]
         if u.op is Op.CAST:
             return self.render_cast(args[0], u.dtype)
+        if u.op is Op.BITCAST:
+            return self.render_bitcast(args[0], u.src[0].dtype, u.dtype)
         if u.op is Op.WHERE:
             return f"({args[0]}?{args[1]}:{args[2]})"
         if u.op in self.binops:

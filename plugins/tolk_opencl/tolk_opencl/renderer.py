@@ -32,6 +32,9 @@ class OpenCLRenderer(CStyleRenderer):
         text = super().render_const(value, dt)
         return text.replace("ull", "UL").replace("ll", "L")
 
+    def render_bitcast(self, x: str, src: DType, dt: DType) -> str:
+        return f"as_{self.type_name(dt)}({x})"
+
     def render_special(self, u: UOp) -> str:
         return f"get_global_id({u.arg[1]})"
 
