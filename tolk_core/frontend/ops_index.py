@@ -39,8 +39,8 @@ class IndexMixin:
             entries = entries[:at] + fill + entries[at + 1:]
         else:
             entries += fill
-        x, gathers = self._basic_index(entries)
-        return x._gather(gathers) if gathers else x
+        x, gathers, insert_at = self._basic_index(entries)
+        return x._gather(gathers, insert_at) if gathers else x
 
     def _index_tensor(self: Tensor, idx: Any) -> Tensor:
         t = idx if isinstance(idx, type(self)) else type(self)(np.asarray(idx), device=self.device)
@@ -49,16 +49,21 @@ class IndexMixin:
                              + (" (boolean masks are not supported)" if dtypes.is_bool(t.dtype) else ""))
         return t
 
-    def _basic_index(self: Tensor, entries: list[Any]) -> tuple[Tensor, list[tuple[int, Tensor]]]:
-        """Apply ints, slices and None; tensor entries keep their axis. Returns the view and, per tensor entry,
-        (its axis in the view, the index tensor)."""
-        shrink, flips, steps, out_shape, gathers = [], [], [], [], []
-        axis = 0
-        for idx in entries:
+    def _basic_index(self: Tensor, entries: list[Any]) -> tuple[Tensor, list[tuple[int, Tensor]], int | None]:
+        """Apply ints, slices and None; tensor entries keep their axis. Returns the view; per tensor entry (its
+        axis in the view, the index tensor); and where the gathered axes go in the result: numpy counts ints as
+        advanced indices too, and if the advanced entries are adjacent the broadcast axes replace them in place
+        (at the returned position among the view's other axes), else (None) they go first."""
+        shrink, flips, steps, out_shape, gathers, advanced = [], [], [], [], [], []
+        axis, insert_at = 0, None
+        for k, idx in enumerate(entries):
             if idx is None:
                 out_shape.append(None)
                 continue
             size = self.shape[axis]
+            if isinstance(idx, type(self)) or (isinstance(idx, (int, np.integer)) and not isinstance(idx, bool)):
+                insert_at = len(out_shape) if not advanced else insert_at
+                advanced.append(k)
             if isinstance(idx, type(self)):
                 gathers.append((len(out_shape), idx))
                 shrink.append((0, size))
@@ -88,10 +93,12 @@ class IndexMixin:
         if any(s != 1 for s in steps):
             x = x._strided(steps)
         x = x.reshape(tuple(1 if a is None else x.shape[a] for a in out_shape))
-        return x, gathers
+        adjacent = advanced == list(range(advanced[0], advanced[0] + len(advanced))) if advanced else False
+        return x, gathers, insert_at if adjacent else None
 
-    def _gather(self: Tensor, gathers: list[tuple[int, Tensor]]) -> Tensor:
-        """Advanced indexing of this view by (axis, index tensor) pairs; see the module docstring."""
+    def _gather(self: Tensor, gathers: list[tuple[int, Tensor]], insert_at: int | None) -> Tensor:
+        """Advanced indexing of this view by (axis, index tensor) pairs; the broadcast index axes go first, or
+        at `insert_at` among the remaining axes."""
         from tolk_core.frontend.tensor import _broadcast_shape
         axes = [a for a, _ in gathers]
         try:
@@ -113,7 +120,6 @@ class IndexMixin:
             mask = hit if mask is None else mask.logical_and(hit)
         picked = mask.where(x.reshape((1,) * nb + x.shape), 0)
         out = picked.sum(axis=tuple(range(nb, nb + k))).cast(self.dtype)
-        if axes == list(range(axes[0], axes[0] + k)):  # adjacent: B goes where the indexed axes were
-            order = list(range(nb, nb + axes[0])) + list(range(nb)) + list(range(nb + axes[0], out.ndim))
-            out = out.permute(order)
+        if insert_at:
+            out = out.permute(list(range(nb, nb + insert_at)) + list(range(nb)) + list(range(nb + insert_at, out.ndim)))
         return out
