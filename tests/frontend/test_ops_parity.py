@@ -54,14 +54,20 @@ VIEWS = {
 SHAPES = {"odd": (17, 5), "empty": (0, 5), "big": BIG}
 
 
+def _on_views(f, t):
+    """f on every view of VIEWS, flattened and concatenated: one fused kernel covers all four views."""
+    outs = [f(tv(t)).flatten() for tv, _ in VIEWS.values()]
+    return outs[0].cat(*outs[1:])
+
+
 def unary(name: str, fn, ref, dtypes=(F32,), low=-3.0, high=3.0, **tol) -> None:
     for dt in dtypes:
         tag = np.dtype(dt).name
         for sname, shape in SHAPES.items():
             add(f"{name}_{tag}_{sname}", shape, fn=fn, ref=ref, dtype=dt, low=low, high=high, **tol)
-        for vname, (tv, nv) in VIEWS.items():
-            add(f"{name}_{tag}_{vname}", (9, 10), fn=lambda t, f=fn, v=tv: f(v(t)),
-                ref=lambda a, f=ref, v=nv: f(v(a)), dtype=dt, low=low, high=high, **tol)
+        add(f"{name}_{tag}_views", (9, 10), fn=lambda t, f=fn: _on_views(f, t),
+            ref=lambda a, f=ref: np.concatenate([f(nv(a)).reshape(-1) for _, nv in VIEWS.values()]),
+            dtype=dt, low=low, high=high, **tol)
 
 
 def binary(name: str, fn, ref, dtypes=(F32,), low=-3.0, high=3.0, **tol) -> None:
@@ -127,7 +133,8 @@ add("int_min_div_minus_one", (1,), fn=lambda a: (a * 0 - 2 ** 31) // -1 + (a * 0
     ref=lambda a: np.full(1, -2 ** 31, np.int32), dtype=I32)
 add("divmod_scalar", (31,), fn=lambda a: a // 4 + a % 3 * 10 + a // -3 * 100,
     ref=lambda a: a // 4 + a % 3 * 10 + a // -3 * 100, dtype=I32, low=-50, high=50)
-add("rfloordiv_rmod", (31,), fn=lambda a: 17 // a + 17 % a * 100, ref=lambda a: np_divmod(17, a)[0] + np_divmod(17, a)[1] * 100,
+add("rfloordiv_rmod", (31,), fn=lambda a: 17 // a + 17 % a * 100,
+    ref=lambda a: np_divmod(17, a)[0] + np_divmod(17, a)[1] * 100,
     dtype=I32, low=-6, high=6)
 add("rfloordiv_rmod_f32", (31,), fn=lambda a: 5.5 // (a.abs() + 1) + 5.5 % (a.abs() + 1),
     ref=lambda a: 5.5 // (np.abs(a) + 1) + 5.5 % (np.abs(a) + 1))
@@ -213,7 +220,8 @@ for name, fn, ref in (("any", lambda t, ax: t.any(ax), lambda a, ax: a.any(ax)),
                       ("all", lambda t, ax: t.all(ax), lambda a, ax: a.all(ax))):
     for dt, lo, hi in ((F32, -0.6, 0.6), (I32, -1, 1), (BOOL, 0, 1)):
         tag = np.dtype(dt).name
-        add(f"{name}_{tag}", (17, 3), fn=lambda t, f=fn: f(t, 1), ref=lambda a, r=ref: r(a, 1), dtype=dt, low=lo, high=hi)
+        add(f"{name}_{tag}", (17, 3), fn=lambda t, f=fn: f(t, 1), ref=lambda a, r=ref: r(a, 1), dtype=dt,
+            low=lo, high=hi)
         add(f"{name}_{tag}_views", (9, 10), fn=lambda t, f=fn: f(t.pad(((0, 1), (0, 0)))[::-1, 1:], 0),
             ref=lambda a, r=ref: r(np.pad(a, ((0, 1), (0, 0)))[::-1, 1:], 0), dtype=dt, low=lo, high=hi)
     add(f"{name}_empty", (0, 5), fn=lambda t, f=fn: f(t, 0), ref=lambda a, r=ref: r(a, 0))
@@ -250,7 +258,8 @@ add("flatten_all_empty", (3, 0, 2), fn=lambda t: t.flatten() + 1, ref=lambda a: 
 add("flatten_big", BIG, fn=lambda t: t.T.flatten(), ref=lambda a: a.T.reshape(-1))
 for dt in (F32, I32, BOOL):
     tag = np.dtype(dt).name
-    add(f"cat_{tag}", (3, 4), (5, 4), (1, 4), fn=lambda a, b, c: a.cat(b, c), ref=lambda a, b, c: np.concatenate([a, b, c]),
+    add(f"cat_{tag}", (3, 4), (5, 4), (1, 4), fn=lambda a, b, c: a.cat(b, c),
+        ref=lambda a, b, c: np.concatenate([a, b, c]),
         dtype=dt, low=-5, high=5)
     add(f"cat_{tag}_views_dim1", (9, 10), (10, 9), fn=lambda a, b: Tensor.cat(a.flip(1), b.T[:, ::2], dim=-1),
         ref=lambda a, b: np.concatenate([np.flip(a, 1), b.T[:, ::2]], axis=-1), dtype=dt, low=-5, high=5)
@@ -269,7 +278,8 @@ IDX = np.array([3, 0, -1, 2, 3, -4], np.int64)
 add("index_none_ellipsis", (4, 5, 6), fn=lambda t: t[None, ..., None, 2] * 1, ref=lambda a: a[None, ..., None, 2] * 1)
 add("index_none_ellipsis_steps", (4, 5, 6), fn=lambda t: t[..., 1:3, None, ::2][1, :, None] + 0,
     ref=lambda a: a[..., 1:3, None, ::2][1, :, None] + 0)
-add("index_ellipsis_only", (2, 3), fn=lambda t: t[...] + t[..., :] + t[1, ...], ref=lambda a: a[...] + a[..., :] + a[1, ...])
+add("index_ellipsis_only", (2, 3), fn=lambda t: t[...] + t[..., :] + t[1, ...],
+    ref=lambda a: a[...] + a[..., :] + a[1, ...])
 for dt in (F32, I32, BOOL):
     tag = np.dtype(dt).name
     add(f"gather_{tag}", (5, 6), fn=lambda t: t[Tensor(IDX[:4], device=t.device)],
@@ -280,7 +290,8 @@ add("gather_list", (5, 6), fn=lambda t: t[[1, 1, -1]] + t[:, [0, 5, 2]].T[:, :5]
     ref=lambda a: a[[1, 1, -1]] + a[:, [0, 5, 2]].T[:, :5].sum())
 add("gather_two_adjacent", (4, 5, 6), fn=lambda t: t[:, Tensor([[0, 4], [1, 2]], device=t.device), Tensor([5, -1],
     device=t.device)], ref=lambda a: a[:, np.array([[0, 4], [1, 2]]), np.array([5, -1])])
-add("gather_two_apart", (4, 5, 6), fn=lambda t: t[Tensor([1, 3, 0], device=t.device), 1:4, Tensor([2], device=t.device)],
+add("gather_two_apart", (4, 5, 6),
+    fn=lambda t: t[Tensor([1, 3, 0], device=t.device), 1:4, Tensor([2], device=t.device)],
     ref=lambda a: a[np.array([1, 3, 0]), 1:4, np.array([2])])
 add("gather_int_adjacent", (4, 5, 6), fn=lambda t: t[:, 2, Tensor([[0], [5]], device=t.device)] * 1,
     ref=lambda a: a[:, 2, np.array([[0], [5]])] * 1)
@@ -301,7 +312,8 @@ add("gather_nan_inf_row", (3, 2), fn=lambda t: (t.log2() * 0 + t)[Tensor([1], de
 add("dot_vec", (33,), (33,), fn=lambda a, b: a.dot(b), ref=np.dot)
 add("dot_mat", (17, 9), (9, 5), fn=lambda a, b: a.dot(b), ref=np.dot)
 add("dot_big", (257, 300), (300,), fn=lambda a, b: a.T.dot(a @ b), ref=lambda a, b: a.T @ (a @ b), rtol=1e-3, atol=1e-2)
-add("dot_i32_views", (9, 10), (9, 10), fn=lambda a, b: a.T.dot(b.flip(0)), ref=lambda a, b: a.T @ np.flip(b, 0), dtype=I32)
+add("dot_i32_views", (9, 10), (9, 10), fn=lambda a, b: a.T.dot(b.flip(0)), ref=lambda a, b: a.T @ np.flip(b, 0),
+    dtype=I32)
 
 
 def np_log_softmax(x, axis=-1):

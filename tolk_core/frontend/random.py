@@ -4,7 +4,8 @@ Counter-based: element i of a draw is a hash of (seed, counter, i), built from u
 multiplies (two rounds of murmur3's 32-bit finaliser). Nothing is uploaded: the element index is itself
 computed (`_iota`). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
 the seed and resets the counter. The uniform float is the hash's top 24 bits times 2^-24: integer maths and an
-exact conversion, so one seed gives bit-identical `rand` values on every device. `randn` uses Box-Muller
+exact conversion, so one seed gives bit-identical `rand` values on every device. `uniform` scales them (a
+compiler may contract that into an FMA, so devices can differ in the last bit) and `randn` uses Box-Muller
 (its log/sqrt/cos may differ between devices in the last bits).
 """
 from __future__ import annotations

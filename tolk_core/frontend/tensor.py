@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from tolk_core.engine import buffers as storage
+from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.frontend.ops_index import IndexMixin
 from tolk_core.frontend.ops_math import MathMixin
 from tolk_core.frontend.ops_nn import NNMixin
 from tolk_core.frontend.ops_reduce import ReduceMixin
 from tolk_core.frontend.ops_shape import ShapeMixin
 from tolk_core.frontend.random import RandomMixin
-from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.ir.dtype import DType, dtypes, promote_types
 from tolk_core.ir.ops import Op
 from tolk_core.ir.shape import movement_shape
