@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.frontend.conftest import _available
+from tests.conftest import _available
 from tolk_core.frontend.random import _fmix32
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.ops import Op

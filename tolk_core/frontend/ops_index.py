@@ -16,6 +16,7 @@ import numpy as np
 
 from tolk_core.errors import DTypeError, ShapeError
 from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.uop import UOp
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -76,6 +77,12 @@ class IndexMixin:
                 i %= size
                 shrink.append((i, i + 1))
                 steps.append(1)
+            elif isinstance(idx, slice) and any(isinstance(v, UOp) for v in (idx.start, idx.stop, size)):
+                if idx.step not in (None, 1):  # symbolic bounds: a plain window, no steps or negatives
+                    raise ShapeError(f"a slice with symbolic bounds takes no step, got {idx}")
+                shrink.append((0 if idx.start is None else idx.start, size if idx.stop is None else idx.stop))
+                steps.append(1)
+                out_shape.append(axis)
             elif isinstance(idx, slice):
                 start, stop, step = idx.indices(size)
                 n = len(range(start, stop, step))
