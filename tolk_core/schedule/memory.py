@@ -13,7 +13,8 @@ compute right away (that would serialize copies behind compute). Sizes and offse
 alignment (at least 256 bytes; on OpenCL the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN). Offsets come from a
 best-fit allocator with coalescing free blocks; a buffer freed at call i can be reused from call i+1.
 
-Output: the LINEAR with each planned BUFFER replaced by SLICE(arena, arg=(byte_offset, numel)) of its dtype;
+Output: the LINEAR with each planned BUFFER replaced by SLICE(arena, arg=(byte_offset, numel, buffer's unique id))
+of its dtype (the id keeps two planned buffers distinct nodes even when they share an offset);
 each arena is a fresh uint8 BUFFER sized to the lane's peak. `NO_MEMORY_PLANNER=1` returns the LINEAR as is.
 """
 from __future__ import annotations
@@ -128,7 +129,8 @@ def plan_memory(linear: UOp, held: Collection[UOp], alignment: Callable[[str], i
             _, off, size = placed[buf]
             fit.release(off, size)
     arenas = {key: UOp.new_buffer(key[0], _round_up(fit.peak, MIN_ALIGN), dtypes.uint8) for key, fit in lanes.items()}
-    views = {buf: UOp(Op.SLICE, buf.dtype, (arenas[key],), (off, buf.arg)) for buf, (key, off, _) in placed.items()}
+    views = {buf: UOp(Op.SLICE, buf.dtype, (arenas[key],), (off, buf.arg, buf.src[0].arg))
+             for buf, (key, off, _) in placed.items()}
     calls = [c if not any(a in views for a in c.src[1:]) else c.replace(src=(c.src[0], *(views.get(a, a) for a in
              c.src[1:]))) for c in linear.src]
     return linear.replace(src=tuple(calls))
