@@ -55,6 +55,15 @@ def _base(u: UOp) -> UOp | None:
     return u if u.op is Op.BUFFER else None
 
 
+def _view(u: UOp) -> tuple[tuple[Op, Any], ...]:
+    """The movement ops over a Tensor's buffer, outermost first (its view; no UOp is built)."""
+    ops = []
+    while u.op in GroupOp.Movement:
+        ops.append((u.op, u.arg))
+        u = u.src[0]
+    return tuple(ops)
+
+
 def _describe(value: Any) -> Any:
     """What a non-Tensor argument is compared by: its value for plain data, else its identity."""
     if isinstance(value, _SCALARS) or (isinstance(value, UOp) and value.op is not Op.BIND):
@@ -163,8 +172,7 @@ class TolkJit(Generic[R]):
                     raise JitError(f"duplicate inputs to JIT: {other} and {name} share one buffer; pass it once "
                                    "or pass a copy (.contiguous())")
                 seen[base] = name
-                view = v.uop.substitute({base: UOp(Op.NOOP, base.dtype, (), base.arg)})
-                signature.append((name, ("tensor", v.shape, v.dtype, v.device, view)))
+                signature.append((name, ("tensor", v.shape, v.dtype, v.device, _view(v.uop))))
                 inputs.append((name, v))
             elif isinstance(v, UOp) and v.op is Op.BIND:
                 var, val = v.unbind()
@@ -220,12 +228,9 @@ def _show(sig: tuple, i: int) -> str:
     return v.name if i == 2 else (_view_text(v) if i == 4 else str(v))
 
 
-def _view_text(view: UOp) -> str:
-    ops = []
-    while view.op in GroupOp.Movement:
-        ops.append(f"{view.op.name.lower()}{view.arg}")
-        view = view.src[0]
-    return " of ".join(ops) + " of its buffer" if ops else "its buffer as is"
+def _view_text(view: tuple[tuple[Op, Any], ...]) -> str:
+    return " of ".join(f"{op.name.lower()}{arg}" for op, arg in view) + " of its buffer" if view else \
+        "its buffer as is"
 
 
 def _show_arg(sig: tuple) -> str:
