@@ -97,7 +97,7 @@ class TolkJit(Generic[R]):
 
     def __init__(self, fn: Callable[..., R], prune: bool = False):
         self.fn, self.prune = fn, prune
-        self.name = getattr(fn, "__qualname__", repr(fn))
+        self.name = getattr(fn, "__name__", repr(fn))
         self.calls = 0
         self._engine: engine_jit.TinyJit | None = None
         self._signature: list[tuple[str, Any]] | None = None
@@ -196,7 +196,7 @@ class TolkJit(Generic[R]):
                     if w[i] != g[i]:
                         raise JitError(f"JIT input mismatch in {self.name}: {name} has {what} {_show(g, i)}, the "
                                        f"capture had {_show(w, i)}")
-            raise JitError(f"JIT argument {name} of {self.name} changed since capture: {_show_arg(w)} -> "
+            raise JitError(f"JIT {name} of {self.name} changed since capture: {_show_arg(w)} -> "
                            f"{_show_arg(g)}; non-Tensor arguments are baked into the capture (reset() the JIT, or "
                            "pass the value as a Tensor or a bound Variable)")
 
