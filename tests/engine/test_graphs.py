@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
-import pytest
 
 import tolk_core
 from tolk_core.frontend.tensor import Tensor

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from tolk_core import config
-from tolk_core.engine import buffers as storage
 from tolk_core.engine import jit as engine_jit
 from tolk_core.engine import realize
 from tolk_core.errors import JitError

@@ -43,7 +43,7 @@ class CUDAGraph(Graph):
 
     def __init__(self, device: Any, launches: Sequence[Launch]):
         super().__init__(device, launches)
-        self.cu = cu = type(self).driver()
+        self.cu = type(self).driver()
         self._modules: dict[bytes, ctypes.c_void_p] = {}
         self.graph, self.exec = ctypes.c_void_p(), ctypes.c_void_p()
         self._check("cuGraphCreate", ctypes.byref(self.graph), 0)
