@@ -141,3 +141,13 @@ def test_training_step_with_gradients_read_outside_matches_eager(device) -> None
 def test_symbolic_length_replays_without_recapture() -> None:
     pytest.skip("symbolic shapes (bound Variables in Tensor shapes) are not on main yet; var_vals are plumbed "
                 "through tiny_jit.call into kernel values and graph updates")
+
+
+def test_eager_code_never_reads_a_jit_output_as_a_cached_value(device) -> None:
+    jitted = tolk_core.jit(lambda x: x + 1)
+    xs = [Tensor(np.full(4, i, np.float32), device=device) for i in range(4)]
+    lazy = xs[1] + 1  # the same value the capture computes (hash-consed: one UOp)
+    for x in xs:
+        jitted(x)
+    # the capture computed xs[1] + 1 into the output buffer, which the replay with xs[3] overwrote since
+    np.testing.assert_array_equal(lazy.numpy(), np.full(4, 2, np.float32))

@@ -75,7 +75,8 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     run_linear(linear)
     for (orig, ts), (_, buf) in zip(todo.items(), outputs, strict=True):
         view = buffers.view_as(buf, tuple(orig.shape))
-        _computed[orig] = view
+        if not capturing:  # a capture fills the buffer only at replay, and each replay overwrites it
+            _computed[orig] = view
         for t in ts:
             t.uop = view
 
