@@ -317,8 +317,7 @@ class TinyJit(Generic[T]):
              wait: bool = False) -> T:
         """Run one call (see the module docstring for the phases)."""
         var_vals = dict(var_vals or {})
-        if config.get("JIT") == 0 or (self.cnt == 0 and self._captured is None):
-            assert self.fxn is not None
+        if self.fxn is not None and (config.get("JIT") == 0 or (self.cnt == 0 and self._captured is None)):
             ret = self.fxn(list(input_uops), var_vals)
             if config.get("JIT") != 0:
                 self.cnt = 1
