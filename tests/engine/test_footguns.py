@@ -151,3 +151,24 @@ def test_eager_code_never_reads_a_jit_output_as_a_cached_value(device) -> None:
         jitted(x)
     # the capture computed xs[1] + 1 into the output buffer, which the replay with xs[3] overwrote since
     np.testing.assert_array_equal(lazy.numpy(), np.full(4, 2, np.float32))
+
+
+def test_state_kept_on_an_object_is_held_and_jit_0_runs_eagerly(device) -> None:
+    class Model:
+        @tolk_core.jit
+        def __call__(self, x: Tensor) -> Tensor:
+            self.hidden = (x * 2).contiguous().realize()  # read outside the function: must not be an arena slot
+            return (self.hidden + 1).exp().sum()
+
+    m = Model()
+    for i in range(4):
+        x = np.full(8, i * 0.1, np.float32)
+        out = m(Tensor(x, device=device))
+        np.testing.assert_allclose(m.hidden.numpy(), x * 2, rtol=1e-6)
+        np.testing.assert_allclose(out.numpy(), np.exp(x * 2 + 1).sum(), rtol=1e-5)
+    from tolk_core import config
+    from tolk_core.counters import GlobalCounters
+    with config.override(JIT=0):
+        before = GlobalCounters.schedules
+        m(Tensor(np.ones(8, np.float32), device=device))
+        assert GlobalCounters.schedules > before

@@ -74,14 +74,19 @@ class _Generations:
     """Which call of which jit produced a returned Tensor; checked when the Tensor's data is read."""
 
     def __init__(self) -> None:
-        self.of: weakref.WeakKeyDictionary[Tensor, tuple[TolkJit, int]] = weakref.WeakKeyDictionary()
+        # keyed by identity: a WeakKeyDictionary would compare Tensors with ==, which is elementwise
+        self.of: dict[int, tuple[weakref.ref, TolkJit, int]] = {}
+
+    def stamp(self, t: Tensor, fn: TolkJit, call: int) -> None:
+        key = id(t)
+        self.of[key] = (weakref.ref(t, lambda _, k=key: self.of.pop(k, None)), fn, call)
 
     def check(self, t: Tensor) -> None:
         if realize.capturing:
             raise JitError("cannot read tensor data while a JIT captures: the value would be baked into every "
                            "replay. Return the tensor from the jitted function and read it outside")
-        if (hit := self.of.get(t)) is not None and hit[1] != hit[0].calls:
-            fn, gen = hit
+        if (hit := self.of.get(id(t))) is not None and hit[0]() is t and hit[2] != hit[1].calls:
+            _, fn, gen = hit
             raise JitError(f"this Tensor was returned by call {gen} of jitted {fn.name}, whose buffers call "
                            f"{fn.calls} has since overwritten; read it (.numpy()) or copy it before calling again")
 
@@ -205,7 +210,7 @@ class TolkJit(Generic[R]):
             if not isinstance(t, Tensor):
                 return t
             out = Tensor(t.uop, t.device)
-            _generations.of[out] = (self, self.calls)
+            _generations.stamp(out, self, self.calls)
             return out
         if isinstance(ret, (list, tuple)):
             return type(ret)(wrap(t) for t in ret)
