@@ -1,29 +1,11 @@
-"""Fixtures for JIT tests: every compiled device, and the memory-plan checker run on every capture."""
+"""JIT tests: the memory-plan checker runs on every capture bound during a test (the `device` fixture is the
+shared one in tests/conftest.py)."""
 from __future__ import annotations
 
 import pytest
 
 from tests.engine.plan_check import check_plan
 from tolk_core.engine import jit as engine_jit
-
-COMPILED_DEVICES = ("CPU", "OPENCL")
-
-
-def available(name: str) -> tuple[bool, str]:
-    from tolk_core.plugins import Device
-    try:
-        Device[name]
-    except Exception as e:  # noqa: BLE001 - the reason is the skip message
-        return False, f"{name} unavailable here: {e}"
-    return True, ""
-
-
-@pytest.fixture(params=COMPILED_DEVICES)
-def device(request) -> str:
-    ok, why = available(request.param)
-    if not ok:
-        pytest.skip(why)
-    return request.param
 
 
 @pytest.fixture(autouse=True)

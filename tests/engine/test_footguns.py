@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 import tolk_core
+from tolk_core.counters import GlobalCounters
 from tolk_core.errors import JitError
 from tolk_core.frontend import tensor as tensor_mod
 from tolk_core.frontend.tensor import Tensor
+from tolk_core.ir.uop import Variable
 
 N = 8
 
@@ -138,9 +140,24 @@ def test_training_step_with_gradients_read_outside_matches_eager(device) -> None
         np.testing.assert_allclose(w_jit.numpy(), w_eager.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_symbolic_length_replays_without_recapture() -> None:
-    pytest.skip("symbolic shapes (bound Variables in Tensor shapes) are not on main yet; var_vals are plumbed "
-                "through tiny_jit.call into kernel values and graph updates")
+def test_symbolic_length_replays_without_recapture(device) -> None:
+    data = np.random.default_rng(5).uniform(-1, 1, (64, 8)).astype(np.float32)
+    x = Tensor(data, device=device)
+    n = Variable("n", 1, 64)
+
+    def window(x: Tensor, length) -> Tensor:
+        rows = x.shrink(((0, length), None))
+        return (rows * 3 + 1).sum(axis=0) + rows.exp().max(axis=0)
+
+    jitted = tolk_core.jit(window)
+    jitted(x, n.bind(5)), jitted(x, n.bind(7))
+    schedules, compiles = GlobalCounters.schedules, GlobalCounters.compiles
+    for value in (1, 9, 33, 64, 2):
+        want = (data[:value] * 3 + 1).sum(0) + np.exp(data[:value]).max(0)
+        np.testing.assert_allclose(jitted(x, n.bind(value)).numpy(), want, rtol=1e-5, atol=1e-5)
+    assert (GlobalCounters.schedules, GlobalCounters.compiles) == (schedules, compiles), "replayed, not recaptured"
+    with pytest.raises(JitError, match="argument 1 of window changed since capture: Variable n -> 3"):
+        jitted(x, 3)
 
 
 def test_eager_code_never_reads_a_jit_output_as_a_cached_value(device) -> None:

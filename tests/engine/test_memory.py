@@ -11,9 +11,12 @@ from tolk_core import config
 from tolk_core.engine import buffers
 from tolk_core.engine.jit import view_alignment
 from tolk_core.frontend.tensor import Tensor
+from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
 from tolk_core.schedule.linear import create_linear
 from tolk_core.schedule.memory import BestFit, plan_memory
+from tolk_core.schedule.prepare import prepare_rangeify
 
 
 def test_best_fit_reuses_and_coalesces() -> None:
@@ -66,7 +69,9 @@ def test_ten_layer_mlp_arena_peak_within_1_5x_of_live_peak(device, planned_captu
 
 def _linear_of(device: str, *values: Tensor):
     outs = [(t.uop, buffers.new_buffer(device, t.numel(), t.dtype)) for t in values]
-    return create_linear(outs, lambda v: buffers.new_buffer(device, int(np.prod(v.shape)), v.dtype)), outs
+    sink = UOp(Op.SINK, dtypes.void, tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in outs))
+    new_buffer = lambda v: buffers.new_buffer(device, int(np.prod(v.shape)), v.dtype)  # noqa: E731
+    return create_linear(prepare_rangeify(sink), new_buffer), outs
 
 
 def test_held_and_outside_data_are_never_planned() -> None:
@@ -98,7 +103,7 @@ def test_offsets_follow_the_device_alignment() -> None:
 
 
 def test_opencl_offsets_meet_mem_base_addr_align(planned_captures) -> None:
-    from tests.engine.conftest import available
+    from tests.conftest import _available as available
     if not (ok := available("OPENCL"))[0]:
         pytest.skip(ok[1])
     from tolk_core.plugins import Device

@@ -113,7 +113,7 @@ def test_replay_input_mismatch(device, bad, message) -> None:
     run(xs), run(xs)
     other = "OPENCL" if device == "CPU" else "CPU"
     if bad == "device":
-        from tests.engine.conftest import available
+        from tests.conftest import _available as available
         if not available(other)[0]:
             pytest.skip(f"needs a second device ({other})")
         other = Device.canonicalize(other)

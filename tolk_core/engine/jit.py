@@ -55,6 +55,9 @@ def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
     body = call.src[0]
     if not (body.op is Op.PROGRAM or (body.op is Op.COPY and supports_copy)):
         return False
+    if body.op is Op.PROGRAM and not isinstance(body.arg, str) and \
+            any(not isinstance(g, int) for g in body.arg.source.global_size):
+        return False  # Graph updates rebind buffers and values, not launch sizes
     return all(realize.arg_device(a) == device for a in call.src[1:])
 
 
@@ -67,7 +70,8 @@ def batch_graphs(device: str, linear: UOp) -> UOp:
     """Group consecutive graph-compatible calls of compiled `linear` into CALL(CUSTOM_FUNCTION "graph").
 
     Compatible: a PROGRAM call (or COPY, when the Graph class has `supports_copy`) whose every argument lives on
-    `device`. Incompatible calls break a batch; SLICE calls are dropped (views are call arguments here).
+    `device` and whose launch size does not depend on a variable (Graph updates rebind buffers and values only).
+    Incompatible calls break a batch; SLICE calls are dropped (views are call arguments here).
     JIT_BATCH_SIZE caps the first batch and the cap doubles per emitted batch (0: unlimited); a batch of one call
     stays a plain call. The identity when JIT >= 2 or the device has no Graph capability.
     """
@@ -126,19 +130,21 @@ def jit_lower(device: str, to_program: ToProgram, linears: Sequence[UOp], input_
 # ---------------------------------------------------------------------------------------------- replay steps
 class _KernelStep:
     """One launch: bound handles, and the (argument position, input slot) pairs patched per call."""
-    __slots__ = ("prg", "handles", "patches", "gs", "ls", "ks", "has_vars")
+    __slots__ = ("prg", "handles", "patches", "gs", "ls", "ks", "has_vars", "symbolic")
 
     def __init__(self, ck: realize.CompiledKernel, handles: list[Any], patches: tuple[tuple[int, int], ...]):
         self.prg, self.handles, self.patches, self.ks = ck.program, handles, patches, ck.source
         self.gs, self.ls = ck.source.global_size, ck.source.local_size
-        self.has_vars = any(p.var is not None for p in ck.source.params)
+        self.has_vars = bool(ck.source.vars)
+        self.symbolic = any(not isinstance(g, int) for g in self.gs)
 
     def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
         hs = self.handles
         for pos, slot in self.patches:
             hs[pos] = inputs[slot]
         vals = realize.kernel_vals(self.ks, var_vals) if self.has_vars else ()
-        self.prg(*hs, global_size=self.gs, local_size=self.ls, vals=vals, wait=wait)
+        gs = self.ks.launch_dims(var_vals) if self.symbolic else self.gs
+        self.prg(*hs, global_size=gs, local_size=self.ls, vals=vals, wait=wait)
         GlobalCounters.kernels_launched += 1
 
 
@@ -241,10 +247,10 @@ class CapturedJit(Generic[T]):
                 ck: realize.CompiledKernel = inner.src[0].arg
                 hs, patches = args(inner)
                 launches.append(Launch(ck.program, hs, list(realize.kernel_vals(ck.source, var_vals)),
-                                       ck.source.global_size, ck.source.local_size, ck.source.source))
+                                       ck.source.launch_dims(var_vals), ck.source.local_size, ck.source.source))
                 if patches:
                     gpatches.append((li, patches))
-                if any(p.var is not None for p in ck.source.params):
+                if ck.source.vars:
                     var_launches.append((li, ck.source))
             dev = _device(self.device)
             steps.append(_GraphStep(dev.graph(dev, launches), launches, gpatches, var_launches))
