@@ -47,6 +47,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("SPEC", int, 0, "validate each stage's graph against its spec"),
     Setting("JIT", int, 1, "0 runs jitted functions eagerly; 2 captures but never batches into graphs"),
     Setting("JIT_BATCH_SIZE", int, 32, "launches in the first graph batch; doubles per batch"),
+    Setting("NO_MEMORY_PLANNER", int, 0, "1 gives every JIT intermediate its own storage instead of arena views"),
     Setting("SPLIT_REDUCEOP", int, 1, "split large reductions over few outputs in two kernels"),
     Setting("REDUCEOP_SPLIT_SIZE", int, 22, "log2 cap on the first stage's output of a split reduction"),
     Setting("REDUCEOP_SPLIT_THRESHOLD", int, 32768, "input/output element ratio above which a reduction splits"),

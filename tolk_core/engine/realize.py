@@ -2,8 +2,10 @@
 
 - `realize_tensors(tensors)` computes lazy Tensors into new storage and points them at it.
 - `run_linear(linear, input_uops, var_vals)` launches each CALL's program on its buffers.
-- `capturing` is the hook the JIT uses: while it holds a capturer, every LINEAR about to run is handed to it
-  first (the capturer records it; the schedule still runs, so a capturing call returns real results).
+- `capturing` is the hook the JIT uses: while it holds a capturer, every LINEAR about to run is handed to the
+  innermost capturer *instead of running* (seed 000: nothing executes during capture; the JIT compiles what it
+  recorded and replays it, so the capturing call still returns real results).
+- `to_program(kernel_sink, device)` is the compiled PROGRAM node of one kernel (what the JIT's lowering uses).
 
 Kernels of one schedule that are not compiled yet are rendered into one translation unit (one C file, one
 OpenCL program) and compiled by one compiler call; programs are cached in memory by (device, kernel AST),
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tolk_core import config
@@ -78,7 +81,8 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     run_linear(linear, var_vals=var_vals)
     for (orig, ts), (_, buf) in zip(todo.items(), outputs, strict=True):
         view = buffers.view_as(buf, tuple(_concrete(s, var_vals) for s in orig.shape))
-        _computed[orig] = view
+        if not capturing:  # a capture fills the buffer only at replay, and each replay overwrites it
+            _computed[orig] = view
         for t in ts:
             t.uop = view
 
@@ -104,42 +108,80 @@ def _concrete(x: sint, var_vals: dict[str, int]) -> int:
     return x if isinstance(x, int) else int(x.eval(var_vals))
 
 
+def arg_device(u: UOp) -> str:
+    """The device of a CALL argument: a BUFFER, a JIT input PARAM (arg (slot, shape, device)) or a SLICE of one."""
+    while u.op is Op.SLICE:
+        u = u.src[0]
+    return u.arg[2] if u.op is Op.PARAM else buffers.buffer_device(u)
+
+
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     """The program of every CALL in `linear`; the missing ones are compiled together, one unit per device."""
     missing: dict[str, list[UOp]] = {}
     for call in linear.src:
-        dev = buffers.buffer_device(call.src[1])
+        dev = arg_device(call.src[1])
         if (dev, call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
             missing.setdefault(dev, []).append(call.src[0])
     for dev, asts in missing.items():
-        device = _device(dev)
-        renderer = device.renderer
-        sources = [generate(ast, renderer) for ast in asts]
-        unique = {ks.name: ks for ks in sources}
-        module = renderer.render_module([ks.source for ks in unique.values()])
-        if config.get("DEBUG") >= 4:
-            print(module)
-        lib = device.compiler.compile_cached(module)
-        for ast, ks in zip(asts, sources, strict=True):
-            _programs[(dev, ast)] = (device.runtime(device, ks.name, lib), ks)
-    return [_programs[(buffers.buffer_device(c.src[1]), c.src[0])] for c in linear.src]
+        _compile_together(dev, asts)
+    return [_programs[(arg_device(c.src[1]), c.src[0])] for c in linear.src]
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """The arg of a PROGRAM node: the loaded program and its rendered source facts (launch sizes, params)."""
+    device: str
+    program: Any
+    source: KernelSource
+
+
+def kernel_vals(ks: KernelSource, var_vals: dict[str, int]) -> tuple[int, ...]:
+    """The scalar arguments of one launch: the kernel's variables' values, in parameter order."""
+    return tuple(var_vals[v] for v in ks.vars)
+
+
+def to_program(ast: UOp, device: str) -> UOp:
+    """PROGRAM(ast) of kernel SINK `ast` on `device`, its arg a CompiledKernel (compiled alone if missing:
+    `compile_linear` first compiles a whole schedule in one unit)."""
+    if (dev_ast := (device, ast)) not in _programs:
+        _compile_together(device, [ast])
+    prg, ks = _programs[dev_ast]
+    return UOp(Op.PROGRAM, dtypes.void, (ast,), CompiledKernel(device, prg, ks))
+
+
+def _compile_together(dev: str, asts: list[UOp]) -> None:
+    device = _device(dev)
+    renderer = device.renderer
+    sources = [generate(ast, renderer) for ast in asts]
+    unique = {ks.name: ks for ks in sources}
+    module = renderer.render_module([ks.source for ks in unique.values()])
+    if config.get("DEBUG") >= 4:
+        print(module)
+    lib = device.compiler.compile_cached(module)
+    for ast, ks in zip(asts, sources, strict=True):
+        _programs[(dev, ast)] = (device.runtime(device, ks.name, lib), ks)
 
 
 def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, int] | None = None) -> None:
-    """Launch the CALLs of `linear` in order; `input_uops` bind its PARAMs (the JIT's slotted inputs)."""
+    """Launch the CALLs of `linear` in order; `input_uops` bind its PARAMs (the JIT's slotted inputs).
+
+    While a JIT captures (`capturing` is not empty) the LINEAR goes to the innermost capturer and nothing runs.
+    """
     var_vals = var_vals or {}
-    for capture in capturing:
-        capture(linear, var_vals)
+    if capturing:
+        capturing[-1](linear, var_vals)
+        return
     programs = compile_linear(linear)
     debug = config.get("DEBUG")
     for call, (prg, ks) in zip(linear.src, programs, strict=True):
-        handles = [buffers.runtime_buffer(b).allocate().handle for b in call.src[1:]]
-        vals = tuple(var_vals[v] for v in ks.vars)
+        handles = [buffers.runtime_buffer(input_uops[b.arg[0]] if b.op is Op.PARAM else b).allocate().handle
+                   for b in call.src[1:]]
+        vals = kernel_vals(ks, var_vals)
         gsize = ks.launch_dims(var_vals)
         st = time.perf_counter()
         et = prg(*handles, global_size=gsize, local_size=ks.local_size, vals=vals, wait=debug >= 2)
         GlobalCounters.kernels_launched += 1
         if debug >= 2:
             GlobalCounters.time_sum_s += et or 0.0
-            print(f"*** {buffers.buffer_device(call.src[1]):8s} {ks.name:40s} global={gsize} "
+            print(f"*** {arg_device(call.src[1]):8s} {ks.name:40s} global={gsize} "
                   f"local={ks.local_size} {((et or 0.0) if et else time.perf_counter() - st) * 1e6:9.1f} us")

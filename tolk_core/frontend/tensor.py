@@ -10,7 +10,7 @@ Contracts:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,8 @@ from tolk_core.ir.shape import movement_shape
 from tolk_core.ir.uop import UOp, prod, resolve, sint, sym_eq
 
 Scalar = int | float | bool
+# called with a Tensor before its data is read (the JIT refuses reads during capture and of stale outputs)
+read_checks: list[Callable[[Tensor], None]] = []
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
@@ -191,6 +193,8 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
 
     def numpy(self) -> np.ndarray:
         from tolk_core.engine.realize import realize_tensors
+        for check in read_checks:
+            check(self)
         realize_tensors([self])
         return storage.to_numpy(self.uop, self.shape, self.dtype)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tolk_core.plugins import Availability, BackendSpec, Capabilities, RendererSpec, hookimpl
+from tolk_core.plugins import Availability, BackendSpec, Capabilities, GraphSpec, RendererSpec, hookimpl
 
 PRIORITY_GPU = 20  # above the CPU plugin (10)
 PRIORITY_CPU = 5   # below it: PoCL on the host is slower than the C backend
@@ -45,3 +45,8 @@ def tolk_backends():
 def tolk_renderers():
     yield RendererSpec(device="OPENCL", name="OpenCL C", renderer="tolk_opencl.renderer:OpenCLRenderer",
                        compiler="tolk_opencl.runtime:OpenCLCompiler")
+
+
+@hookimpl
+def tolk_graphs():
+    yield GraphSpec(device="OPENCL", graph="tolk_opencl.graph:OpenCLGraph")
