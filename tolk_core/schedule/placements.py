@@ -510,8 +510,10 @@ def seed_input(u: UOp) -> None:
 
 
 def seed_contiguous(u: UOp) -> None:
-    """A user `contiguous()`: the CONTIGUOUS node owns a buffer, whatever the heuristics say."""
-    declare(u, OD, CONTIGUOUS)
+    """A user `contiguous()`: the CONTIGUOUS node owns a buffer, whatever the heuristics say (a contiguous() of
+    storage is that storage: nothing to declare)."""
+    if u.src[0].op is not Op.BUFFER:
+        declare(u, OD, CONTIGUOUS)
 
 
 def seed_realize(u: UOp) -> None:

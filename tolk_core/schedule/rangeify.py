@@ -3,22 +3,29 @@
 Input: the prepared tensor graph of the outputs to compute, each paired with the BUFFER it is stored into.
 Output: kernels, each a kernel-level SINK whose PARAM slots name the buffers it reads and writes.
 
-Which values get storage (a kernel boundary):
-- every output, every CONTIGUOUS;
-- a value holding an unstored reduction that is broadcast (EXPAND) on its way to a consumer: inlining it
-  would recompute the reduction once per broadcast copy (this is why softmax is three kernels);
-- a reduction read by more than one kernel: reductions are never computed twice.
-Everything else is inlined (recomputed) into each kernel that reads it: fusion is the default.
+Which values get storage (a kernel boundary) is a placement decision (seed 002, `placements.py`), recorded in the
+compile's lineage with a provenance and read back through the forcing queries:
+- every output (On_device, 42:realize-output), every value declared or decided On_device (`contiguous()`,
+  `realize()`, `decide_materialized`);
+- heuristic caps (39:inline-reduction-cap, lifted by `decide_inline`): a value holding an unstored reduction
+  that is broadcast (EXPAND) on its way to a consumer (inlining it would recompute the reduction once per
+  broadcast copy: this is why softmax is three kernels), and a reduction read by more than one kernel;
+- a Never_virtual value too big for kernel-local scratch, and a Local value two kernels touch (fission, 177).
+Everything else is inlined (Virtual, 151:inlined) into each kernel that reads it: fusion is the default.
+Values settled Local have no storage: today each reading kernel (there is one) computes them in place; a
+kernel-local array for them is codegen work still to come.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tolk_core import config
 from tolk_core.errors import BroadcastStoreError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
+from tolk_core.schedule import placements as pm
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -35,28 +42,77 @@ def _is_expanding(u: UOp) -> bool:
     return u.op is Op.EXPAND and any(i != o for i, o in zip(u.src[0].shape, u.arg, strict=True))
 
 
-def realize_points(sink_values: list[UOp]) -> set[UOp]:
-    """The values that need storage, given the values the caller asked for (see the module docstring).
+# the scheduler's decisions, as provenances (seed 002): each candidate for storage gets one
+INLINED = pm.Provenance.site(151, "inlined")               # Virtual: recomputed in each kernel that reads it
+OUTPUT = pm.Provenance.site(42, "realize-output")          # On_device: a value the caller asked for
+CROSSES_KERNEL = pm.Provenance.site(43, "crosses-kernel")  # On_device: stored by one kernel, read by another
+KERNEL_SCRATCH = pm.Provenance.site(46, "kernel-scratch")  # Never_virtual settled by size: Local or On_device
 
-    Broadcasts are visited sources-first, and before each one the reductions already read by several kernels
-    are stored: a value is only stored for a broadcast if it still computes an unstored reduction then.
+
+def _is_candidate(u: UOp) -> bool:
+    """A value that could be given storage: computed values and constants (views and storage are not)."""
+    return u.op not in GroupOp.Movement and u.op not in _STORAGE and u.shape is not None and \
+        u.op not in (Op.DEVICE, Op.UNIQUE, Op.DEFINE_VAR, Op.BIND)
+
+
+def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None) -> set[UOp]:
+    """The values that need storage, given the values the caller asked for; every decision is recorded in the
+    placements of `lineage` (a compile's working fork; default: a throwaway fork of the current lineage).
+
+    Order (reference/placements.md §8): outputs are On_device; storage read but not computed here must own a
+    buffer; settled decisions (lineage or intent) are honoured; the heuristic caps (see the module docstring;
+    lifted for `decide_inline` nodes) mark Never_virtual values that then cross a kernel boundary, so On_device;
+    other Never_virtual values settle Local or On_device by size; fission promotes Locals that two kernels touch
+    and undoes promotions whose crossing went away; the rest is inlined (Virtual). The result is read back
+    through `is_in_context_force`.
     """
+    lin = lineage if lineage is not None else pm.current().begin()
+    p, prefs = lin.placements, lin.inline_preferences
     order = UOp(Op.SINK, dtypes.void, tuple(sink_values)).toposort()
-    realized: set[UOp] = set(sink_values) | {u.src[0] for u in order if u.op is Op.CONTIGUOUS}
-    realized |= {u for u in order if u.op in _STORAGE}
-    _store_shared_reductions(realized)
+    outputs = set(sink_values)
+    for u in sink_values:
+        if p.mode_is_unspecified(u):
+            p.update(u, pm.OD, OUTPUT)  # a settled Virtual/Local output is recomputed into the caller's buffer
+    for u in order:
+        if u.op in _STORAGE:
+            p.require_readable(u)
+    cands = [u for u in order if _is_candidate(u) and u not in outputs]
+    for u in cands:
+        if u in prefs and p.known_non_virtual(u) and p.get(u)[1].leading() not in pm.HEURISTIC_CAPS:
+            raise pm.PlacementUserError(f"cannot inline {pm.node_name(u)}: it is {p.debug(u)}, which only a "
+                                        "heuristic cap could lift")
+    realized: set[UOp] = outputs | {u for u in order if u.op in _STORAGE}
+    realized |= {u for u in cands if (pl := p.get(u)) is not None and pl[0] is pm.OD}
+
+    def cap(u: UOp) -> bool:  # a heuristic cap may store u: its placement is open and no inlining is preferred
+        return u not in realized and u not in prefs and p.mode_is_unspecified(u)
+
+    _store_shared_reductions(realized, p, cap)
     for u in order:
         if _is_expanding(u):
             x = u.src[0]
             while x.op in GroupOp.Movement:
                 x = x.src[0]
-            if x not in realized and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
-                realized.add(x)
-                _store_shared_reductions(realized)
-    return realized
+            if cap(x) and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+                _store(x, realized, p)
+                _store_shared_reductions(realized, p, cap)
+    for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
+        if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
+                p.is_in_context_force(u, KERNEL_SCRATCH):
+            realized.add(u)
+    _fission(cands, realized, p)
+    return outputs | {u for u in order if u.op in _STORAGE} | {u for u in cands if p.is_in_context_force(u, INLINED)}
 
 
-def _store_shared_reductions(realized: set[UOp]) -> None:
+def _store(u: UOp, realized: set[UOp], p: pm.Placements) -> None:
+    """A heuristic cap stores `u`: Never_virtual for the cap, then On_device since its kernel's value is read
+    by another kernel."""
+    p.update(u, pm.NV, pm.Provenance.INLINE_REDUCTION_CAP)
+    p.update(u, pm.OD, pm.Provenance.refined(pm.Provenance.INLINE_REDUCTION_CAP, CROSSES_KERNEL))
+    realized.add(u)
+
+
+def _store_shared_reductions(realized: set[UOp], p: pm.Placements, cap) -> None:
     """Store, until none is left, every unstored reduction that more than one kernel would compute."""
     while True:
         readers: dict[UOp, int] = {}
@@ -64,10 +120,43 @@ def _store_shared_reductions(realized: set[UOp]) -> None:
             for u in _kernel_body(k, realized):
                 if u.op is Op.REDUCE_AXIS and u is not k:
                     readers[u] = readers.get(u, 0) + 1
-        shared = {u for u, n in readers.items() if n > 1}
+        shared = [u for u, n in readers.items() if n > 1 and cap(u)]
         if not shared:
             return
-        realized |= shared
+        for u in shared:
+            _store(u, realized, p)
+
+
+def _touched(realized: set[UOp]) -> dict[UOp, set[UOp]]:
+    """For every unstored node, the kernels (named by the value they store) whose bodies compute it."""
+    out: dict[UOp, set[UOp]] = {}
+    for k in realized:
+        for u in _kernel_body(k, realized):
+            if u is not k:
+                out.setdefault(u, set()).add(k)
+    return out
+
+
+def _fission(cands: list[UOp], realized: set[UOp], p: pm.Placements) -> None:
+    """Kernel fission over Local values: a Local that two kernels touch crosses a kernel boundary and is promoted
+    On_device (sources first, until none crosses); then every promotion whose node is touched by one kernel
+    again (a later promotion took over the crossing, so those kernels coalesced) is undone, back to Local."""
+    undo: dict[UOp, pm.Placement | None] = {}
+    while True:
+        touched = _touched(realized)
+        crossing = [u for u in cands if u not in realized and len(touched.get(u, ())) > 1
+                    and (pl := p.get(u)) is not None and pl[0] is pm.L]
+        if not crossing:
+            break
+        u = crossing[0]
+        undo.update(pm.promote_crossing(p, {u: touched[u]}))
+        realized.add(u)
+    for u in reversed([u for u in cands if u in undo]):
+        realized.discard(u)
+        if len(_touched(realized).get(u, ())) <= 1:
+            pm.undo_promotions(p, {u: undo[u]}, {})
+        else:
+            realized.add(u)
 
 
 def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
@@ -233,6 +322,12 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
     return Kernel(ast, [lw.buffers[p.arg] for p in used])
 
 
+def placement_dump(values: list[UOp], p: pm.Placements) -> str:
+    """One line per candidate for storage in the graph of `values`: its name and `Mode/provenance`."""
+    order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
+    return "\n".join(f"placement {pm.node_name(u):32s} {p.debug(u)}" for u in order if _is_candidate(u))
+
+
 def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
     """Kernels computing each (value, BUFFER) output, in dependency order.
 
@@ -241,7 +336,10 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
     # an output that is contiguous(x) is x stored: the output's own storage is the contiguous copy
     outputs = [(v.src[0] if v.op is Op.CONTIGUOUS else v, b) for v, b in outputs]
     values = [v for v, _ in outputs]
-    points = realize_points(values)
+    with pm.compiling() as lineage:
+        points = realize_points(values, lineage)
+        if config.get("DEBUG") >= 3:
+            print(placement_dump(values, lineage.placements))
     # a value assigned into a view of storage is stored there, but read by other kernels from nowhere else
     realized: dict[UOp, UOp] = {v: b for v, b in outputs if b.op is Op.BUFFER}
     targets = dict(outputs)
