@@ -139,7 +139,7 @@ Placement = tuple[MemoryMode, Provenance]
 
 def node_name(u: UOp) -> str:
     """How errors and dumps name a node: its op, shape and dtype."""
-    shape = "x".join(str(s) for s in u.shape) if u.shape is not None else "-"
+    shape = ("x".join(str(s) for s in u.shape) or "()") if u.shape is not None else "-"
     return f"{u.op.name}({shape}, {u.dtype.name})"
 
 

@@ -323,9 +323,10 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
 
 
 def placement_dump(values: list[UOp], p: pm.Placements) -> str:
-    """One line per candidate for storage in the graph of `values`: its name and `Mode/provenance`."""
+    """One line per output and per candidate for storage in the graph of `values`: `placement NAME MODE/PROV`."""
     order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
-    return "\n".join(f"placement {pm.node_name(u):32s} {p.debug(u)}" for u in order if _is_candidate(u))
+    return "\n".join(f"placement {pm.node_name(u):32s} {p.debug(u)}" for u in order
+                     if _is_candidate(u) or u in values)
 
 
 def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
