@@ -16,16 +16,16 @@ from tolk_core.ir.uop import UOp
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule.placements import (
     EC,
-    L,
     NV,
     OD,
-    V,
+    L,
     Lineage,
-    Placements,
     PlacementConflict,
+    Placements,
     PlacementUndecided,
     PlacementUserError,
     Provenance,
+    V,
 )
 
 p0 = Provenance.site(900, "p0")
@@ -93,7 +93,8 @@ def test_row08_virtual_absorbs_constant() -> None:
 
 def test_row09_virtual_then_never_virtual_is_a_user_error() -> None:
     t, u = with_state(V)
-    with pytest.raises(PlacementUserError, match=r"EXP2\(100, float32\) is already virtual.*Virtual/900:p0.*Never-virt"):
+    with pytest.raises(PlacementUserError,
+                       match=r"EXP2\(100, float32\) is already virtual.*Virtual/900:p0.*Never-virt"):
         t.update(u, NV, p)
     assert t.get(u) == (V, p0)
 

@@ -11,12 +11,11 @@ import sys
 import numpy as np
 import pytest
 
-from tests.frontend.conftest import device, kernels  # noqa: F401 - fixtures
 from tests.frontend.helpers import close, np_attention, np_mlp
 from tolk_core import config
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.schedule import placements as pm
-from tolk_core.schedule.placements import L, OD, V, Lineage, PlacementUserError, Provenance
+from tolk_core.schedule.placements import OD, L, Lineage, PlacementUserError, Provenance, V
 from tolk_core.schedule.rangeify import CROSSES_KERNEL, INLINED, KERNEL_SCRATCH, OUTPUT, realize_points
 
 
@@ -31,7 +30,7 @@ def _dump(capsys, fn) -> tuple[object, list[str]]:
     return out, [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("placement ")]
 
 
-def test_mlp_and_attention_leave_no_node_undecided(device, capsys) -> None:  # noqa: F811
+def test_mlp_and_attention_leave_no_node_undecided(device, capsys) -> None:
     x, w1, b1, w2, b2 = _rand(64, 784), _rand(784, 256, seed=1), _rand(256, seed=2), _rand(256, 10, seed=3), \
         _rand(10, seed=4)
     q, k, v = _rand(1, 128, 64, seed=5), _rand(1, 128, 64, seed=6), _rand(1, 128, 64, seed=7)
@@ -55,7 +54,7 @@ def _chain(x: Tensor) -> tuple[Tensor, Tensor]:
     return mid, (mid * 3).sum(axis=1)
 
 
-def test_sibling_compiles_are_hermetic(device, kernels) -> None:  # noqa: F811
+def test_sibling_compiles_are_hermetic(device, kernels) -> None:
     """Row 52: two siblings from one context, one deciding an intermediate On_device: different kernel counts,
     equal numbers, the parent's table unchanged, intent untouched."""
     a = _rand(32, 48)
@@ -82,7 +81,7 @@ def _softmax(x: Tensor) -> tuple[Tensor, Tensor]:
     return m, e / e.sum(axis=-1, keepdim=True)
 
 
-def test_decide_inline_of_softmax_row_max_changes_the_kernel_count(device, kernels) -> None:  # noqa: F811
+def test_decide_inline_of_softmax_row_max_changes_the_kernel_count(device, kernels) -> None:
     a = _rand(64, 1000)
     x = Tensor(a, device=device)
     m = _softmax(x)[0]
@@ -101,7 +100,7 @@ def test_decide_inline_of_softmax_row_max_changes_the_kernel_count(device, kerne
     assert inlined.placements.raw_entry(m.uop) == (V, INLINED)
 
 
-def test_decide_inline_of_a_contiguous_is_a_legality_error(device) -> None:  # noqa: F811
+def test_decide_inline_of_a_contiguous_is_a_legality_error(device) -> None:
     x = Tensor(_rand(8, 8), device=device)
     c = (x * 2).contiguous()
     with Lineage().decide_inline([c]), pytest.raises(PlacementUserError, match=r"CONTIGUOUS\(8x8, float32\).*"
@@ -109,7 +108,7 @@ def test_decide_inline_of_a_contiguous_is_a_legality_error(device) -> None:  # n
         (c + 1).numpy()
 
 
-def test_contiguous_in_a_fusable_chain_is_exactly_one_more_kernel(device, kernels) -> None:  # noqa: F811
+def test_contiguous_in_a_fusable_chain_is_exactly_one_more_kernel(device, kernels) -> None:
     a = _rand(100, 100)
     x = Tensor(a, device=device)
     lineage = Lineage()
@@ -135,7 +134,7 @@ def _fission_program(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return a, b, b + 1, b * b
 
 
-def test_fission_promotes_a_crossing_local_and_undoes_a_coalesced_one(device, kernels) -> None:  # noqa: F811
+def test_fission_promotes_a_crossing_local_and_undoes_a_coalesced_one(device, kernels) -> None:
     """b (Local by size) is read by the kernels of y1 and y2: promoted On_device (177). a was promoted first
     (both kernels computed it through b), and once b is stored only b's kernel reads a: undone, back to Local."""
     arr = _rand(4, 25)  # 100 float32: 400 bytes, under the default threshold
@@ -154,7 +153,7 @@ def test_fission_promotes_a_crossing_local_and_undoes_a_coalesced_one(device, ke
     close(y2.numpy(), want_b * want_b, rtol=1e-4)
 
 
-def test_threshold_below_the_scratch_size_keeps_values_on_device(device, kernels) -> None:  # noqa: F811
+def test_threshold_below_the_scratch_size_keeps_values_on_device(device, kernels) -> None:
     arr = _rand(4, 25)
     x = Tensor(arr, device=device)
     a, b, y1, y2 = _fission_program(x)
