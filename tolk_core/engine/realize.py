@@ -35,12 +35,17 @@ capturing: list[Callable[[UOp, dict[str, int]], None]] = []
 # values already computed: value UOp -> the storage view holding it (lives as long as the value does)
 _computed: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
-_programs: dict[tuple[str, UOp], tuple[Any, KernelSource]] = {}
+_programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}
 
 
 def _device(name: str):
     from tolk_core.plugins import Device
     return Device[name]
+
+
+def _local_arrays(device: str) -> bool:
+    """Whether kernels on `device` loop over their outputs, so a kernel-local array serves a whole row."""
+    return not _device(device).renderer.has_local
 
 
 def _is_stored(u: UOp) -> bool:
@@ -70,7 +75,7 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
         return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
 
     outputs = [(v, new_buffer(v)) for v in sink.src]
-    linear = create_linear(outputs, new_buffer)
+    linear = create_linear(outputs, new_buffer, _local_arrays(device))
     GlobalCounters.schedules += 1
     if (debug := config.get("DEBUG")) >= 1:
         print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
@@ -100,9 +105,9 @@ def realize_assign(device: str, target: UOp, value: UOp) -> None:
 
     if _reads_other_view(value, base, target):
         tmp = new_buffer(value)
-        run_linear(create_linear([(value, tmp)], new_buffer), var_vals=var_vals)
+        run_linear(create_linear([(value, tmp)], new_buffer, _local_arrays(device)), var_vals=var_vals)
         value = buffers.view_as(tmp, tuple(value.shape))
-    run_linear(create_linear([(value, target)], new_buffer), var_vals=var_vals)
+    run_linear(create_linear([(value, target)], new_buffer, _local_arrays(device)), var_vals=var_vals)
     for u in [u for u in list(_computed) if base in u.toposort()]:
         del _computed[u]
 
@@ -130,13 +135,13 @@ def _concrete(x: sint, var_vals: dict[str, int]) -> int:
 
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     """The program of every CALL in `linear`; the missing ones are compiled together, one unit per device."""
-    missing: dict[str, list[UOp]] = {}
+    missing: dict[Any, list[UOp]] = {}
     for call in linear.src:
-        dev = buffers.buffer_device(call.src[1])
+        # keyed by the opened device, not its name: a device reopened (registry reset) needs its own programs
+        dev = _device(buffers.buffer_device(call.src[1]))
         if (dev, call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
             missing.setdefault(dev, []).append(call.src[0])
-    for dev, asts in missing.items():
-        device = _device(dev)
+    for device, asts in missing.items():
         renderer = device.renderer
         sources = [generate(ast, renderer) for ast in asts]
         unique = {ks.name: ks for ks in sources}
@@ -145,8 +150,8 @@ def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
             print(module)
         lib = device.compiler.compile_cached(module)
         for ast, ks in zip(asts, sources, strict=True):
-            _programs[(dev, ast)] = (device.runtime(device, ks.name, lib), ks)
-    return [_programs[(buffers.buffer_device(c.src[1]), c.src[0])] for c in linear.src]
+            _programs[(device, ast)] = (device.runtime(device, ks.name, lib), ks)
+    return [_programs[(_device(buffers.buffer_device(c.src[1])), c.src[0])] for c in linear.src]
 
 
 def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, int] | None = None) -> None:

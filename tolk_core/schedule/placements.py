@@ -231,22 +231,31 @@ def stack_threshold_bytes() -> int:
     return int(config.get("PLACEMENT_STACK_THRESHOLD"))
 
 
-def most_local_materialized_mode(u: UOp) -> MemoryMode:
-    """On_device when `u` is bigger than the stack threshold (and the check is on), else Local."""
+def fits_scratch(numel: int, itemsize: int) -> bool:
+    """Whether `numel` elements of `itemsize` bytes fit kernel-local scratch (always, with the check off)."""
     threshold = stack_threshold_bytes()
-    if threshold <= 0:
-        return L
-    n = prod(u.shape) if u.shape is not None else 1
-    numel = n if isinstance(n, int) else int(n.vmax)  # a symbolic size plans for its largest value
-    return OD if numel > threshold // max(u.dtype.itemsize, 1) else L
+    return threshold <= 0 or numel <= threshold // max(itemsize, 1)
+
+
+def most_local_materialized_mode(u: UOp, extent: int | None = None) -> MemoryMode:
+    """On_device when `u`'s scratch (its `extent` elements per kernel instance; default all of it) is bigger
+    than the stack threshold and the check is on, else Local."""
+    if extent is None:
+        n = prod(u.shape) if u.shape is not None else 1
+        extent = n if isinstance(n, int) else int(n.vmax)  # a symbolic size plans for its largest value
+    return L if fits_scratch(extent, u.dtype.itemsize) else OD
 
 
 # ---------------------------------------------------------------- the per-lineage table
 class Placements:
     """One lineage's decisions: UOp -> (mode, provenance), falling back to declared intent."""
 
-    def __init__(self, table: weakref.WeakKeyDictionary[UOp, Placement] | None = None):
+    def __init__(self, table: weakref.WeakKeyDictionary[UOp, Placement] | None = None,
+                 extents: weakref.WeakKeyDictionary[UOp, int] | None = None):
         self._table: weakref.WeakKeyDictionary[UOp, Placement] = table if table is not None else \
+            weakref.WeakKeyDictionary()
+        # elements of scratch a node needs per kernel instance, where that is less than the whole node (a row)
+        self._extents: weakref.WeakKeyDictionary[UOp, int] = extents if extents is not None else \
             weakref.WeakKeyDictionary()
 
     @staticmethod
@@ -255,7 +264,15 @@ class Placements:
 
     def copy(self) -> Placements:
         """A snapshot: later writes on either side are invisible to the other."""
-        return Placements(weakref.WeakKeyDictionary(self._table))
+        return Placements(weakref.WeakKeyDictionary(self._table), weakref.WeakKeyDictionary(self._extents))
+
+    def set_scratch_extent(self, u: UOp, numel: int) -> None:
+        """`u` would be kernel-local scratch of `numel` elements per kernel instance (e.g. one row of it):
+        the size Never_virtual is judged by when it settles Local or On_device."""
+        self._extents[u] = numel
+
+    def _most_local(self, u: UOp) -> MemoryMode:
+        return most_local_materialized_mode(u, self._extents.get(u))
 
     def __len__(self) -> int:
         return len(self._table)
@@ -316,7 +333,7 @@ class Placements:
         elif cur[0] is EC:
             self._table[u] = (V, self._refine(u, prov))
         elif cur[0] is NV:
-            self._table[u] = (OD if obs else most_local_materialized_mode(u), self._refine(u, prov))
+            self._table[u] = (OD if obs else self._most_local(u), self._refine(u, prov))
 
     def _undecided(self, u: UOp, query: str) -> PlacementUndecided:
         return PlacementUndecided(f"{query} on {node_name(u)}: no lineage decision and no declared intent")
@@ -363,7 +380,7 @@ class Placements:
         if cur is None:
             raise self._undecided(u, "is_materialized_peek")
         if cur[0] is NV:
-            return is_observable(u) or most_local_materialized_mode(u) is OD
+            return is_observable(u) or self._most_local(u) is OD
         return cur[0] is OD
 
     # -- pure predicates on the effective state

@@ -12,8 +12,9 @@ compile's lineage with a provenance and read back through the forcing queries:
   broadcast copy: this is why softmax is three kernels), and a reduction read by more than one kernel;
 - a Never_virtual value too big for kernel-local scratch, and a Local value two kernels touch (fission, 177).
 Everything else is inlined (Virtual, 151:inlined) into each kernel that reads it: fusion is the default.
-Values settled Local have no storage: today each reading kernel (there is one) computes them in place; a
-kernel-local array for them is codegen work still to come.
+Values settled Local have no storage: on devices whose kernels loop over their outputs (`local_arrays`), the
+one kernel that reads them fills a kernel-local array (DEFINE_REG of a REG pointer: a C stack array) once per
+row index before the first read; elsewhere they are computed in place where read.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from tolk_core import config
 from tolk_core.errors import BroadcastStoreError
-from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.dtype import AddrSpace, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
@@ -47,6 +48,8 @@ INLINED = pm.Provenance.site(151, "inlined")               # Virtual: recomputed
 OUTPUT = pm.Provenance.site(42, "realize-output")          # On_device: a value the caller asked for
 CROSSES_KERNEL = pm.Provenance.site(43, "crosses-kernel")  # On_device: stored by one kernel, read by another
 KERNEL_SCRATCH = pm.Provenance.site(46, "kernel-scratch")  # Never_virtual settled by size: Local or On_device
+ROW_SCRATCH = pm.Provenance.site(47, "row-scratch")        # Never_virtual: a row a fused reduction and its
+                                                           # broadcast consumer both read (compute it once)
 
 
 def _is_candidate(u: UOp) -> bool:
@@ -55,7 +58,8 @@ def _is_candidate(u: UOp) -> bool:
         u.op not in (Op.DEVICE, Op.UNIQUE, Op.DEFINE_VAR, Op.BIND)
 
 
-def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None) -> set[UOp]:
+def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
+                   local_axes: dict[UOp, tuple[int, ...]] | None = None) -> set[UOp]:
     """The values that need storage, given the values the caller asked for; every decision is recorded in the
     placements of `lineage` (a compile's working fork; default: a throwaway fork of the current lineage).
 
@@ -65,6 +69,13 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None) ->
     other Never_virtual values settle Local or On_device by size; fission promotes Locals that two kernels touch
     and undoes promotions whose crossing went away; the rest is inlined (Virtual). The result is read back
     through `is_in_context_force`.
+
+    Row fusion: a reduction broadcast back only along the axes it reduced (softmax's row max and row sum) is
+    not stored when its row fits kernel-local scratch (PLACEMENT_STACK_THRESHOLD) and every reduction it reads
+    is fused the same way: its consumer computes it once per row. The value it reduces, when the consumer also
+    reads it, becomes Never_virtual (row scratch) so it is computed once into a Local row.
+    Row fusion needs kernel-local arrays: it happens only when `local_axes` is given, which then receives each
+    Local value's array axes (its row's axes, else all of them).
     """
     lin = lineage if lineage is not None else pm.current().begin()
     p, prefs = lin.placements, lin.inline_preferences
@@ -88,20 +99,63 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None) ->
         return u not in realized and u not in prefs and p.mode_is_unspecified(u)
 
     _store_shared_reductions(realized, p, cap)
+    users: dict[UOp, list[UOp]] = {}
+    for u in order:
+        for s in u.src:
+            users.setdefault(s, []).append(u)
+    fused: set[UOp] = set()
+    rows: dict[UOp, tuple[int, ...]] = {}
     for u in order:
         if _is_expanding(u):
             x = u.src[0]
             while x.op in GroupOp.Movement:
                 x = x.src[0]
-            if cap(x) and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
-                _store(x, realized, p)
-                _store_shared_reductions(realized, p, cap)
+            if x in fused or not cap(x) or not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+                continue
+            if local_axes is not None and _row_fusable(x, users, realized, fused):
+                fused.add(x)
+                r = x.src[0]
+                if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
+                        p.mode_is_unspecified(r):
+                    p.update(r, pm.NV, ROW_SCRATCH)
+                    p.set_scratch_extent(r, _row_extent(x))
+                    rows[r] = x.arg[1]
+                continue
+            _store(x, realized, p)
+            _store_shared_reductions(realized, p, cap)
     for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
         if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
                 p.is_in_context_force(u, KERNEL_SCRATCH):
             realized.add(u)
     _fission(cands, realized, p)
-    return outputs | {u for u in order if u.op in _STORAGE} | {u for u in cands if p.is_in_context_force(u, INLINED)}
+    stored = outputs | {u for u in order if u.op in _STORAGE} | {u for u in cands if p.is_in_context_force(u, INLINED)}
+    if local_axes is not None:
+        local_axes.update({u: rows.get(u, tuple(range(len(u.shape)))) for u in cands
+                           if u not in stored and (pl := p.get(u)) is not None and pl[0] is pm.L})
+    return stored
+
+
+def _row_extent(x: UOp) -> int | None:
+    """Elements of one row of reduction `x`'s input (None when symbolic)."""
+    n = prod(x.src[0].shape[a] for a in x.arg[1])
+    return n if isinstance(n, int) else None
+
+
+def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused: set[UOp]) -> bool:
+    """Whether reduction `x` may be computed by its broadcast consumer, once per row (see realize_points)."""
+    if x.op is not Op.REDUCE_AXIS:
+        return False
+    axes = x.arg[1]
+    for w in users[x]:
+        if _is_expanding(w) and any(i != o and a not in axes for a, (i, o) in enumerate(zip(x.shape, w.arg,
+                                                                                              strict=True))):
+            return False  # broadcast along another axis: every copy would recompute the whole reduction
+        if w.op in GroupOp.Movement and w.op is not Op.EXPAND:
+            return False  # a view of it might be broadcast further on
+    extent = _row_extent(x)
+    if extent is None or not pm.fits_scratch(extent, x.src[0].dtype.itemsize):
+        return False
+    return all(b is x or b in fused for b in _kernel_body(x, realized) if b.op is Op.REDUCE_AXIS)
 
 
 def _store(u: UOp, realized: set[UOp], p: pm.Placements) -> None:
@@ -175,11 +229,13 @@ def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
 class _Lowerer:
     """Lower one kernel: index every value by range expressions, turning movements into index maths."""
 
-    def __init__(self, realized: dict[UOp, UOp]):
+    def __init__(self, realized: dict[UOp, UOp], local_axes: dict[UOp, tuple[int, ...]] | None = None):
         self.realized = realized                   # stored value -> its BUFFER
+        self.local_axes = local_axes or {}         # Local value -> the axes of its kernel-local array
         self.params: dict[UOp, UOp] = {}           # BUFFER -> PARAM
         self.buffers: list[UOp] = []
         self.memo: dict[tuple, UOp] = {}
+        self.scratch: dict[tuple, tuple[UOp, UOp]] = {}  # (Local value, its other indices) -> (array, fill)
         self.nranges = 0
 
     def param(self, buf: UOp, size: sint) -> UOp:
@@ -200,14 +256,30 @@ class _Lowerer:
         return r
 
     def load(self, buf: UOp, shape: tuple[sint, ...], idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
-        flat = UOp.const(dtypes.index, 0)
-        stride = 1
-        for i, s in reversed(list(zip(idxs, shape, strict=True))):
-            flat = flat + i * stride
-            stride *= s
         param = self.param(buf, prod(shape))
-        index = UOp(Op.INDEX, param.dtype, (param, flat) + ((gate,) if gate is not None else ()))
+        index = UOp(Op.INDEX, param.dtype, (param, _flat(idxs, shape)) + ((gate,) if gate is not None else ()))
         return UOp(Op.LOAD, buf.dtype, (index,))
+
+    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> UOp | None:
+        """A read of Local value `u` from its kernel-local array: the array is filled once per value of the
+        indices outside its axes (a row per row index), before its first read. None when its size is symbolic."""
+        axes = self.local_axes[u]
+        sizes = tuple(u.shape[a] for a in axes)
+        if not all(isinstance(n, int) for n in sizes):
+            return None
+        key = (u, tuple(i for a, i in enumerate(idxs) if a not in axes))
+        if key not in self.scratch:
+            rngs = {a: self.new_range(u.shape[a], "local") for a in axes}
+            value = self.lower(u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, top=True)
+            n = prod(sizes)
+            arr = UOp(Op.DEFINE_REG, u.dtype.ptr(n, AddrSpace.REG), (), (f"loc{len(self.scratch)}", n))
+            store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, arr.dtype, (arr, _flat(tuple(rngs.values()), sizes))),
+                                                value))
+            live = tuple(r for r in rngs.values() if r.op is Op.RANGE)
+            self.scratch[key] = (arr, UOp(Op.END, dtypes.void, (store, *live)) if live else store)
+        arr, fill = self.scratch[key]
+        index = UOp(Op.INDEX, arr.dtype, (arr, _flat(tuple(idxs[a] for a in axes), sizes)))
+        return UOp(Op.LOAD, u.dtype, (index, fill))
 
     def lower(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool = False) -> UOp:
         key = (u, idxs, gate, top)
@@ -215,6 +287,8 @@ class _Lowerer:
             return hit
         if not top and u in self.realized:
             ret = self.load(self.realized[u], tuple(u.shape), idxs, gate)
+        elif not top and gate is None and u in self.local_axes and (loc := self.local(u, idxs)) is not None:
+            ret = loc  # (under a gate the indices may be out of range: computed in place instead)
         elif u.op is Op.BUFFER:
             ret = self.load(u, (u.arg,), idxs, gate)
         elif u.op is Op.CONST:
@@ -245,6 +319,15 @@ class _Lowerer:
             ret = UOp(u.op, u.dtype, tuple(self.lower(s, idxs, gate) for s in u.src), u.arg)
         self.memo[key] = ret
         return ret
+
+
+def _flat(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
+    """The row-major flat index of `idxs` into `shape`."""
+    flat, stride = UOp.const(dtypes.index, 0), 1
+    for i, s in reversed(list(zip(idxs, shape, strict=True))):
+        flat = flat + i * stride
+        stride *= s
+    return flat
 
 
 def _zero(dt):
@@ -292,10 +375,11 @@ def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[
     return UOp(Op.INDEX, param.dtype, (param, idxs[0]) + ((gate,) if gate is not None else ())), u
 
 
-def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
+def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp],
+                 local_axes: dict[UOp, tuple[int, ...]] | None = None) -> Kernel:
     """The kernel that computes `value` into `out` (a BUFFER, or a view of one for an assignment), reading the
-    stored values in `realized`."""
-    lw = _Lowerer(realized)
+    stored values in `realized` and keeping the Local values of `local_axes` in kernel-local arrays."""
+    lw = _Lowerer(realized, local_axes)
     shape = tuple(value.shape)
     if out.op is Op.BUFFER:
         lw.param(out, prod(shape))  # slot 0, typed by the value's (possibly symbolic) size
@@ -329,16 +413,20 @@ def placement_dump(values: list[UOp], p: pm.Placements) -> str:
                      if _is_candidate(u) or u in values)
 
 
-def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
+def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = False) -> list[Kernel]:
     """Kernels computing each (value, BUFFER) output, in dependency order.
 
-    `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage.
+    `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage. `local_arrays`: the
+    device's kernels loop over their outputs (CPU-style), so a kernel-local array filled once per row serves
+    the whole row; without it (one work item per output) Local values are computed in place and rows are not
+    fused (a per-item row fill would cost a row per output and private memory per item).
     """
     # an output that is contiguous(x) is x stored: the output's own storage is the contiguous copy
     outputs = [(v.src[0] if v.op is Op.CONTIGUOUS else v, b) for v, b in outputs]
     values = [v for v, _ in outputs]
+    local_axes: dict[UOp, tuple[int, ...]] | None = {} if local_arrays else None
     with pm.compiling() as lineage:
-        points = realize_points(values, lineage)
+        points = realize_points(values, lineage, local_axes)
         if config.get("DEBUG") >= 3:
             print(placement_dump(values, lineage.placements))
     # a value assigned into a view of storage is stored there, but read by other kernels from nowhere else
@@ -353,7 +441,7 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
         if u not in points or not resolve(prod(u.shape) != 0):
             continue
         if u in targets:
-            kernels.append(lower_kernel(u, targets[u], realized))
+            kernels.append(lower_kernel(u, targets[u], realized, local_axes))
         elif u.op not in _STORAGE:
-            kernels.append(lower_kernel(u, realized[u], realized))
+            kernels.append(lower_kernel(u, realized[u], realized, local_axes))
     return kernels
