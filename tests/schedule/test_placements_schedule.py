@@ -122,6 +122,20 @@ def test_softmax_is_one_kernel_with_a_local_exp_row(device, kernels) -> None:
     close(got, _np_softmax(a))
 
 
+def test_row_reduction_consumed_across_rows_is_stored(device, kernels) -> None:
+    """Row fusion only where the consumer goes row by row: a row max whose broadcast is then reduced over the
+    rows (each row would be recomputed once per column) stays On_device."""
+    a = _rand(48, 40)
+    x = Tensor(a, device=device)
+    m = x.max(axis=1, keepdim=True)
+    lineage = Lineage()
+    with lineage, kernels() as k:
+        got = (x - m).sum(axis=0).numpy()
+    assert k.count == 2
+    close(got, (a - a.max(1, keepdims=True)).sum(0))
+    assert lineage.placements.get(m.uop)[0] is OD
+
+
 def test_softmax_below_the_threshold_keeps_rows_on_device(device, kernels) -> None:
     """With the threshold under the row's 4000 bytes the same program stores its row reductions: more kernels,
     equal values, and the exp row is inlined rather than Local."""

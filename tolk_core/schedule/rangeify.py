@@ -9,7 +9,8 @@ compile's lineage with a provenance and read back through the forcing queries:
   `realize()`, `decide_materialized`);
 - heuristic caps (39:inline-reduction-cap, lifted by `decide_inline`): a value holding an unstored reduction
   that is broadcast (EXPAND) on its way to a consumer (inlining it would recompute the reduction once per
-  broadcast copy: this is why softmax is three kernels), and a reduction read by more than one kernel;
+  broadcast copy), and a reduction read by more than one kernel; except, with kernel-local arrays, a row
+  reduction consumed row by row (softmax's row max and sum: see `realize_points`);
 - a Never_virtual value too big for kernel-local scratch, and a Local value two kernels touch (fission, 177).
 Everything else is inlined (Virtual, 151:inlined) into each kernel that reads it: fusion is the default.
 Values settled Local have no storage: on devices whose kernels loop over their outputs (`local_arrays`), the
@@ -141,6 +142,24 @@ def _row_extent(x: UOp) -> int | None:
     return n if isinstance(n, int) else None
 
 
+def _row_consumers(w: UOp, axes: tuple[int, ...], users: dict[UOp, list[UOp]], realized: set[UOp]) -> bool:
+    """Whether the broadcast `w` of a row reduction over `axes` is consumed row by row up to its kernel's root:
+    elementwise ops and reductions over the same axes only. A view (the axes move) or a reduction over other
+    axes (each row would be recomputed once per element of the other axes) makes it False."""
+    seen, stack = {w}, list(users.get(w, ()))
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u.op in GroupOp.Movement or u.op is Op.SINK or (u.op is Op.REDUCE_AXIS and u.arg[1] != axes):
+            return False
+        if u.op is Op.REDUCE_AXIS or u in realized:
+            continue  # a reduction of the row is per row again; a stored value ends the kernel
+        stack.extend(users.get(u, ()))
+    return True
+
+
 def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused: set[UOp]) -> bool:
     """Whether reduction `x` may be computed by its broadcast consumer, once per row (see realize_points)."""
     if x.op is not Op.REDUCE_AXIS:
@@ -152,6 +171,8 @@ def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused:
             return False  # broadcast along another axis: every copy would recompute the whole reduction
         if w.op in GroupOp.Movement and w.op is not Op.EXPAND:
             return False  # a view of it might be broadcast further on
+        if w.op is Op.EXPAND and not _row_consumers(w, axes, users, realized):
+            return False
     extent = _row_extent(x)
     if extent is None or not pm.fits_scratch(extent, x.src[0].dtype.itemsize):
         return False
