@@ -51,6 +51,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("SPLIT_REDUCEOP", int, 1, "split large reductions over few outputs in two kernels"),
     Setting("REDUCEOP_SPLIT_SIZE", int, 22, "log2 cap on the first stage's output of a split reduction"),
     Setting("REDUCEOP_SPLIT_THRESHOLD", int, 32768, "input/output element ratio above which a reduction splits"),
+    Setting("PLACEMENT_STACK_THRESHOLD", int, 16384, "bytes above which a value that must not be inlined gets a "
+            "device buffer instead of kernel-local scratch; <= 0 turns the size check off (always kernel-local)"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)"),
     Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
             "the first available), from a file a preference", env="TOLK_DEVICE"),

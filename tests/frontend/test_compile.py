@@ -11,21 +11,13 @@ import pytest
 
 from tolk_core.codegen import generate
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine.realize import compile_linear
+from tolk_core.engine.realize import compile_linear, schedule
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
 
 
 def _linear_of(t: Tensor):
-    from tolk_core.engine import buffers
-    from tolk_core.ir.dtype import dtypes
-    from tolk_core.ir.ops import Op
-    from tolk_core.ir.uop import UOp
-    from tolk_core.schedule.linear import create_linear
-    from tolk_core.schedule.prepare import prepare_rangeify
-    store = UOp(Op.STORE, dtypes.void, (buffers.new_buffer(t.device, t.numel(), t.dtype), t.uop))
-    sink = prepare_rangeify(UOp(Op.SINK, dtypes.void, (store,)))
-    return create_linear(sink, lambda v: buffers.new_buffer(t.device, int(np.prod(v.shape)), v.dtype))
+    return schedule(t.device, [t.uop])[0]
 
 
 def test_second_realize_compiles_nothing(device) -> None:

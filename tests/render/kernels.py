@@ -1,13 +1,12 @@
 """Kernel ASTs of lazy Tensors, scheduled but never run: what the renderer tests render for other devices."""
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 
 from tolk_core.engine import buffers
+from tolk_core.engine.realize import schedule
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule.linear import create_linear
 
 
 def kernel_asts(tensors: Iterable[Tensor]) -> list[UOp]:
@@ -19,8 +18,6 @@ def kernel_asts(tensors: Iterable[Tensor]) -> list[UOp]:
             todo[t.device].append(t.uop)
     asts: dict[UOp, None] = {}
     for device, values in todo.items():
-        def new(v: UOp, device: str = device) -> UOp:
-            return buffers.new_buffer(device, math.prod(v.shape), v.dtype)
-        linear = create_linear([(v, new(v)) for v in values], new)
+        linear, _, _ = schedule(device, values)
         asts.update((call.src[0], None) for call in linear.src)
     return list(asts)

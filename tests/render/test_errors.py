@@ -88,8 +88,8 @@ def test_bitcast_between_sizes_is_a_dtype_error() -> None:
 class BrokenC(CRenderer):
     """Emits invalid C: every kernel body starts with a statement that is not C."""
 
-    def render_kernel(self, name, lin, params, loop_kinds=None, guard=None) -> str:
-        return super().render_kernel(name, lin, params, loop_kinds, guard).replace("{", "{\n  this is not C;", 1)
+    def render_kernel(self, name, lin, params, loop_kinds=None) -> str:
+        return super().render_kernel(name, lin, params, loop_kinds).replace("{", "{\n  this is not C;", 1)
 
 
 def test_compile_failure_carries_source_and_compiler_message(tolk_env) -> None:

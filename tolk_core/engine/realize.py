@@ -38,12 +38,17 @@ capturing: list[Callable[[UOp, dict[str, int]], None]] = []
 # values already computed: value UOp -> the storage view holding it (lives as long as the value does)
 _computed: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
-_programs: dict[tuple[str, UOp], tuple[Any, KernelSource]] = {}
+_programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}
 
 
 def _device(name: str):
     from tolk_core.plugins import Device
     return Device[name]
+
+
+def _local_arrays(device: str) -> bool:
+    """Whether kernels on `device` loop over their outputs, so a kernel-local array serves a whole row."""
+    return not _device(device).renderer.has_local
 
 
 def _is_stored(u: UOp) -> bool:
@@ -62,24 +67,31 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
         _realize_on(device, todo)
 
 
+def schedule(device: str, values: Sequence[UOp]) -> tuple[UOp, list[UOp], dict[str, int]]:
+    """Schedule `values` on `device` without running anything: (the LINEAR, the new BUFFER of each value,
+    the bound Variables' values). Prepare, placements and rangeify run here."""
+    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, tuple(values)))
+
+    def new_buffer(v: UOp) -> UOp:
+        return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
+
+    outs = [new_buffer(v) for v in sink.src]
+    stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in zip(sink.src, outs, strict=True))
+    linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, stores)), new_buffer, _local_arrays(device))
+    GlobalCounters.schedules += 1
+    if (debug := config.get("DEBUG")) >= 1:
+        print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
+    return linear, outs, var_vals
+
+
 def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     # reuse values computed by earlier realizes that these graphs still read
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
     if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
         sink = sink.substitute(known)
-    sink, var_vals = unbind(sink)
-
-    def new_buffer(v: UOp) -> UOp:
-        return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
-
-    outputs = [(v, new_buffer(v)) for v in sink.src]
-    stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in outputs)
-    linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, stores)), new_buffer)
-    GlobalCounters.schedules += 1
-    if (debug := config.get("DEBUG")) >= 1:
-        print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
+    linear, outs, var_vals = schedule(device, sink.src)
     run_linear(linear, var_vals=var_vals)
-    for (orig, ts), (_, buf) in zip(todo.items(), outputs, strict=True):
+    for (orig, ts), buf in zip(todo.items(), outs, strict=True):
         view = buffers.view_as(buf, tuple(_concrete(s, var_vals) for s in orig.shape))
         if not capturing:  # a capture fills the buffer only at replay, and each replay overwrites it
             _computed[orig] = view
@@ -98,7 +110,7 @@ def realize_assign(device: str, target: UOp, value: UOp) -> None:
     def new_buffer(v: UOp) -> UOp:
         return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
 
-    run_linear(create_linear(prepare_rangeify(sink), new_buffer), var_vals=var_vals)
+    run_linear(create_linear(prepare_rangeify(sink), new_buffer, _local_arrays(device)), var_vals=var_vals)
     base = storage_base(target)
     for u in [u for u in list(_computed) if base in u.toposort()]:
         del _computed[u]
@@ -117,14 +129,19 @@ def arg_device(u: UOp) -> str:
 
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     """The program of every CALL in `linear`; the missing ones are compiled together, one unit per device."""
-    missing: dict[str, list[UOp]] = {}
+    missing: dict[Any, list[UOp]] = {}
     for call in linear.src:
+        # keyed by the opened device, not its name: a device reopened (registry reset) needs its own programs
         dev = arg_device(call.src[1])
-        if (dev, call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
+        if _key(dev, call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
             missing.setdefault(dev, []).append(call.src[0])
     for dev, asts in missing.items():
         _compile_together(dev, asts)
-    return [_programs[(arg_device(c.src[1]), c.src[0])] for c in linear.src]
+    return [_programs[_key(arg_device(c.src[1]), c.src[0])] for c in linear.src]
+
+
+def _key(dev: str, ast: UOp) -> tuple[Any, UOp]:
+    return (_device(dev), ast)
 
 
 @dataclass(frozen=True)
@@ -143,9 +160,9 @@ def kernel_vals(ks: KernelSource, var_vals: dict[str, int]) -> tuple[int, ...]:
 def to_program(ast: UOp, device: str) -> UOp:
     """PROGRAM(ast) of kernel SINK `ast` on `device`, its arg a CompiledKernel (compiled alone if missing:
     `compile_linear` first compiles a whole schedule in one unit)."""
-    if (dev_ast := (device, ast)) not in _programs:
+    if _key(device, ast) not in _programs:
         _compile_together(device, [ast])
-    prg, ks = _programs[dev_ast]
+    prg, ks = _programs[_key(device, ast)]
     return UOp(Op.PROGRAM, dtypes.void, (ast,), CompiledKernel(device, prg, ks))
 
 
@@ -159,7 +176,7 @@ def _compile_together(dev: str, asts: list[UOp]) -> None:
         print(module)
     lib = device.compiler.compile_cached(module)
     for ast, ks in zip(asts, sources, strict=True):
-        _programs[(dev, ast)] = (device.runtime(device, ks.name, lib), ks)
+        _programs[(device, ast)] = (device.runtime(device, ks.name, lib), ks)
 
 
 def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, int] | None = None) -> None:

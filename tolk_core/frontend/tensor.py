@@ -27,6 +27,7 @@ from tolk_core.ir.dtype import DType, dtypes, promote_types
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import movement_shape
 from tolk_core.ir.uop import UOp, prod, resolve, sint, sym_eq
+from tolk_core.schedule import placements
 
 Scalar = int | float | bool
 # called with a Tensor before its data is read (the JIT refuses reads during capture and of stale outputs)
@@ -91,6 +92,8 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         self.device = _resolve_device(device)
         if isinstance(data, UOp):
             self.uop = data
+            if data.op is Op.CONST:
+                placements.seed_constant(data)
             return
         if isinstance(data, Tensor):
             data = data.numpy()
@@ -98,6 +101,7 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             dt = dt or dtypes.from_py(data)
             self.uop = UOp.const(dt, _as_const(data, dt))
+            placements.seed_constant(self.uop)
             return
         arr = np.asarray(data)
         if dt is None:
@@ -109,6 +113,7 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
                 dt = dtypes.from_np(arr.dtype)
         arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False))
         self.uop = storage.from_numpy(arr, dt, self.device)
+        placements.seed_input(storage.base_buffer(self.uop))
 
     # ---- construction helpers ----
     @staticmethod
@@ -143,7 +148,9 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         shape = Tensor._shape_arg(shape)
         dt = dtypes.parse(dtype or dtypes.default_float)
         device = _resolve_device(device)
-        return Tensor(storage.view_as(storage.new_buffer(device, math.prod(shape), dt), shape), device)
+        buf = storage.new_buffer(device, math.prod(shape), dt)
+        placements.seed_input(buf)
+        return Tensor(storage.view_as(buf, shape), device)
 
     @staticmethod
     def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: Any = None,
@@ -185,16 +192,21 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
     # ---- realization ----
     def realize(self, *others: Tensor) -> Tensor:
         from tolk_core.engine.realize import realize_tensors
+        for t in (self, *others):
+            placements.seed_realize(t.uop)
         realize_tensors([self, *others])
         return self
 
     def contiguous(self) -> Tensor:
-        return Tensor(UOp(Op.CONTIGUOUS, self.dtype, (self.uop,)), self.device)
+        out = UOp(Op.CONTIGUOUS, self.dtype, (self.uop,))
+        placements.seed_contiguous(out)
+        return Tensor(out, self.device)
 
     def numpy(self) -> np.ndarray:
         from tolk_core.engine.realize import realize_tensors
         for check in read_checks:
             check(self)
+        placements.seed_observed(self.uop)
         realize_tensors([self])
         return storage.to_numpy(self.uop, self.shape, self.dtype)
 

@@ -276,6 +276,10 @@ class CStyleRenderer:
             if u.op is Op.IF:  # work items past the end of a padded launch stop here
                 lines.append(f"{pad}if (!{ref(u.src[0])}) return;")
                 continue
+            if u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType):  # a kernel-local array
+                names[u] = u.arg[0]
+                lines.append(f"{pad}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+                continue
             if u.op is Op.DEFINE_REG:
                 red = u.arg
                 names[u] = f"acc{counter}"

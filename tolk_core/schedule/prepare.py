@@ -23,6 +23,7 @@ from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
+from tolk_core.schedule import placements
 
 rule_fires: Counter[str] = Counter()
 
@@ -58,10 +59,10 @@ def is_broadcast(u: UOp) -> bool:
 def _reads_storage_other_than(value: UOp, base: UOp, dest: UOp) -> bool:
     """Whether `value` reads storage `base` through any view other than exactly `dest` (a store hazard:
     elements it has yet to read could be overwritten first)."""
-    views: set[UOp] = set()
-    for u in (value, *(s for x in value.toposort() if x.op not in _VIEW_OPS for s in x.src)):
-        if storage_base(u) is base:
-            views.add(u)
+    nodes = value.toposort()
+    if any(x.op is Op.REDUCE_AXIS and base in x.toposort() for x in nodes):
+        return True  # a reduction of the destination reads elements other than the one being stored
+    views = {u for u in (value, *(s for x in nodes if x.op not in _VIEW_OPS for s in x.src)) if storage_base(u) is base}
     return bool(views - {dest})
 
 
@@ -104,6 +105,13 @@ def split_reduceop(red: UOp, x: UOp) -> UOp | None:
     return None
 
 
+def _materialised(value: UOp) -> UOp:
+    """`value` stored in new storage on its device (a CONTIGUOUS placed On_device, like a user contiguous())."""
+    out = UOp(Op.CONTIGUOUS, value.dtype, (value,))
+    placements.seed_contiguous(out)
+    return out
+
+
 def _split_reductions(sink: UOp) -> UOp:
     """split_reduceop over the graph's reductions, once: the two reductions a split makes are not split
     again (a sum of 2^24 elements is two kernels)."""
@@ -123,7 +131,7 @@ def _split(red: UOp, x: UOp, axis: int, d: int) -> UOp:
     order = tuple(i for i in range(n + 1) if i != axis) + (axis,)
     moved = UOp(Op.PERMUTE, x.dtype, (split,), order)
     first_axes = tuple(sorted(order.index(a if a < axis else a + 1) for a in axes))
-    first = UOp(Op.CONTIGUOUS, red.dtype, (UOp(Op.REDUCE_AXIS, red.dtype, (moved,), (op, first_axes)),))
+    first = _materialised(UOp(Op.REDUCE_AXIS, red.dtype, (moved,), (op, first_axes)))
     second = UOp(Op.REDUCE_AXIS, red.dtype, (first,), (op, (n,)))
     return UOp(Op.RESHAPE, red.dtype, (second,), tuple(red.shape))
 
@@ -200,7 +208,7 @@ def store_hazard(store: UOp, dest: UOp, value: UOp) -> UOp | None:
         return None
     base = storage_base(dest)
     if base.op is Op.BUFFER and _reads_storage_other_than(value, base, dest):
-        return store.replace(src=(dest, UOp(Op.CONTIGUOUS, value.dtype, (value,))))
+        return store.replace(src=(dest, _materialised(value)))
     return None
 
 
