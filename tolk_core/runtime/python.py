@@ -166,7 +166,7 @@ def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> No
     sizes = [1] * ndim
 
     def val(tok: str) -> Any:
-        return env[tok] if tok[0] in "vb$" else _const(tok)
+        return _const(tok) if ":" in tok else env[tok]
 
     def full_shape() -> tuple[int, ...]:
         return tuple(sizes)
