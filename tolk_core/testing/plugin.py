@@ -10,7 +10,8 @@ device whose BackendSpec.capabilities does not declare the flag, naming it. The 
     [xfail]
     "test_runtime.py::test_dtype_roundtrip[MYDEV-float16]" = "half kernels not written yet"
 
-(keys are fnmatch patterns on ``file::test[params]``; xfails are strict, so a fixed test flags itself). At the
+(keys match ``file::test[params]`` or ``test[params]``, with ``*`` and ``?`` as wildcards and brackets literal;
+xfails are strict, so a fixed test flags itself). At the
 end one line per device is printed (``tolk conformance MYDEV: 40 passed, 3 skipped, 1 xfailed, 0 failed``) and
 a JSON report is written (``--tolk-report``, default ``tolk-conformance.json``).
 """
@@ -85,8 +86,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if item.get_closest_marker("stress") and not config.getoption("--tolk-stress"):
             item.add_marker(pytest.mark.skip(reason="the stress tier is opt-in: pass --tolk-stress"))
+        short = _short_id(item)
         for pattern, reason in xf.items():
-            if fnmatch.fnmatch(_short_id(item), pattern):
+            if any(fnmatch.fnmatchcase(x, pattern.replace("[", "[[]")) for x in (short, short.partition("::")[2])):
                 item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
 
 

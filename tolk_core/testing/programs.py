@@ -74,12 +74,14 @@ def inputs(name: str, case: Case) -> list[np.ndarray]:
     return [rng.uniform(case.low, case.high, size=s).astype(case.dtype) for s in case.shapes]
 
 
-def run_cases(device: str, cases: Mapping[str, Case]) -> dict[str, Tensor | Exception]:
-    """Build every case on `device` and realize them together; a case that fails to build maps to its error."""
+def run_cases(device: str, cases: Mapping[str, Case],
+              make_inputs: Callable[[str, Case], list[np.ndarray]] = inputs) -> dict[str, Tensor | Exception]:
+    """Build every case on `device` (inputs from `make_inputs`) and realize them together; a case that fails to
+    build or run maps to its error."""
     built: dict[str, Tensor | Exception] = {}
     for name, case in cases.items():
         try:
-            built[name] = case.fn(*(Tensor(x, device=device) for x in inputs(name, case)))
+            built[name] = case.fn(*(Tensor(x, device=device) for x in make_inputs(name, case)))
         except Exception as e:  # noqa: BLE001 - reported by the case's own check
             built[name] = e
     tensors = [t for t in built.values() if isinstance(t, Tensor)]
