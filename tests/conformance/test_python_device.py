@@ -13,7 +13,7 @@ from tests.frontend import test_parity
 from tests.frontend.helpers import close
 from tolk_core.errors import CompileError, ConfigError
 from tolk_core.ir.dtype import dtypes
-from tolk_core.plugins import BackendSpec, Device, get_registry, hookimpl, register
+from tolk_core.plugins import BackendSpec, Device, PluginWarning, get_registry, hookimpl, register
 from tolk_core.runtime import Buffer
 from tolk_core.runtime.python import KernelRuntimeError, parse_module
 from tolk_core.testing.programs import Case, run_cases
@@ -115,7 +115,8 @@ def test_the_name_python_is_reserved(tolk_env):
     mod = type(sys)("impostor")
     mod.tolk_backends = hookimpl(lambda: [BackendSpec(name="PYTHON", device="x:Y")])
     register(mod, name="impostor")
-    reg = get_registry()
+    with pytest.warns(PluginWarning, match="reserved"):
+        reg = get_registry()
     assert reg.get("PYTHON").plugin.dist == "tolk-core"
     bad = next(p for p in reg.plugins if p.name == "impostor")
     assert bad.state == "broken" and "reserved" in bad.reason

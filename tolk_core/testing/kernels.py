@@ -75,6 +75,9 @@ class Bound:
 
 def bind(dev: CompiledDevice, built: Built, arrays: Sequence[np.ndarray], lib: bytes | None = None) -> Bound:
     """Compile `built` for `dev` (unless `lib` is given), allocate its buffers, upload `arrays` as its inputs."""
+    if dev.renderer is None:
+        from tolk_core.testing.checks import ContractError
+        raise ContractError("tolk_renderers", f"no renderer is registered for {dev.name}")
     module, sources = render(built, dev.renderer)
     lib = lib if lib is not None else dev.compiler.compile_cached(module)
     bufs: dict[UOp, Buffer] = {}

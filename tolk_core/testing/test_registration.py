@@ -22,6 +22,10 @@ def test_specs_valid(tolk_record):
     checks.check_specs(tolk_record)
 
 
+def test_renderer_registered(tolk_record):
+    checks.check_renderer_registered(tolk_record)
+
+
 @pytest.mark.smoke
 def test_probe_never_raises_and_gives_a_reason(tolk_record):
     checks.check_probe(tolk_record)
