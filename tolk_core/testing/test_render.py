@@ -2,6 +2,7 @@
 no device are needed, so a GPU plugin's CI without a GPU still runs this tier."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tolk_core.errors import CompileError
@@ -15,8 +16,7 @@ pytestmark = pytest.mark.render
 
 def _built(name: str, device: str):
     case = PROGRAMS[name]
-    dt = {"float32": "float32", "int32": "int32"}[case.dtype.__name__]
-    return kernels.build(case.fn, *((s, dt) for s in case.shapes), device=device)
+    return kernels.build(case.fn, *((s, np.dtype(case.dtype).name) for s in case.shapes), device=device)
 
 
 @pytest.fixture(scope="session")
