@@ -13,6 +13,11 @@ class DTypeError(TolkError, TypeError):
     """A dtype that an operation or a device does not support."""
 
 
+class BroadcastStoreError(TolkError, ValueError):
+    """A store whose destination is a broadcast (seed 001): several of its elements are one cell, which the
+    store would write once per element, in no order."""
+
+
 class DeviceError(TolkError):
     """Base of the device-selection errors."""
 

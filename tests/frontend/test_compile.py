@@ -18,9 +18,14 @@ from tolk_core.plugins import Device
 
 def _linear_of(t: Tensor):
     from tolk_core.engine import buffers
+    from tolk_core.ir.dtype import dtypes
+    from tolk_core.ir.ops import Op
+    from tolk_core.ir.uop import UOp
     from tolk_core.schedule.linear import create_linear
-    out = buffers.new_buffer(t.device, t.numel(), t.dtype)
-    return create_linear([(t.uop, out)], lambda v: buffers.new_buffer(t.device, int(np.prod(v.shape)), v.dtype))
+    from tolk_core.schedule.prepare import prepare_rangeify
+    store = UOp(Op.STORE, dtypes.void, (buffers.new_buffer(t.device, t.numel(), t.dtype), t.uop))
+    sink = prepare_rangeify(UOp(Op.SINK, dtypes.void, (store,)))
+    return create_linear(sink, lambda v: buffers.new_buffer(t.device, int(np.prod(v.shape)), v.dtype))
 
 
 def test_second_realize_compiles_nothing(device) -> None:
@@ -62,12 +67,17 @@ def test_cpu_mechanisms_in_source() -> None:
     assert "#pragma omp parallel for" in reduce  # the outer loop over rows is split across threads
 
 
-def test_opencl_launch_has_local_size() -> None:
-    from tests.frontend.conftest import _available
+def test_opencl_mechanisms() -> None:
+    from tests.conftest import _available
     ok, why = _available("OPENCL")
     if not ok:
         pytest.skip(why)
-    a = Tensor(np.ones((1024, 1024), np.float32), device="OPENCL")
-    (_, ks), = compile_linear(_linear_of((a * 2).sum(axis=1)))
-    assert ks.local_size is not None and ks.local_size[0] > 1
-    assert ks.global_size[0] * ks.local_size[0] >= 1024 and "get_global_id" in ks.source
+    a = Tensor(np.ones((4096, 512), np.float32), device="OPENCL")
+    ((_, wide), (_, elementwise), (_, narrow)) = (
+        compile_linear(_linear_of(t))[0] for t in ((a * 2).sum(axis=1), a * 2 + 1, a[:4].sum(axis=1)))
+    for ks in (wide, elementwise):  # one work item per output, in groups
+        assert ks.local_size is not None and ks.local_size[0] > 1 and "get_global_id" in ks.source
+        assert ks.global_size[0] * ks.local_size[0] >= 1024
+    # few outputs, a long reduction: one group per output folding in local memory
+    assert narrow.global_size[0] == 4 and narrow.local_size[0] > 1
+    assert "__local" in narrow.source and "barrier(CLK_LOCAL_MEM_FENCE)" in narrow.source

@@ -136,3 +136,42 @@ def test_symbolic_reshape_roundtrip():
 def test_movement_errors_name_shapes(op, shape, arg, msg):
     with pytest.raises(ShapeError, match=msg):
         movement_shape(op, shape, arg)
+
+
+def _sym_chains(n):
+    """Chains over a symbolic first axis n (valid for every n >= 2)."""
+    return [
+        [(Op.RESHAPE, (n * 3,)), (Op.RESHAPE, (n, 3))],
+        [(Op.PERMUTE, (1, 0)), (Op.FLIP, (True, True)), (Op.PAD, ((1, 0), (0, 2)))],
+        [(Op.PAD, ((1, 2), (0, 0))), (Op.SHRINK, ((1, n + 2), (1, 3))), (Op.FLIP, (True, False))],
+        [(Op.RESHAPE, (n, 1, 3)), (Op.EXPAND, (n, 2, 3)), (Op.PERMUTE, (2, 0, 1)), (Op.RESHAPE, (3, n * 2))],
+        [(Op.SHRINK, ((1, n), (0, 3))), (Op.PAD, ((0, 1), (2, 0))), (Op.RESHAPE, (n * 5,)), (Op.FLIP, (True,))],
+    ]
+
+
+@pytest.mark.parametrize("which", range(5))
+def test_symbolic_movement_chains_match_numpy(which):
+    """The same chain built once over a symbolic size n, evaluated at several n, agrees with numpy."""
+    n = Variable("n", 2, 5)
+    chain = _sym_chains(n)[which]
+    shapes = [(n, 3)]
+    for op, arg in chain:
+        shapes.append(movement_shape(op, shapes[-1], arg))
+    out_vars = tuple(Variable(f"o{d}", 0, 64) for d in range(len(shapes[-1])))
+    idxs, valid = out_vars, None
+    for (op, arg), in_shape in zip(reversed(chain), reversed(shapes[:-1]), strict=True):
+        idxs, v = apply_movement_op(op, in_shape, arg, idxs)
+        if v is not None:
+            valid = v if valid is None else valid & v
+    flat = (idxs[0] * 3 + idxs[1]).simplify()
+    for nv in range(2, 6):
+        x = np.arange(nv * 3).reshape(nv, 3)
+        for op, arg in _sym_chains(nv)[which]:
+            x = _np_apply(x, op, arg)
+        assert x.shape == tuple(s if isinstance(s, int) else s.eval({"n": nv}) for s in shapes[-1])
+        for pos in itertools.product(*(range(s) for s in x.shape)):
+            vals = {"n": nv, **{f"o{d}": p for d, p in enumerate(pos)}}
+            ok = True if valid is None else valid.eval(vals)
+            assert ok == (x[pos] != -1), (which, nv, pos)
+            if ok:
+                assert flat.eval(vals) == x[pos], (which, nv, pos, flat.render())

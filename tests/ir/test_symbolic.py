@@ -14,6 +14,7 @@ a, b = Variable("a", 0, 4), Variable("b", 0, 7)
 n, m = Variable("n", 1, 16), Variable("m", 1, 8)
 x, y = Variable("x", 0, 100), Variable("y", -10, 10)
 r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, 16),), 0)
+rn = UOp(Op.RANGE, dtypes.index, (n,), 1)
 
 # (expression, rendered simplified form)
 IDENTITIES = [
@@ -53,6 +54,12 @@ IDENTITIES = [
     (y.maximum(-20), "y"),
     ((i + 1).minimum(0), "0"),
     (x.maximum(x), "x"),
+    # symbolic strides (a reshape over a variable size n)
+    ((r * n + rn) // n, "ridx0"),
+    ((r * n + rn) % n, "ridx1"),
+    ((r * (n * 2) + j) // 2, "((ridx0*n)+(j//2))"),
+    (i * (n * 4), "((i*n)*4)"),
+    ((i * n * 4 + rn) % n, "ridx1"),
     # comparisons decided by range / reduced
     (i * 4 + j < n * 4, "(i<n)"),
     (i * 4 + j < 40, "true"),
@@ -104,9 +111,14 @@ VARS = [Variable("v0", 0, 15), Variable("v1", -8, 7), Variable("v2", 1, 40), Var
 
 
 def _points(e: UOp, count: int, rng: random.Random):
-    vs = [u for u in e.toposort() if u.op in (Op.DEFINE_VAR, Op.RANGE)]
+    topo = e.toposort()
+    vs = [u for u in topo if u.op is Op.DEFINE_VAR]
+    loops = [u for u in topo if u.op is Op.RANGE]
     pts = [{v.render(): v.vmin for v in vs}, {v.render(): v.vmax for v in vs}]
     pts += [{v.render(): rng.randint(v.vmin, v.vmax) for v in vs} for _ in range(count)]
+    for p in pts:  # a loop index lies below its (possibly symbolic) end
+        for lp in loops:
+            p[lp.render()] = rng.randint(0, lp.src[0].eval(p) - 1)
     return pts
 
 
@@ -140,13 +152,40 @@ def _check(e: UOp, rng: random.Random) -> UOp:
     return s
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2**32), st.integers(1, 5), st.booleans())
-def test_simplifier_preserves_value(seed, depth, compare):
-    rng = random.Random(seed)
-    e = _gen(rng, depth)
-    if compare:
-        e = UOp(Op.CMPLT, dtypes.bool, (e, _gen(rng, depth)))
+def _leaf() -> st.SearchStrategy[UOp]:
+    return st.one_of(st.sampled_from(VARS), st.integers(-12, 12).map(lambda v: UOp.const(dtypes.index, v)))
+
+
+def _extend(ch: st.SearchStrategy[UOp]) -> st.SearchStrategy[UOp]:
+    def binop(t):
+        op, a, b = t
+        return a.minimum(b) if op == "min" else UOp(op, dtypes.index, (a, b))
+
+    def divmod_(t):
+        op, a, d = t
+        return UOp(op, dtypes.index, (a, UOp.const(dtypes.index, d) if isinstance(d, int) else d))
+
+    divisors = st.one_of(st.integers(-9, 9).filter(bool), st.sampled_from([VARS[2], VARS[3]]))
+    return st.one_of(
+        st.tuples(st.sampled_from([Op.ADD, Op.SUB, Op.MAX, "min"]), ch, ch).map(binop),
+        st.tuples(st.just(Op.MUL), ch, st.one_of(st.integers(-6, 6).map(lambda v: UOp.const(dtypes.index, v)), ch))
+        .map(binop),
+        st.tuples(st.sampled_from([Op.IDIV, Op.MOD]), ch, divisors).map(divmod_),
+        st.tuples(ch, ch, ch, ch).map(lambda t: UOp(Op.WHERE, dtypes.index, (UOp(Op.CMPLT, dtypes.bool, t[:2]),
+                                                                             t[2], t[3]))),
+    )
+
+
+EXPRS = st.recursive(_leaf(), _extend, max_leaves=14)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(EXPRS, st.one_of(st.none(), EXPRS), st.randoms(use_true_random=False))
+def test_simplifier_preserves_value(e, rhs, rng):
+    """Random expressions over + - * // % < min max (and where) with bounded variables, some negative:
+    the simplified expression has the same value at the bounds and at random points."""
+    if rhs is not None:
+        e = UOp(Op.CMPLT, dtypes.bool, (e, rhs))
     _check(e, rng)
 
 

@@ -99,6 +99,10 @@ def test_shapes_and_device():
     sb = UOp(Op.BUFFER, dtypes.float32, (UOp(Op.UNIQUE, arg=-1), UOp(Op.DEVICE, arg="CPU")), n * 4)
     rs = UOp(Op.RESHAPE, sb.dtype, (sb,), (n, 4))
     assert rs.shape[1] == 4 and str(rs.shape[0]) == "n"
+    other = UOp(Op.RESHAPE, sb.dtype, (UOp(Op.RESHAPE, sb.dtype, (rs,), (4 * n,)),), (n, 4))
+    assert UOp(Op.ADD, sb.dtype, (rs, other)).shape == (n, 4)  # equal symbolic sizes, built differently
+    with pytest.raises(ShapeError, match=r"\(n, 4\) and \(4, n\)"):
+        _ = UOp(Op.ADD, sb.dtype, (rs, UOp(Op.PERMUTE, sb.dtype, (rs,), (1, 0)))).shape
     assert UOp.const(dtypes.float32, 1.0).shape == ()
 
 

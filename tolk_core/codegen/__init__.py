@@ -7,32 +7,44 @@ from dataclasses import dataclass
 from tolk_core import config
 from tolk_core.codegen.linearize import linearize
 from tolk_core.codegen.optimize import optimize
+from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, sint
 from tolk_core.render.cstyle import KernelParam
 
 
 @dataclass(frozen=True)
 class KernelSource:
-    """A rendered kernel: its function text, entry name and launch facts."""
+    """A rendered kernel: its function text, entry name and launch facts.
+
+    `global_size` entries may be symbolic (expressions of the kernel's variables): `launch_dims` evaluates
+    them. `vars` names the integer arguments that follow the buffers, in order.
+    """
     name: str
     source: str
-    global_size: tuple[int, int, int]
-    local_size: tuple[int, int, int] | None
+    global_size: tuple[sint, ...]
+    local_size: tuple[int, ...] | None
     params: tuple[KernelParam, ...]
+    vars: tuple[str, ...] = ()
+
+    def launch_dims(self, var_vals: dict[str, int]) -> tuple[int, ...]:
+        return tuple(g if isinstance(g, int) else int(g.eval(var_vals)) for g in self.global_size)
 
 
 def kernel_params(ast: UOp) -> tuple[KernelParam, ...]:
+    """Buffers by slot, then the symbolic variables by name (passed as int arguments)."""
     nodes = ast.toposort()
     written = {u.src[0].src[0].arg for u in nodes if u.op is Op.STORE}
     bufs = sorted({u for u in nodes if u.op is Op.PARAM}, key=lambda u: u.arg)
-    return tuple(KernelParam(p.arg, p.dtype.base, p.arg in written) for p in bufs)
+    names = sorted({u.arg[0] for u in nodes if u.op is Op.DEFINE_VAR})
+    return (*(KernelParam(p.arg, p.dtype.base, p.arg in written) for p in bufs),
+            *(KernelParam(len(bufs) + i, dtypes.index, var=n) for i, n in enumerate(names)))
 
 
 def _kernel_name(ast: UOp, body: str) -> str:
     nodes = ast.toposort()
     kind = "r" if any(u.op is Op.REDUCE for u in nodes) else "E"
-    dims = [str(int(r.src[0].arg)) for r in nodes if r.op is Op.RANGE and r.arg[1] == "loop"]
+    dims = ["".join(c for c in str(r.src[0]) if c.isalnum()) for r in nodes if r.op is Op.RANGE and r.arg[1] == "loop"]
     digest = hashlib.sha256(body.encode()).hexdigest()[:8]
     return "_".join([kind, *dims, digest])
 
@@ -41,8 +53,9 @@ def generate(ast: UOp, renderer) -> KernelSource:
     """Source for kernel `ast` in `renderer`'s dialect; identical kernels give identical names and text."""
     ast = ast.simplify()
     plan = optimize(ast, renderer, noopt=bool(config.get("NOOPT")))
-    lin = linearize(plan.ast)
+    lin = linearize(plan.ast, plan.guard)
     params = kernel_params(plan.ast)
-    body = renderer.render_kernel("KERNEL", lin, params, plan.loop_kinds, guard=plan.guard)
+    body = renderer.render_kernel("KERNEL", lin, params, plan.loop_kinds)
     name = _kernel_name(ast, body)
-    return KernelSource(name, body.replace(" KERNEL(", f" {name}(", 1), plan.global_size, plan.local_size, params)
+    return KernelSource(name, body.replace(" KERNEL(", f" {name}(", 1), plan.global_size, plan.local_size, params,
+                        tuple(p.var for p in params if p.var is not None))

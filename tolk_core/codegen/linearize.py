@@ -37,8 +37,11 @@ def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     return deps
 
 
-def linearize(sink: UOp) -> list[UOp]:
-    """The kernel `sink` (STOREs, possibly wrapped in END(store, *ranges)) as a flat program."""
+def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
+    """The kernel `sink` (STOREs, possibly wrapped in END(store, *ranges)) as a flat program.
+
+    With a `guard`, the program starts with `IF(guard, arg="return")`: work items where it is false stop.
+    """
     deps = _range_deps(sink)
     stack: list[_Loop] = [_Loop(None)]
     placed: set[UOp] = set()
@@ -49,11 +52,12 @@ def linearize(sink: UOp) -> list[UOp]:
                 return loop.body
         return stack[0].body
 
-    def close(n: int) -> None:
-        for _ in range(n):
+    def close(n: int, target: list) -> None:
+        """Close the innermost `n` loops, each inside the next; the outermost lands in `target`."""
+        for i in range(n):
             loop = stack.pop()
-            block_for_parent = stack[-1].body
-            block_for_parent.extend([loop.rng, *loop.body, UOp(Op.END, dtypes.void, (loop.rng,))])
+            (target if i == n - 1 else stack[-1].body).extend([loop.rng, *loop.body, UOp(Op.END, dtypes.void,
+                                                                                        (loop.rng,))])
 
     def emit(u: UOp) -> None:
         # iterative post-order: sources first; REDUCE opens and closes its own loops
@@ -74,22 +78,30 @@ def linearize(sink: UOp) -> list[UOp]:
 
     def emit_reduce(r: UOp) -> None:
         reg = UOp(Op.DEFINE_REG, r.dtype, (), r)
-        block_for(r).append(reg)
+        target = block_for(r)  # the reduction's loops go where its value is needed, not where it was asked for
+        target.append(reg)
         rngs = [s for s in r.src[1:] if s.op is Op.RANGE]
         for rng in rngs:
-            stack.append(_Loop(rng))
+            open_loop(rng)
         emit(r.src[0])
         stack[-1].body.append(UOp(Op.ASSIGN, r.dtype, (reg, r.src[0]), r.arg))
-        close(len(rngs))
+        close(len(rngs), target)
         placed.add(r)
 
+    def open_loop(rng: UOp) -> None:
+        emit(rng.src[0])  # a symbolic bound is computed before its loop
+        stack.append(_Loop(rng))
+
+    if guard is not None:
+        emit(guard)
+        stack[0].body.append(UOp(Op.IF, dtypes.void, (guard,), "return"))
     for top in sink.src:
         if top.op is Op.END:
             store, rngs = top.src[0], [s for s in top.src[1:] if s.op is Op.RANGE]
             for rng in rngs:
-                stack.append(_Loop(rng))
+                open_loop(rng)
             emit(store)
-            close(len(rngs))
+            close(len(rngs), stack[0].body)
         else:
             emit(top)
     return stack[0].body

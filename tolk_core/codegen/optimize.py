@@ -6,19 +6,28 @@ with no reduction inside is vectorized (`simd`), and a small reduction loop is u
 
 GPU-style renderers (locals) get one work item per output element: the output ranges are rebuilt from one
 global index by division and remainder, the launch is `ceil(n / local)` groups of `local` items, and a guard
-stops the items past the end. Heuristics and their numbers belong to the speed work; these are the mechanisms.
+stops the items past the end. A kernel with few outputs and one long reduction instead gets a *group
+reduction*: one work group per output, each item folds a strided share of the reduction, the partial results
+meet in local memory behind a barrier, and item 0 folds them and stores. Heuristics and their numbers belong to
+the speed work; these are the mechanisms.
+
+GPU index specials are named by what they count: `idx<d>` a global item, `gidx<d>` a group, `lidx<d>` an item
+within its group.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.dtype import AddrSpace, dtypes
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, prod, sint
 
 PARALLEL_MIN_WORK = 1 << 15   # element-operations below which a thread team costs more than it saves
 UNROLL_MAX = 16
+GROUP_MAX_OUTPUTS = 1024      # a group reduction pays off when outputs are too few to fill the device
+GROUP_MIN_REDUCE = 256        # ... and the reduction is long enough to share
+GROUP_SIZE = 64
 
 
 @dataclass
@@ -26,7 +35,7 @@ class Plan:
     """What optimize decided: the (rewritten) AST, loop annotations, launch dims and the work-item guard."""
     ast: UOp
     loop_kinds: dict[UOp, str] = field(default_factory=dict)
-    global_size: tuple[int, int, int] = (1, 1, 1)
+    global_size: tuple[sint, ...] = (1, 1, 1)
     local_size: tuple[int, int, int] | None = None
     guard: UOp | None = None
 
@@ -35,8 +44,13 @@ def _output_ranges(ast: UOp) -> list[UOp]:
     return [r for top in ast.src if top.op is Op.END for r in top.src[1:] if r.op is Op.RANGE]
 
 
-def _size(r: UOp) -> int:
-    return int(r.src[0].arg)
+def _size(r: UOp) -> sint:
+    return r.src[0].arg if r.src[0].op is Op.CONST else r.src[0]
+
+
+def _most(r: UOp) -> int:
+    """The largest size a (possibly symbolic) range can have: what heuristics plan for."""
+    return int(r.src[0].vmax)
 
 
 def optimize(ast: UOp, renderer, noopt: bool = False) -> Plan:
@@ -47,32 +61,77 @@ def optimize(ast: UOp, renderer, noopt: bool = False) -> Plan:
     plan = Plan(ast)
     if noopt:
         return plan
-    work = math.prod(_size(r) for r in outs + reduce_ranges)
-    if outs and work >= PARALLEL_MIN_WORK and _size(outs[0]) > 1:
+    work = math.prod(_most(r) for r in outs + reduce_ranges)
+    if outs and work >= PARALLEL_MIN_WORK and _most(outs[0]) > 1:
         plan.loop_kinds[outs[0]] = "parallel"
     if outs and not reduce_ranges:
         inner = outs[-1]
         plan.loop_kinds[inner] = "parallel simd" if plan.loop_kinds.get(inner) == "parallel" else "simd"
     for r in reduce_ranges:
-        if _size(r) <= UNROLL_MAX:
+        if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX:
             plan.loop_kinds[r] = "unroll"
     return plan
 
 
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
-    n = math.prod(_size(r) for r in outs)
-    if n <= 1:
+    if not noopt and (plan := _group_reduce_plan(ast, outs, renderer)) is not None:
+        return plan
+    n = prod(_size(r) for r in outs)
+    if isinstance(n, int) and n <= 1:
         return Plan(ast)
-    local = 1 if noopt else min(renderer.local_max or 1, 64, 1 << (n - 1).bit_length())
-    groups = -(-n // local)
+    most = n if isinstance(n, int) else int(n.vmax)
+    local = 1 if noopt else min(renderer.local_max or 1, 64, 1 << max(most - 1, 1).bit_length())
+    groups = -(-n // local) if isinstance(n, int) else ((n + (local - 1)) // local).simplify()
     # the guard stops items past n, so every item that computes has gid < n: range analysis may assume it
-    gid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n),), ("gidx0", 0))
-    subs, stride = {}, n
-    for r in outs:
-        stride //= _size(r)
-        subs[r] = (gid // stride) % _size(r) if r is not outs[0] else gid // stride
-    ast = ast.substitute(subs)
+    gid = UOp(Op.SPECIAL, dtypes.index, (n if isinstance(n, UOp) else UOp.const(dtypes.index, n),), ("idx0", 0))
+    ast = _flatten_outputs(ast, outs, gid).simplify()
+    exact = isinstance(n, int) and groups * local == n
+    return Plan(ast, global_size=(groups, 1, 1), local_size=(local, 1, 1), guard=None if exact else gid < n)
+
+
+def _flatten_outputs(ast: UOp, outs: list[UOp], index: UOp) -> UOp:
+    """`ast` with each output range rebuilt from one flat `index` over the outputs (row-major)."""
+    sizes = [_size(r) for r in outs]
+    ast = ast.substitute({r: (index // prod(sizes[i + 1:])) % sizes[i] for i, r in enumerate(outs)})
     # the ENDs now close nothing: keep only their stores
-    ast = UOp(Op.SINK, dtypes.void, tuple(t.src[0] if t.op is Op.END else t for t in ast.src)).simplify()
-    return Plan(ast, global_size=(groups, 1, 1), local_size=(local, 1, 1),
-                guard=(gid < n) if groups * local != n else None)
+    return UOp(Op.SINK, dtypes.void, tuple(t.src[0] if t.op is Op.END else t for t in ast.src))
+
+
+def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+    nodes = ast.toposort()
+    reduces = [u for u in nodes if u.op is Op.REDUCE]
+    if len(reduces) != 1 or any(r.src[0].op is not Op.CONST for r in outs + list(reduces[0].src[1:])):
+        return None
+    red, n = reduces[0], math.prod(_size(r) for r in outs)
+    split = max(red.src[1:], key=_size)
+    size, local = _size(split), min(renderer.local_max, GROUP_SIZE)
+    if n > GROUP_MAX_OUTPUTS or size < GROUP_MIN_REDUCE or red.arg not in (Op.ADD, Op.MAX, Op.MUL):
+        return None
+    lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
+    group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n),), ("gidx0", 0))
+    ids = [r.arg[0] for r in nodes if r.op is Op.RANGE]
+    strided = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-size // local)),), (max(ids) + 1, "reduce"))
+    pos = strided * local + lid
+    body = red.src[0].substitute({split: pos})
+    if size % local:  # the last stride runs past the end: those items fold the identity
+        body = (pos < size).where(body, UOp.const(red.dtype, _identity(red)))
+    partial = UOp(Op.REDUCE, red.dtype, (body, *(strided if r is split else r for r in red.src[1:])), red.arg)
+    temp = UOp(Op.DEFINE_LOCAL, red.dtype.ptr(local, AddrSpace.LOCAL), (), ("temp0", local))
+    barrier = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, temp.dtype, (temp, lid)),
+                                                                      partial)),))
+    slot = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, local),), (max(ids) + 2, "reduce"))
+    total = UOp(Op.REDUCE, red.dtype, (UOp(Op.LOAD, red.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)), barrier)),
+                                       slot), red.arg)
+    ast = _flatten_outputs(ast.substitute({red: total}), outs, group)
+    first = lid.eq(0)  # every item computes the total; the first one stores it
+    stores = {u: u.replace(src=(u.src[0].replace(src=(*u.src[0].src, first)), u.src[1]))
+              for u in ast.toposort() if u.op is Op.STORE and u.src[0].src[0].op is Op.PARAM}
+    return Plan(ast.substitute(stores).simplify(), global_size=(n, 1, 1), local_size=(local, 1, 1))
+
+
+def _identity(red: UOp) -> int | float | bool:
+    if red.arg is Op.ADD:
+        return 0
+    if red.arg is Op.MUL:
+        return 1
+    return -math.inf if dtypes.is_float(red.dtype) else dtypes.min(red.dtype)

@@ -11,7 +11,6 @@ and binaries on disk by the device's compiler.
 """
 from __future__ import annotations
 
-import math
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -23,8 +22,9 @@ from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.schedule.linear import create_linear
+from tolk_core.schedule.prepare import prepare_rangeify, storage_base, unbind
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -64,17 +64,44 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
     if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
         sink = sink.substitute(known)
-    outputs = [(v, buffers.new_buffer(device, math.prod(v.shape), v.dtype)) for v in sink.src]
-    linear = create_linear(outputs, lambda v: buffers.new_buffer(device, math.prod(v.shape), v.dtype))
+    sink, var_vals = unbind(sink)
+
+    def new_buffer(v: UOp) -> UOp:
+        return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
+
+    outputs = [(v, new_buffer(v)) for v in sink.src]
+    stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in outputs)
+    linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, stores)), new_buffer)
     GlobalCounters.schedules += 1
-    if config.get("DEBUG") >= 3:
-        print(f"scheduled {len(linear.src)} kernel(s):\n{linear}")
-    run_linear(linear)
+    if (debug := config.get("DEBUG")) >= 1:
+        print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
+    run_linear(linear, var_vals=var_vals)
     for (orig, ts), (_, buf) in zip(todo.items(), outputs, strict=True):
-        view = buffers.view_as(buf, tuple(orig.shape))
+        view = buffers.view_as(buf, tuple(_concrete(s, var_vals) for s in orig.shape))
         _computed[orig] = view
         for t in ts:
             t.uop = view
+
+
+def realize_assign(device: str, target: UOp, value: UOp) -> None:
+    """Store `value` into the storage that `target` views (a BUFFER seen through movements and bitcasts).
+
+    prepare_rangeify refuses broadcast destinations and materialises a value that reads the destination
+    through another view first. Cached results that read the storage are forgotten.
+    """
+    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
+
+    def new_buffer(v: UOp) -> UOp:
+        return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
+
+    run_linear(create_linear(prepare_rangeify(sink), new_buffer), var_vals=var_vals)
+    base = storage_base(target)
+    for u in [u for u in list(_computed) if base in u.toposort()]:
+        del _computed[u]
+
+
+def _concrete(x: sint, var_vals: dict[str, int]) -> int:
+    return x if isinstance(x, int) else int(x.eval(var_vals))
 
 
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
@@ -107,10 +134,12 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
     debug = config.get("DEBUG")
     for call, (prg, ks) in zip(linear.src, programs, strict=True):
         handles = [buffers.runtime_buffer(b).allocate().handle for b in call.src[1:]]
+        vals = tuple(var_vals[v] for v in ks.vars)
+        gsize = ks.launch_dims(var_vals)
         st = time.perf_counter()
-        et = prg(*handles, global_size=ks.global_size, local_size=ks.local_size, wait=debug >= 2)
+        et = prg(*handles, global_size=gsize, local_size=ks.local_size, vals=vals, wait=debug >= 2)
         GlobalCounters.kernels_launched += 1
         if debug >= 2:
             GlobalCounters.time_sum_s += et or 0.0
-            print(f"*** {buffers.buffer_device(call.src[1]):8s} {ks.name:40s} global={ks.global_size} "
+            print(f"*** {buffers.buffer_device(call.src[1]):8s} {ks.name:40s} global={gsize} "
                   f"local={ks.local_size} {((et or 0.0) if et else time.perf_counter() - st) * 1e6:9.1f} us")

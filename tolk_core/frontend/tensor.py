@@ -18,9 +18,9 @@ import numpy as np
 from tolk_core.engine import buffers as storage
 from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.ir.dtype import DType, dtypes, promote_types
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import movement_shape
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, prod, resolve, sint, sym_eq
 
 Scalar = int | float | bool
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
@@ -35,6 +35,22 @@ def _normalize_axis(axis: int, ndim: int) -> int:
     if not -max(ndim, 1) <= axis < max(ndim, 1):
         raise ShapeError(f"axis {axis} is out of range for a tensor of {ndim} dimension(s)")
     return axis % max(ndim, 1)
+
+
+def _views_storage(u: UOp) -> bool:
+    """Whether `u` is storage seen through movements and bitcasts only (so a store into it is defined)."""
+    while u.op in GroupOp.Movement or u.op is Op.BITCAST:
+        u = u.src[0]
+    return u.op is Op.BUFFER
+
+
+def _is_neg1(s: Any) -> bool:
+    return isinstance(s, int) and s == -1
+
+
+def _sint(x: Any) -> sint:
+    """A size or offset: a Python int, or a symbolic expression of bound Variables."""
+    return x if isinstance(x, UOp) else int(x)
 
 
 def _as_const(value: Scalar, dt: DType) -> Scalar:
@@ -145,8 +161,9 @@ class Tensor:
     def ndim(self) -> int:
         return len(self.shape)
 
-    def numel(self) -> int:
-        return math.prod(self.shape)
+    def numel(self) -> sint:
+        """The element count; a symbolic expression when the shape holds bound Variables."""
+        return prod(self.shape)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -182,6 +199,29 @@ class Tensor:
             raise ShapeError(f"item() needs a tensor of one element, this one has shape {self.shape}")
         return self.numpy().reshape(()).item()
 
+    def assign(self, value: Any) -> Tensor:
+        """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor's storage, in
+        place: other tensors viewing the same storage see the new values. A destination that is a broadcast
+        (an expand of an axis of one) raises BroadcastStoreError. A tensor without storage yet (lazy) simply
+        takes the new value."""
+        from tolk_core.engine.realize import realize_assign
+        if not isinstance(value, Tensor):
+            value = Tensor.full(self.shape, value, self.dtype, self.device)
+        if value.device != self.device:
+            raise DeviceMismatchError(f"assign from {value.device} into a tensor on {self.device}")
+        value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
+            value.cast(self.dtype)
+        if not _views_storage(self.uop):  # no storage to write into yet: the whole value is replaced
+            self.uop = value.uop
+            return self
+        realize_assign(self.device, self.uop, value.uop)
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if not _views_storage(self.uop):
+            self.realize()  # the selection must view this tensor's own storage
+        self[index].assign(value)
+
     def to(self, device: str) -> Tensor:
         device = _resolve_device(device)
         if device == self.device:
@@ -195,14 +235,17 @@ class Tensor:
 
     def reshape(self, *shape: Any) -> Tensor:
         shape = self._shape_arg(shape)
-        if shape.count(-1) > 1:
+        if sum(map(_is_neg1, shape)) > 1:
             raise ShapeError(f"reshape to {shape}: only one dimension can be -1")
-        if -1 in shape:
-            known = math.prod(s for s in shape if s != -1)
-            if known == 0 or self.numel() % known:
+        if any(map(_is_neg1, shape)):
+            known = prod(s for s in shape if not _is_neg1(s))
+            numel = self.numel()
+            if isinstance(known, UOp) or isinstance(numel, UOp):
+                raise ShapeError(f"reshape of symbolic shape {self.shape} to {shape}: -1 needs concrete sizes")
+            if known == 0 or numel % known:
                 raise ShapeError(f"cannot reshape tensor of shape {self.shape} to {shape}")
-            shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-        if math.prod(shape) != self.numel() or any(s < 0 for s in shape):
+            shape = tuple(numel // known if _is_neg1(s) else s for s in shape)
+        if any(s < 0 for s in shape) or not sym_eq(prod(shape), self.numel()):
             raise ShapeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
         return self if shape == self.shape else self._mop(Op.RESHAPE, shape)
 
@@ -246,7 +289,7 @@ class Tensor:
             padding = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
         if len(padding) != self.ndim:
             raise ShapeError(f"pad needs one (before, after) pair per axis of {self.shape}, got {padding}")
-        padding = tuple((int(b), int(a)) for b, a in padding)
+        padding = tuple((_sint(b), _sint(a)) for b, a in padding)
         if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops
             x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, self.shape, strict=True)))
             return x.pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value)
@@ -259,7 +302,7 @@ class Tensor:
         return mask.where(out, value)
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
-        arg = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1])) for a, s in zip(arg, self.shape, strict=True))
         if len(arg) != self.ndim:
             raise ShapeError(f"shrink needs one (start, end) per axis of {self.shape}, got {arg}")
         return self if all(a == (0, s) for a, s in zip(arg, self.shape, strict=True)) else self._mop(Op.SHRINK, arg)
@@ -280,6 +323,11 @@ class Tensor:
                 shrink.append((i, i + 1))
                 steps.append(1)
                 drop.append(axis)
+            elif isinstance(idx, slice) and any(isinstance(v, UOp) for v in (idx.start, idx.stop, size)):
+                if idx.step not in (None, 1):  # symbolic bounds: a plain window, no steps or negatives
+                    raise ShapeError(f"a slice with symbolic bounds takes no step, got {idx}")
+                shrink.append((0 if idx.start is None else idx.start, size if idx.stop is None else idx.stop))
+                steps.append(1)
             elif isinstance(idx, slice):
                 start, stop, step = idx.indices(size)
                 if step > 0:
@@ -450,7 +498,7 @@ class Tensor:
         if self.ndim == 0:
             return x
         out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-        if op is not Op.ADD and any(self.shape[a] == 0 for a in axes) and math.prod(out_shape) != 0:
+        if op is not Op.ADD and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
             raise ShapeError(f"cannot take {op.name.lower()} over an empty axis of shape {self.shape}")
         ret = Tensor(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes)), self.device) if axes else x
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))

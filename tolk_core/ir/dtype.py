@@ -176,9 +176,9 @@ class dtypes:
         """The dtype a Python scalar gets: bool -> bool, int -> default_int, float -> default_float."""
         if isinstance(x, (bool, np.bool_)):
             return dtypes.bool
-        if isinstance(x, int):
+        if isinstance(x, (int, np.integer)):
             return dtypes.default_int
-        if isinstance(x, float):
+        if isinstance(x, (float, np.floating)):
             return dtypes.default_float
         raise DTypeError(f"no dtype for Python value {x!r} of type {type(x).__name__}")
 

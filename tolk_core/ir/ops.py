@@ -47,6 +47,16 @@ class Op(enum.IntEnum):
         return f"Op.{self.name}"
 
 
+class AxisType(enum.Enum):
+    """What a RANGE loops over (RANGE arg = (axis number, AxisType)); codegen's optimizations change it."""
+    GLOBAL = enum.auto(); WARP = enum.auto(); LOCAL = enum.auto(); LOOP = enum.auto()  # noqa: E702
+    GROUP_REDUCE = enum.auto(); REDUCE = enum.auto(); UPCAST = enum.auto(); UNROLL = enum.auto()  # noqa: E702
+    THREAD = enum.auto(); PLACEHOLDER = enum.auto()  # noqa: E702
+
+    def __repr__(self) -> str:
+        return f"AxisType.{self.name}"
+
+
 class GroupOp:
     """Sets of ops that rules and passes match on."""
     Unary = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIPROCAL, Op.NEG, Op.TRUNC})

@@ -90,8 +90,9 @@ class UPat:
             return [r for p in self.alts for r in p.match(u, store)]
         if self.op is not None and u.op not in self.op:
             return []
+        # args compare by value and type, except that int and float values compare numerically
         if self.arg is not _ANY_ARG and (self.arg != u.arg or type(self.arg) is not type(u.arg)) and \
-                not (isinstance(self.arg, (int, float)) and type(u.arg) in (int, float) and self.arg == u.arg):
+                not (type(self.arg) in (int, float) and type(u.arg) in (int, float) and self.arg == u.arg):
             return []
         if self.dtype is not None and u.dtype not in self.dtype and u.dtype.scalar() not in self.dtype:
             return []
@@ -104,23 +105,21 @@ class UPat:
         if kind == "any":
             return [store]
         n = len(u.src)
-        if kind == "each":
-            alternatives: Any = ((self.src[0],) * n,)
-        elif kind == "exact":
+        if kind == "exact":  # the common case: one source order, usually a single store
             if n != len(self.src) and not (self.allow_any_len and n >= len(self.src)):
                 return []
-            alternatives = (self.src,)
-        else:
-            if n != len(self.src):
-                return []
-            alternatives = itertools.permutations(self.src)
-        if kind == "exact":  # the common case: one alternative, usually a single store
             stores = [store]
             for p, s in zip(self.src, u.src, strict=False):  # a prefix when allow_any_len
                 stores = p.match(s, stores[0]) if len(stores) == 1 else [r for st in stores for r in p.match(s, st)]
                 if not stores:
                     return stores
             return stores
+        if kind == "each":
+            alternatives: Any = ((self.src[0],) * n,)
+        else:
+            if n != len(self.src):
+                return []
+            alternatives = itertools.permutations(self.src)
         res: list[dict[str, UOp]] = []
         for alt in alternatives:
             stores = [store]

@@ -122,6 +122,11 @@ def fold_mul(x: UOp) -> UOp | None:
     if a.op is Op.CONST and b.op is not Op.CONST:
         return UOp(Op.MUL, x.dtype, (b, a))
     if b.op is not Op.CONST:
+        # float constant factors outward so sums see coefficients: a*(z*c) -> (a*z)*c, (z*c)*b -> (z*b)*c
+        if b.op is Op.MUL and b.src[1].op is Op.CONST:
+            return UOp(Op.MUL, x.dtype, (UOp(Op.MUL, x.dtype, (a, b.src[0])), b.src[1]))
+        if a.op is Op.MUL and a.src[1].op is Op.CONST:
+            return UOp(Op.MUL, x.dtype, (UOp(Op.MUL, x.dtype, (a.src[0], b)), a.src[1]))
         return None
     c = b.arg
     if c == 0:
@@ -173,7 +178,45 @@ def _divmod_fold(x: UOp, c: int, is_mod: bool) -> UOp | None:
     return None
 
 
+def _below(r: UOp, y: UOp) -> bool:
+    """0 <= r < y provably: by range, or r is a loop over exactly y."""
+    return r.vmin >= 0 and (r.vmax < y.vmin or (r.op is Op.RANGE and r.src[0] is y))
+
+
+def _divmod_sym(x: UOp, y: UOp, is_mod: bool) -> UOp | None:
+    """x // y or x % y for a positive non-constant y: terms that are multiples of y (y*m, or y itself)
+    leave the division when truncation allows (x and the rest on the same side of zero)."""
+    if x.dtype.count != 1 or y.vmin <= 0:
+        return None
+    if _below(x, y):
+        return x if is_mod else _c(x.dtype, 0)
+    dt = x.dtype
+    terms, k = _terms(x)
+    qterms: dict[UOp, int] = {}
+    qk = 0
+    rterms: dict[UOp, int] = {}
+    for b, v in terms.items():
+        if b is y:
+            qk += v
+        elif b.op is Op.MUL and (b.src[0] is y or b.src[1] is y):
+            other = b.src[1] if b.src[0] is y else b.src[0]
+            qterms[other] = qterms.get(other, 0) + v
+        else:
+            rterms[b] = v
+    if not qterms and qk == 0:
+        return None
+    lo, hi = _terms_range(rterms, k)
+    if not ((x.vmin >= 0 and lo >= 0) or (x.vmax <= 0 and hi <= 0)):
+        return None
+    r = _build(rterms, k, dt)
+    if is_mod:
+        return UOp(Op.MOD, dt, (r, y))
+    return UOp(Op.ADD, dt, (_build(qterms, qk, dt), UOp(Op.IDIV, dt, (r, y))))
+
+
 def fold_idiv(x: UOp, d: UOp) -> UOp | None:
+    if d.op is not Op.CONST:
+        return _divmod_sym(x, d, False)
     c, dt = d.arg, x.dtype
     if c == 0 or x.dtype.count != 1:
         return None
@@ -187,6 +230,8 @@ def fold_idiv(x: UOp, d: UOp) -> UOp | None:
 
 
 def fold_mod(x: UOp, d: UOp) -> UOp | None:
+    if d.op is not Op.CONST:
+        return _divmod_sym(x, d, True)
     c, dt = d.arg, x.dtype
     if c == 0 or x.dtype.count != 1:
         return None
@@ -284,8 +329,8 @@ symbolic = PatternMatcher([
     (UPat(Op.NEG, SIGNED, src=(UPat.var("a"),)), lambda a: _neg(a) if a.dtype.count == 1 else None, "neg_to_mul"),
     (UPat(Op.ADD, SIGNED, name="x"), fold_add),
     (UPat(Op.MUL, SIGNED, name="x"), fold_mul),
-    (UPat(Op.IDIV, SIGNED, src=(UPat.var("x"), UPat.cvar("d"))), fold_idiv),
-    (UPat(Op.MOD, SIGNED, src=(UPat.var("x"), UPat.cvar("d"))), fold_mod),
+    (UPat(Op.IDIV, SIGNED, src=(UPat.var("x"), UPat.var("d"))), fold_idiv),
+    (UPat(Op.MOD, SIGNED, src=(UPat.var("x"), UPat.var("d"))), fold_mod),
     (UPat(Op.CMPLT, src=(UPat.var("x", SIGNED), UPat.var("y", SIGNED))), fold_lt),
     (UPat(Op.MAX, name="x"), fold_max),
     (UPat(Op.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b"))), fold_where),

@@ -500,8 +500,8 @@ def _compute_shape(u: UOp) -> tuple | None:
             return None
         first = shapes[0]
         for s in shapes[1:]:
-            if s != first:
-                raise ShapeError(f"{op.name} sources have different shapes {first} and {s}")
+            if s != first and (len(s) != len(first) or not all(sym_eq(x, y) for x, y in zip(s, first, strict=True))):
+                raise ShapeError(f"{op.name} sources have different shapes {_shape_str(first)} and {_shape_str(s)}")
         if op is Op.BITCAST and first and u.dtype.itemsize != u.src[0].dtype.itemsize:
             return (*first[:-1], first[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
         return first
@@ -524,6 +524,10 @@ def _compute_shape(u: UOp) -> tuple | None:
             raise ShapeError(f"REDUCE_AXIS axes {axes} out of range for shape {ins}")
         return tuple(1 if i in axes else s for i, s in enumerate(ins))
     return None
+
+
+def _shape_str(shape: tuple) -> str:
+    return "(" + ", ".join(str(x) for x in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _compute_device(u: UOp) -> Any:
@@ -676,7 +680,8 @@ def render_leaf(u: UOp) -> str:
     if u.op is Op.BIND:
         return u.src[0].arg[0]
     if u.op is Op.RANGE:
-        return f"ridx{u.arg if not isinstance(u.arg, tuple) else '_'.join(map(str, u.arg))}"
+        # arg is an axis number or (axis number(s)..., AxisType): the numbers name the loop variable
+        return f"ridx{u.arg if not isinstance(u.arg, tuple) else '_'.join(str(a) for a in u.arg if type(a) is int)}"
     if u.op is Op.SPECIAL:
         return str(u.arg)
     if u.op is Op.CONST:

@@ -131,6 +131,8 @@ class DeviceFace:
                                              f"{type(e).__name__}: {e}") from e
             dev.attach(rec.renderer.spec if rec.renderer else None, rec.graph.spec if rec.graph else None)
             self._opened[canon] = dev
+            if config.get("DEBUG") >= 1:
+                print(f"opened device {canon} from {rec.plugin.provider} ({type(dev).__name__})")
             return dev
 
     def _renderer_spec(self, name: str) -> RendererSpec:

@@ -41,6 +41,8 @@ class CStyleRenderer:
     buffer_qualifier: str = ""
     restrict: str = "restrict"
     supports_float64: bool = True
+    local_qualifier: str = ""        # how group-shared memory is declared
+    barrier: str = ""                # the statement that orders group-shared memory
 
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -112,20 +114,22 @@ class CStyleRenderer:
 
     # ---- the kernel ----
     def render_kernel(self, name: str, lin: list[UOp], params: Sequence[KernelParam],
-                      loop_kinds: dict[UOp, str] | None = None, guard: UOp | None = None) -> str:
+                      loop_kinds: dict[UOp, str] | None = None) -> str:
         """One function `name` computing the linearized kernel `lin` over `params`."""
         loop_kinds = loop_kinds or {}
         names: dict[UOp, str] = {}
         lines: list[str] = []
         depth = 1
         counter = 0
-        specials = {u for u in (*lin, *(guard.src if guard is not None else ())) if u.op is Op.SPECIAL}
+        specials = {u for u in lin for u in (u, *u.src) if u.op is Op.SPECIAL}
         pre = [f"  const int {u.arg[0]} = {self.render_special(u)};" for u in sorted(specials, key=lambda u: u.arg)]
         names.update({u: u.arg[0] for u in specials})
 
         def ref(u: UOp) -> str:
             if u.op is Op.CONST:
                 return self.render_const(u.arg, u.dtype)
+            if u.op is Op.DEFINE_VAR:  # a kernel argument
+                return u.arg[0]
             if u.op is Op.REDUCE:  # after its loop, a reduction is its accumulator
                 return names[UOp(Op.DEFINE_REG, u.dtype, (), u)]
             return names[u]
@@ -148,10 +152,18 @@ class CStyleRenderer:
                 lines.append("  " * depth + "}")
                 continue
             if u.op in (Op.INDEX, Op.PARAM, Op.DEFINE_VAR):
-                if u.op is Op.DEFINE_VAR:
-                    names[u] = u.arg[0]
                 continue
             if u.op is Op.SPECIAL:
+                continue
+            if u.op is Op.DEFINE_LOCAL:
+                names[u] = u.arg[0]
+                lines.append(f"{pad}{self.local_qualifier}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+                continue
+            if u.op is Op.BARRIER:
+                lines.append(f"{pad}{self.barrier}")
+                continue
+            if u.op is Op.IF:  # work items past the end of a padded launch stop here
+                lines.append(f"{pad}if (!{ref(u.src[0])}) return;")
                 continue
             if u.op is Op.DEFINE_REG:
                 red = u.arg
@@ -174,8 +186,6 @@ class CStyleRenderer:
             counter += 1
             lines.append(f"{pad}const {self.type_name(u.dtype)} {names[u]} = {expr};")
         head = f"{self.kernel_prefix} {name}({', '.join(self.param_decl(p) for p in params)}) {{"
-        if guard is not None:  # work items past the end of a padded launch do nothing
-            pre.append(f"  if (!{self.expression(guard, ref, index)}) return;")
         return "\n".join([head, *pre, *lines, "}"])
 
     def expression(self, u: UOp, ref: Callable[[UOp], str], index: Callable[[UOp], tuple[str, str | None]]) -> str:

@@ -1,6 +1,7 @@
 """rangeify: ranges index the tensor graph, movement ops become index maths, kernels end where values need storage.
 
-Input: the prepared tensor graph of the outputs to compute, each paired with the BUFFER it is stored into.
+Input: the prepared tensor graph of the outputs to compute, each paired with where it is stored (a new BUFFER,
+or a view of existing storage for an assignment).
 Output: kernels, each a kernel-level SINK whose PARAM slots name the buffers it reads and writes.
 
 Which values get storage (a kernel boundary):
@@ -12,13 +13,12 @@ Everything else is inlined (recomputed) into each kernel that reads it: fusion i
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, prod, resolve, sint
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -93,26 +93,31 @@ class _Lowerer:
         self.memo: dict[tuple, UOp] = {}
         self.nranges = 0
 
-    def param(self, buf: UOp) -> UOp:
+    def param(self, buf: UOp, size: sint) -> UOp:
+        """The PARAM slot of `buf`, typed by the size of the value it holds (symbolic sizes are left out of
+        the type, so one kernel serves every bound value)."""
         if (p := self.params.get(buf)) is None:
-            p = self.params[buf] = UOp(Op.PARAM, buf.dtype.ptr(buf.arg), (), len(self.buffers))
+            ptr = buf.dtype.ptr(size if isinstance(size, int) else -1)
+            p = self.params[buf] = UOp(Op.PARAM, ptr, (), len(self.buffers))
             self.buffers.append(buf)
         return p
 
-    def new_range(self, size: int, kind: str) -> UOp:
-        if size == 1:
+    def new_range(self, size: sint, kind: str) -> UOp:
+        if isinstance(size, int) and size == 1:
             return UOp.const(dtypes.index, 0)
-        r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (self.nranges, kind))
+        bound = size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
+        r = UOp(Op.RANGE, dtypes.index, (bound,), (self.nranges, kind))
         self.nranges += 1
         return r
 
-    def load(self, buf: UOp, shape: tuple[int, ...], idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
+    def load(self, buf: UOp, shape: tuple[sint, ...], idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
         flat = UOp.const(dtypes.index, 0)
         stride = 1
         for i, s in reversed(list(zip(idxs, shape, strict=True))):
             flat = flat + i * stride
             stride *= s
-        index = UOp(Op.INDEX, buf.dtype.ptr(buf.arg), (self.param(buf), flat) + ((gate,) if gate is not None else ()))
+        param = self.param(buf, prod(shape))
+        index = UOp(Op.INDEX, param.dtype, (param, flat) + ((gate,) if gate is not None else ()))
         return UOp(Op.LOAD, buf.dtype, (index,))
 
     def lower(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool = False) -> UOp:
@@ -165,19 +170,48 @@ def _identity(op: Op, dt) -> int | float | bool:
     return dtypes.min(dt)  # MAX
 
 
+def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> tuple[UOp, UOp]:
+    """(INDEX into the storage under `target`, value cast) for storing at output position `idxs`.
+
+    `target` is a BUFFER or movements / equal-size bitcasts of one (prepare_rangeify has refused broadcast
+    destinations): the index goes back through them, and a padded view stores only where it is not padding.
+    """
+    chain, u = [], target
+    while u.op in GroupOp.Movement or u.op is Op.BITCAST:
+        chain.append(u)
+        u = u.src[0]
+    gate = None
+    for m in chain:
+        if m.op is Op.BITCAST:
+            continue
+        idxs, valid = apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, idxs)
+        if valid is not None:
+            gate = valid if gate is None else gate.alu(Op.AND, valid)
+    param = lw.param(u, u.arg)
+    return UOp(Op.INDEX, param.dtype, (param, idxs[0]) + ((gate,) if gate is not None else ())), u
+
+
 def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
-    """The kernel that computes `value` into BUFFER `out`, reading the stored values in `realized`."""
+    """The kernel that computes `value` into `out` (a BUFFER, or a view of one for an assignment), reading the
+    stored values in `realized`."""
     lw = _Lowerer(realized)
-    out_param = lw.param(out)
     shape = tuple(value.shape)
+    if out.op is Op.BUFFER:
+        lw.param(out, prod(shape))  # slot 0, typed by the value's (possibly symbolic) size
     rngs = tuple(lw.new_range(s, "loop") for s in shape)
     body = lw.lower(value, rngs, None, top=True)
-    flat = UOp.const(dtypes.index, 0)
-    stride = 1
-    for r, s in reversed(list(zip(rngs, shape, strict=True))):
-        flat = flat + r * stride
-        stride *= s
-    store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, out_param.dtype, (out_param, flat)), body))
+    if out.op is Op.BUFFER:
+        flat = UOp.const(dtypes.index, 0)
+        stride: sint = 1
+        for r, s in reversed(list(zip(rngs, shape, strict=True))):
+            flat = flat + r * stride
+            stride = stride * s
+        index = UOp(Op.INDEX, lw.params[out].dtype, (lw.params[out], flat))
+    else:
+        index, base = store_target(lw, out, rngs, shape)
+        if base.dtype != body.dtype:  # stored through an equal-size bitcast: store the bits
+            body = UOp(Op.BITCAST, base.dtype, (body,))
+    store = UOp(Op.STORE, dtypes.void, (index, body))
     live = tuple(r for r in rngs if r.op is Op.RANGE)
     ast = UOp(Op.SINK, dtypes.void, (UOp(Op.END, dtypes.void, (store, *live)) if live else store,)).simplify()
     # simplification can drop reads (a load under a gate that is never true): number the remaining slots 0..n-1
@@ -192,17 +226,21 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
 
     `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage.
     """
-    # an output that is contiguous(x) is x stored: the output's own storage is the contiguous copy
-    outputs = [(v.src[0] if v.op is Op.CONTIGUOUS else v, b) for v, b in outputs]
     values = [v for v, _ in outputs]
     points = realize_points(values)
-    realized: dict[UOp, UOp] = {v: b for v, b in outputs}
+    # a value assigned into a view of storage is stored there, but read by other kernels from nowhere else
+    realized: dict[UOp, UOp] = {v: b for v, b in outputs if b.op is Op.BUFFER}
+    targets = dict(outputs)
     order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
     for u in order:
         if u in points and u not in realized:
             realized[u] = u if u.op in _STORAGE else new_buffer(u)
     kernels = []
     for u in order:  # sources before users: a kernel's inputs are computed by earlier kernels
-        if u in points and u.op not in _STORAGE and math.prod(u.shape) > 0:
+        if u not in points or not resolve(prod(u.shape) != 0):
+            continue
+        if u in targets:
+            kernels.append(lower_kernel(u, targets[u], realized))
+        elif u.op not in _STORAGE:
             kernels.append(lower_kernel(u, realized[u], realized))
     return kernels

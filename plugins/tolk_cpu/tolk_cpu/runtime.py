@@ -51,13 +51,16 @@ class CPUAllocator(Allocator):
 
 
 class CPUCompiler(Compiler):
-    """C via ``compile_c`` with config CC (default ``cc``) and CFLAGS (default ``-O2 -march=native``)."""
+    """C via ``compile_c`` with config CC (default ``cc``) and CFLAGS (see docs/configuration.md), plus
+    ``-fopenmp``: the renderer's thread and SIMD pragmas are OpenMP."""
     kind = "c"
 
     def __init__(self, cc: str | None = None, flags: Sequence[str] | None = None):
         super().__init__()
         self.cc = cc or config.get("CC")
         self.flags = list(flags) if flags is not None else shlex.split(config.get("CFLAGS"))
+        if "-fopenmp" not in self.flags:
+            self.flags.append("-fopenmp")
 
     def compile(self, src: str) -> bytes:
         return compile_c(src, self.cc, self.flags)

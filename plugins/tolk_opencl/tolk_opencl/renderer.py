@@ -17,6 +17,9 @@ class OpenCLRenderer(CStyleRenderer):
     local_max = 256
     kernel_prefix = "__kernel void"
     buffer_qualifier = "__global "
+    local_qualifier = "__local "
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    _specials = {"idx": "get_global_id", "gidx": "get_group_id", "lidx": "get_local_id"}
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
                   dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong"}
 
@@ -33,7 +36,7 @@ class OpenCLRenderer(CStyleRenderer):
         return text.replace("ull", "UL").replace("ll", "L")
 
     def render_special(self, u: UOp) -> str:
-        return f"get_global_id({u.arg[1]})"
+        return f"{self._specials[u.arg[0].rstrip('0123456789')]}({u.arg[1]})"
 
     def prelude(self, sources: Sequence[str]) -> str:
         return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n\n" if any("double" in s for s in sources) else ""
