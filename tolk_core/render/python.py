@@ -47,11 +47,8 @@ class PythonRenderer:
         self.device_obj = device
 
     def render_kernel(self, name: str, lin: list[UOp], params: Sequence, loop_kinds: dict[UOp, str] | None = None,
-                      guard: UOp | None = None) -> str:
+                      ) -> str:
         """One ``kernel name(...)`` block for the linearized kernel `lin`; loop kinds are hints and ignored."""
-        if guard is not None:
-            raise CompileError("the PYTHON renderer has no work items: a kernel with a guard cannot be rendered",
-                               str(guard))
         names: dict[UOp, str] = {}
         lines: list[str] = []
 
@@ -89,8 +86,8 @@ class PythonRenderer:
                 operands = [u.arg.arg.name]
             elif u.op is Op.LOAD:
                 operands = mem(u.src[0])
-            elif u.op is Op.SPECIAL:
-                raise CompileError("the PYTHON renderer has no GPU index specials", str(u))
+            elif u.op in (Op.SPECIAL, Op.IF, Op.DEFINE_LOCAL, Op.BARRIER):
+                raise CompileError(f"the PYTHON renderer has no work items: {u.op.name} cannot be rendered", str(u))
             else:
                 operands = [ref(s) for s in u.src]
             lines.append(f"{pad}{dest} = {u.op.name} {u.dtype.name} {' '.join(operands)}".rstrip())

@@ -19,9 +19,11 @@ from tolk_core.codegen import KernelSource, generate
 from tolk_core.engine import buffers
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.runtime import Buffer, CompiledDevice, Launch
 from tolk_core.schedule.linear import create_linear
+from tolk_core.schedule.prepare import prepare_rangeify
 
 Spec = tuple[tuple[int, ...], str]
 
@@ -43,9 +45,10 @@ def build(fn: Callable[..., Tensor], *specs: Spec, device: str = "PYTHON") -> Bu
     """Schedule ``fn(*inputs)`` for inputs of the given (shape, dtype name); nothing is allocated."""
     ts = [Tensor.empty(*shape, dtype=dt, device=device) for shape, dt in specs]
     out = fn(*ts)
-    value = out.uop
     obuf = buffers.new_buffer(out.device, math.prod(out.shape), out.dtype)
-    linear = create_linear([(value, obuf)], lambda v: buffers.new_buffer(out.device, math.prod(v.shape), v.dtype))
+    sink = UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (obuf, out.uop)),))
+    linear = create_linear(prepare_rangeify(sink),
+                           lambda v: buffers.new_buffer(out.device, math.prod(v.shape), v.dtype))
     ins = [buffers.base_buffer(t.uop) for t in ts]
     assert all(b is not None for b in ins)
     return Built(linear, ins, obuf, tuple(out.shape))  # type: ignore[arg-type]
@@ -89,7 +92,7 @@ def bind(dev: CompiledDevice, built: Built, arrays: Sequence[np.ndarray], lib: b
         if b in bufs and a.size:
             bufs[b].copyin(memoryview(np.ascontiguousarray(a, dtypes.to_np(b.dtype)).reshape(-1).view(np.uint8)))
     launches = [Launch(dev.runtime(dev, ks.name, lib), [bufs[b].handle for b in call.src[1:]], [],
-                       ks.global_size, ks.local_size) for call, ks in zip(built.calls, sources, strict=True)]
+                       ks.launch_dims({}), ks.local_size) for call, ks in zip(built.calls, sources, strict=True)]
     if built.output not in bufs:  # an output no kernel writes (empty programs) is still a buffer
         bufs[built.output] = Buffer(dev.name, built.output.arg, built.output.dtype).allocate()
     return Bound(launches, bufs, bufs[built.output], built.shape)
