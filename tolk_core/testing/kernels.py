@@ -8,7 +8,6 @@ the plugin does with what core hands it.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,21 +19,23 @@ from tolk_core.engine import buffers
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.runtime import Buffer, CompiledDevice, Launch
 from tolk_core.schedule.linear import create_linear
-from tolk_core.schedule.prepare import prepare_rangeify
+from tolk_core.schedule.prepare import prepare_rangeify, unbind
 
 Spec = tuple[tuple[int, ...], str]
 
 
 @dataclass
 class Built:
-    """A scheduled program: its LINEAR of CALLs, its input and output BUFFER UOps, the output's shape."""
+    """A scheduled program: its LINEAR of CALLs, its input and output BUFFER UOps, the output's shape, and the
+    values its bound Variables had (the kernels take them as int arguments)."""
     linear: UOp
     inputs: list[UOp]
     output: UOp
     shape: tuple[int, ...]
+    var_vals: dict[str, int]
 
     @property
     def calls(self) -> tuple[UOp, ...]:
@@ -42,16 +43,23 @@ class Built:
 
 
 def build(fn: Callable[..., Tensor], *specs: Spec, device: str = "PYTHON") -> Built:
-    """Schedule ``fn(*inputs)`` for inputs of the given (shape, dtype name); nothing is allocated."""
+    """Schedule ``fn(*inputs)`` for inputs of the given (shape, dtype name); nothing is allocated. `fn` may use
+    bound Variables (``Variable("n", 1, 64).bind(5)``)."""
     ts = [Tensor.empty(*shape, dtype=dt, device=device) for shape, dt in specs]
     out = fn(*ts)
-    obuf = buffers.new_buffer(out.device, math.prod(out.shape), out.dtype)
-    sink = UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (obuf, out.uop)),))
-    linear = create_linear(prepare_rangeify(sink),
-                           lambda v: buffers.new_buffer(out.device, math.prod(v.shape), v.dtype))
+    value, var_vals = unbind(out.uop)  # bound Variables become kernel arguments, their values launch values
+
+    def concrete(x: sint) -> int:
+        return x if isinstance(x, int) else int(x.eval(var_vals))
+
+    def new_buffer(v: UOp) -> UOp:
+        return buffers.new_buffer(out.device, concrete(prod(v.shape)), v.dtype)
+    obuf = new_buffer(value)
+    linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (obuf, value)),))),
+                           new_buffer)
     ins = [buffers.base_buffer(t.uop) for t in ts]
     assert all(b is not None for b in ins)
-    return Built(linear, ins, obuf, tuple(out.shape))  # type: ignore[arg-type]
+    return Built(linear, ins, obuf, tuple(concrete(d) for d in out.shape), var_vals)  # type: ignore[arg-type]
 
 
 def render(built: Built, renderer: Any) -> tuple[str, list[KernelSource]]:
@@ -91,8 +99,10 @@ def bind(dev: CompiledDevice, built: Built, arrays: Sequence[np.ndarray], lib: b
     for b, a in zip(built.inputs, arrays, strict=True):
         if b in bufs and a.size:
             bufs[b].copyin(memoryview(np.ascontiguousarray(a, dtypes.to_np(b.dtype)).reshape(-1).view(np.uint8)))
-    launches = [Launch(dev.runtime(dev, ks.name, lib), [bufs[b].handle for b in call.src[1:]], [],
-                       ks.launch_dims({}), ks.local_size) for call, ks in zip(built.calls, sources, strict=True)]
+    vv = built.var_vals
+    launches = [Launch(dev.runtime(dev, ks.name, lib), [bufs[b].handle for b in call.src[1:]],
+                       [vv[v] for v in ks.vars], ks.launch_dims(vv), ks.local_size)
+                for call, ks in zip(built.calls, sources, strict=True)]
     if built.output not in bufs:  # an output no kernel writes (empty programs) is still a buffer
         bufs[built.output] = Buffer(dev.name, built.output.arg, built.output.dtype).allocate()
     return Bound(launches, bufs, bufs[built.output], built.shape)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tolk_core.ir.uop import Variable
 from tolk_core.testing import kernels
 from tolk_core.testing.checks import require
 
@@ -57,6 +58,22 @@ def test_update_rebinds_inputs(tolk_device):
     want = _sequential(tolk_device, built, _inputs(2))
     require(second.result().tobytes() == want.tobytes(), "Graph.update",
             "after update(i, bufs=...) a replay must compute on the new buffers")
+
+
+def test_update_rebinds_values(tolk_device):
+    x = np.random.default_rng(5).standard_normal((64, 12)).astype(np.float32)
+    n = Variable("n", 1, 64)
+    built = kernels.build(lambda a: (a.shrink(((0, n.bind(40)), None)) + 1).max(axis=0), ((64, 12), "float32"),
+                          device=tolk_device.name)
+    bound = kernels.bind(tolk_device, built, [x])
+    graph = tolk_device.graph(tolk_device, bound.launches)
+    for value in (40, 3, 64):
+        for i, ln in enumerate(bound.launches):
+            graph.update(i, vals=[value] * len(ln.vals))
+        graph()
+        tolk_device.synchronize()
+        require(bound.result().tobytes() == (x[:value] + 1).max(0).tobytes(), "Graph.update",
+                f"after update(i, vals=[{value}]) a replay must use the new value")
 
 
 def test_update_checks_arity(tolk_device):

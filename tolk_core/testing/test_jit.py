@@ -46,3 +46,23 @@ def test_second_run_compiles_nothing(tolk_device):
     again = case.fn(*(Tensor(x, device=tolk_device.name) for x in xs)).numpy()
     require(GlobalCounters.compiles == before, "Compiler.compile_cached", "an identical program compiled again")
     require(first.tobytes() == again.tobytes(), "end-to-end", "the same program gave different results twice")
+
+
+def test_symbolic_program_compiles_once(tolk_device):
+    """A program over a bound Variable: each value matches numpy, and only the first value compiles."""
+    from tolk_core.frontend.tensor import Tensor
+    from tolk_core.ir.uop import Variable
+    data = np.random.default_rng(6).uniform(-2, 2, (48, 16)).astype(np.float32)
+    x, n = Tensor(data, device=tolk_device.name), Variable("rows", 1, 48)
+
+    def program(v):
+        w = x.shrink(((0, v), None))
+        return (w * 3 + 1).sum(axis=0) + w.exp().sum(axis=0) * 0.5
+    program(n.bind(2)).numpy()
+    before = GlobalCounters.compiles + GlobalCounters.disk_cache_hits
+    for value in (1, 7, 48):
+        w = data[:value]
+        why = compare(program(n.bind(value)).numpy(), (w * 3 + 1).sum(0) + np.exp(w).sum(0) * 0.5, atol=1e-3)
+        require(why is None, "end-to-end", f"rows={value}: {why}")
+    require(GlobalCounters.compiles + GlobalCounters.disk_cache_hits == before, "Program.__call__",
+            "a new value of a bound Variable compiled again (values must be passed as arguments)")

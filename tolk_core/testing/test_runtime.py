@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tolk_core.ir.uop import Variable
 from tolk_core.testing import checks, kernels
 from tolk_core.testing.checks import require
 
@@ -55,6 +56,23 @@ def test_rebinding_buffers_between_launches(tolk_device):
         tolk_device.synchronize()
         require(np.array_equal(bound.result(), x * 3 + 1), "Program.__call__",
                 "launching one Program with different buffers must compute on the buffers passed")
+
+
+def test_values_are_passed_after_the_buffers(tolk_device):
+    """A kernel over a bound Variable takes its value as an int after the buffers; one program, any value."""
+    x = np.random.default_rng(4).standard_normal((64, 12)).astype(np.float32)
+    n = Variable("n", 1, 64)
+    k = kernels.build(lambda a: (a.shrink(((0, n.bind(5)), None)) * 2).sum(axis=0), ((64, 12), "float32"),
+                      device=tolk_device.name)
+    bound = kernels.bind(tolk_device, k, [x])
+    require(all(len(ln.vals) == 1 for ln in bound.launches), "test setup", "expected one value per launch")
+    for value in (5, 1, 64, 17):
+        for ln in bound.launches:
+            ln.program(*ln.bufs, global_size=ln.global_size, local_size=ln.local_size, vals=(value,))
+        tolk_device.synchronize()
+        got, want = bound.result(), (x[:value] * 2).sum(0)
+        require(np.allclose(got, want, rtol=1e-5, atol=1e-5), "Program.__call__",
+                f"vals=({value},): max error {np.abs(got - want).max()}; int values follow the buffers")
 
 
 @pytest.mark.parametrize("wait", [False, True])
