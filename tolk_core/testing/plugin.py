@@ -93,7 +93,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _is_conformance(item: pytest.Item) -> bool:
-    return item.module is not None and item.module.__name__.startswith("tolk_core.testing.")  # type: ignore[attr-defined]
+    module = getattr(item, "module", None)
+    return module is not None and module.__name__.startswith("tolk_core.testing.")
 
 
 def _device_of(item: pytest.Item) -> str | None:
@@ -219,11 +220,19 @@ def tolk_device(tolk_record: Any) -> Any:
 def tolk_renderer(tolk_record: Any) -> Any:
     """The device's default renderer, built without the device (``Device.renderer_for``)."""
     from tolk_core.plugins import Device
-    return Device.renderer_for(tolk_record.name)
+    from tolk_core.testing.checks import ContractError
+    try:
+        return Device.renderer_for(tolk_record.name)
+    except Exception as e:
+        raise ContractError("RendererSpec.renderer", f"{type(e).__name__}: {e}") from e
 
 
 @pytest.fixture(scope="session")
 def tolk_compiler(tolk_record: Any) -> Any:
     """The compiler from the renderer spec's factory, usable while the device is unavailable."""
     from tolk_core.plugins import Device
-    return Device.compiler_for(tolk_record.name)
+    from tolk_core.testing.checks import ContractError
+    try:
+        return Device.compiler_for(tolk_record.name)
+    except Exception as e:
+        raise ContractError("RendererSpec.compiler", f"{type(e).__name__}: {e}") from e
