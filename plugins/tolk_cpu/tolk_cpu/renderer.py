@@ -1,8 +1,13 @@
-"""The C dialect for the CPU: loops over the outputs, OpenMP pragmas for threads and SIMD."""
+"""The C dialect for the CPU: loops over the outputs, OpenMP pragmas for threads and SIMD.
+
+half is gcc's and clang's `_Float16` (x86-64 and AArch64); bfloat16 is emulated (uint16 storage, float compute,
+see tolk_core.render.cstyle) because gcc 12 has no `__bf16` arithmetic type.
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tolk_core.ir.dtype import dtypes
 from tolk_core.render.cstyle import CStyleRenderer
 
 
@@ -10,6 +15,7 @@ class CRenderer(CStyleRenderer):
     """C99 for gcc/clang with OpenMP: `parallel` splits a loop across threads, `simd` vectorizes it."""
 
     device = "CPU"
+    type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
     _pragmas = {"parallel": "#pragma omp parallel for", "simd": "#pragma omp simd",
                 "parallel simd": "#pragma omp parallel for simd", "unroll": "#pragma GCC unroll 16"}
 
@@ -17,4 +23,5 @@ class CRenderer(CStyleRenderer):
         return self._pragmas.get(kind)
 
     def prelude(self, sources: Sequence[str]) -> str:
-        return "#include <math.h>\n\n" if any("NAN" in s or "INFINITY" in s for s in sources) else ""
+        inc = "#include <math.h>\n\n" if any("NAN" in s or "INFINITY" in s for s in sources) else ""
+        return inc + super().prelude(sources)

@@ -35,7 +35,9 @@ def probe() -> Availability:
 def tolk_backends():
     yield BackendSpec(name="OPENCL", aliases=("CL",), device="tolk_opencl.runtime:OpenCLDevice",
                       probe="tolk_opencl.plugin:probe", priority=PRIORITY_CPU,
-                      capabilities=Capabilities(timing=True, local_size=True, shared_memory=True),
+                      # half always works (vload/vstore_half where the device lacks cl_khr_fp16); float64 needs
+                      # the device's cl_khr_fp64: OpenCLRenderer.supports(dtypes.float64) answers per device
+                      capabilities=Capabilities(timing=True, local_size=True, shared_memory=True, half=True),
                       install_hint=NO_PLATFORM_HINT)
 
 

@@ -123,6 +123,11 @@ class OpenCLDevice(CompiledDevice):
         super().__init__(name, OpenCLAllocator(self), OpenCLCompiler(self.index, ctx=self.ctx), OpenCLProgram)
         self._programs: dict[str, cl.Program] = {}
 
+    @property
+    def extensions(self) -> frozenset[str]:
+        """The device's OpenCL extensions (``cl_khr_fp64``, ``cl_khr_fp16``, ...): its dtype capabilities."""
+        return frozenset(self.cl_device.extensions.split())
+
     def load(self, lib: bytes) -> cl.Program:
         """The built cl.Program for a binary (built once per distinct binary)."""
         key = hashlib.sha256(lib).hexdigest()
