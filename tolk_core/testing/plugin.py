@@ -218,10 +218,13 @@ def tolk_device(tolk_record: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def tolk_renderer(tolk_record: Any) -> Any:
-    """The device's default renderer, built without the device (``Device.renderer_for``)."""
+    """The device's renderer: the opened device's when it is available (it may know the hardware, e.g. float64
+    support), else built without a device (``Device.renderer_for``), as a GPU plugin's CI without a GPU does."""
     from tolk_core.plugins import Device
     from tolk_core.testing.checks import ContractError
     try:
+        if tolk_record.state == "available":
+            return Device[tolk_record.name].renderer
         return Device.renderer_for(tolk_record.name)
     except Exception as e:
         raise ContractError("RendererSpec.renderer", f"{type(e).__name__}: {e}") from e

@@ -19,7 +19,7 @@ def probe() -> Availability:
 @hookimpl
 def tolk_backends():
     yield BackendSpec(name="CPU", device="tolk_cpu.runtime:CPUDevice", probe="tolk_cpu.plugin:probe", priority=10,
-                      indexed=False, capabilities=Capabilities(timing=True, float64=True, half=False),
+                      indexed=False, capabilities=Capabilities(timing=True, float64=True, half=True),
                       install_hint="install gcc or set TOLK_CC")
 
 
