@@ -56,9 +56,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("CACHE_DIR", str, None, "compile cache directory (default $XDG_CACHE_HOME/tolk)", env="TOLK_CACHE_DIR"),
     Setting("DISABLE_COMPILER_CACHE", int, 0, "1 skips the on-disk compile cache", env="TOLK_DISABLE_COMPILER_CACHE"),
     Setting("CC", str, "cc", "C compiler for C-based backends", env="TOLK_CC"),
-    # reassociation lets gcc vectorize float reductions; NaN and infinity semantics are kept (no finite-math)
-    Setting("CFLAGS", str, "-O2 -march=native -fno-math-errno -fassociative-math -fno-signed-zeros "
-            "-fno-trapping-math", "C compiler flags (-shared -fPIC are always added)",
+    Setting("CFLAGS", str, "-O2 -march=native -fno-math-errno", "C compiler flags (-shared -fPIC are always added)",
             env="TOLK_CFLAGS"),
     Setting("CUDA_ARCH", str, "sm_90", "CUDA target architecture the CUDA compiler emits a cubin for",
             env="TOLK_CUDA_ARCH"),

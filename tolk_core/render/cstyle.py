@@ -201,7 +201,9 @@ class CStyleRenderer:
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no GPU index specials")
 
-    def loop_pragma(self, kind: str) -> str | None:
+    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str]]) -> str | None:
+        """A line before a loop: `kind` is optimize's annotation; `folds` are the (op, accumulator) pairs an
+        innermost loop folds into (empty for other loops)."""
         return None
 
     def param_decl(self, p: KernelParam) -> str:
@@ -229,6 +231,7 @@ class CStyleRenderer:
         depth = 1
         counter = 0
         specials = {u for u in lin for u in (u, *u.src) if u.op is Op.SPECIAL}
+        folds = _innermost_folds(lin)
         pre = [f"  const int {u.arg[0]} = {self.render_special(u)};" for u in sorted(specials, key=lambda u: u.arg)]
         names.update({u: u.arg[0] for u in specials})
 
@@ -249,7 +252,8 @@ class CStyleRenderer:
             pad = "  " * depth
             if u.op is Op.RANGE:
                 rn = names[u] = f"r{u.arg[0]}"
-                if (pragma := self.loop_pragma(loop_kinds.get(u, ""))) is not None:
+                fold_names = [(op, names[reg]) for op, reg in folds.get(u, ())]
+                if (pragma := self.loop_pragma(loop_kinds.get(u, ""), fold_names)) is not None:
                     lines.append(f"{pad}{pragma}")
                 lines.append(f"{pad}for (int {rn} = 0; {rn} < {ref(u.src[0])}; {rn}++) {{")
                 depth += 1
@@ -321,6 +325,24 @@ class CStyleRenderer:
     def render_module(self, functions: Sequence[str]) -> str:
         """One translation unit holding every kernel of a schedule: compiled by one compiler call."""
         return self.prelude(functions) + "\n\n".join(functions) + "\n"
+
+
+def _innermost_folds(lin: list[UOp]) -> dict[UOp, list[tuple[Op, UOp]]]:
+    """For each innermost loop (no loop inside), the (op, accumulator register) pairs it folds into."""
+    out: dict[UOp, list[tuple[Op, UOp]]] = {}
+    open_loops: list[tuple[UOp, bool, list]] = []
+    for u in lin:
+        if u.op is Op.RANGE:
+            if open_loops:
+                open_loops[-1] = (open_loops[-1][0], False, open_loops[-1][2])
+            open_loops.append((u, True, []))
+        elif u.op is Op.ASSIGN and open_loops:
+            open_loops[-1][2].append((u.arg, u.src[0]))
+        elif u.op is Op.END:
+            rng, innermost, assigns = open_loops.pop()
+            if innermost and assigns:
+                out[rng] = assigns
+    return out
 
 
 def _identity(reduce: UOp) -> object:

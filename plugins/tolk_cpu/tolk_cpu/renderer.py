@@ -8,7 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
 from tolk_core.render.cstyle import CStyleRenderer
+
+_FOLD_OPS = {Op.ADD: "+", Op.MUL: "*", Op.MAX: "max"}
 
 
 class CRenderer(CStyleRenderer):
@@ -19,7 +22,10 @@ class CRenderer(CStyleRenderer):
     _pragmas = {"parallel": "#pragma omp parallel for", "simd": "#pragma omp simd",
                 "parallel simd": "#pragma omp parallel for simd", "unroll": "#pragma GCC unroll 16"}
 
-    def loop_pragma(self, kind: str) -> str | None:
+    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str]]) -> str | None:
+        if folds and kind != "unroll" and all(op in _FOLD_OPS for op, _ in folds):
+            # lanes fold separately and meet at the end: the only reordering of float sums we allow
+            return "#pragma omp simd " + " ".join(f"reduction({_FOLD_OPS[op]}:{acc})" for op, acc in folds)
         return self._pragmas.get(kind)
 
     def prelude(self, sources: Sequence[str]) -> str:
