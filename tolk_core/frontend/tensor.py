@@ -17,6 +17,12 @@ import numpy as np
 
 from tolk_core.engine import buffers as storage
 from tolk_core.errors import DeviceMismatchError, ShapeError
+from tolk_core.frontend.ops_index import IndexMixin
+from tolk_core.frontend.ops_math import MathMixin
+from tolk_core.frontend.ops_nn import NNMixin
+from tolk_core.frontend.ops_reduce import ReduceMixin
+from tolk_core.frontend.ops_shape import ShapeMixin
+from tolk_core.frontend.random import RandomMixin
 from tolk_core.ir.dtype import DType, dtypes, promote_types
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import movement_shape
@@ -72,8 +78,9 @@ def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor:
-    """A lazily evaluated n-dimensional array on one device."""
+class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixin):
+    """A lazily evaluated n-dimensional array on one device. The core (construction, movement, arithmetic,
+    basic reductions) lives here; the wider op surface comes from the mixins, one module per job."""
 
     __slots__ = ("uop", "device", "__weakref__")
     __array_priority__ = 1000  # numpy defers to our reflected operators
@@ -307,45 +314,6 @@ class Tensor:
             raise ShapeError(f"shrink needs one (start, end) per axis of {self.shape}, got {arg}")
         return self if all(a == (0, s) for a, s in zip(arg, self.shape, strict=True)) else self._mop(Op.SHRINK, arg)
 
-    def __getitem__(self, index: Any) -> Tensor:
-        if not isinstance(index, tuple):
-            index = (index,)
-        if len([i for i in index if i is not None]) > self.ndim:
-            raise ShapeError(f"too many indices ({len(index)}) for a tensor of shape {self.shape}")
-        index = index + (slice(None),) * (self.ndim - len(index))
-        x, shrink, flips, steps, drop = self, [], [], [], []
-        for axis, (idx, size) in enumerate(zip(index, self.shape, strict=True)):
-            if isinstance(idx, (int, np.integer)):
-                i = int(idx)
-                if not -size <= i < size:
-                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size {size}")
-                i %= size
-                shrink.append((i, i + 1))
-                steps.append(1)
-                drop.append(axis)
-            elif isinstance(idx, slice) and any(isinstance(v, UOp) for v in (idx.start, idx.stop, size)):
-                if idx.step not in (None, 1):  # symbolic bounds: a plain window, no steps or negatives
-                    raise ShapeError(f"a slice with symbolic bounds takes no step, got {idx}")
-                shrink.append((0 if idx.start is None else idx.start, size if idx.stop is None else idx.stop))
-                steps.append(1)
-            elif isinstance(idx, slice):
-                start, stop, step = idx.indices(size)
-                if step > 0:
-                    n = max(0, math.ceil((stop - start) / step))
-                    shrink.append((start, start + max(0, (n - 1) * step + 1)) if n else (0, 0))
-                else:
-                    n = max(0, math.ceil((start - stop) / -step))
-                    lo = start - (n - 1) * -step if n else 0
-                    shrink.append((lo, start + 1) if n else (0, 0))
-                    flips.append(axis)
-                steps.append(abs(step))
-            else:
-                raise TypeError(f"unsupported index {idx!r}: use ints and slices")
-        x = x.shrink(shrink).flip(flips) if flips else x.shrink(shrink)
-        if any(s != 1 for s in steps):
-            x = x._strided(steps)
-        return x.reshape(tuple(s for a, s in enumerate(x.shape) if a not in drop))
-
     def _strided(self, steps: list[int]) -> Tensor:
         """Every steps[a]-th element along each axis a, starting at the first."""
         x = self
@@ -492,13 +460,15 @@ class Tensor:
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         return tuple(sorted({_normalize_axis(a, self.ndim) for a in axes}))
 
-    def _reduce(self, op: Op, axis: Any, keepdim: bool, dtype: DType | None = None) -> Tensor:
+    def _reduce(self, op: Op, axis: Any, keepdim: bool, dtype: DType | None = None, empty_ok: bool = False) -> Tensor:
+        """Reduce with `op` over `axis`; an empty axis gives op's identity for ADD/MUL (or when `empty_ok`),
+        else a ShapeError (the max of nothing is undefined)."""
         axes = self._axes(axis)
         x = self.cast(dtype) if dtype is not None else self
         if self.ndim == 0:
             return x
         out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-        if op is not Op.ADD and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
+        if op is Op.MAX and not empty_ok and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
             raise ShapeError(f"cannot take {op.name.lower()} over an empty axis of shape {self.shape}")
         ret = Tensor(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes)), self.device) if axes else x
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))

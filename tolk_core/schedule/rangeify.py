@@ -222,25 +222,32 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
 
 
 def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
-    """Kernels computing each (value, BUFFER) output, in dependency order.
+    """Kernels computing each (value, destination) output, in dependency order. One value may go to several
+    destinations (equal graphs are one node): each gets its own kernel.
 
     `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage.
     """
     values = [v for v, _ in outputs]
     points = realize_points(values)
-    # a value assigned into a view of storage is stored there, but read by other kernels from nowhere else
-    realized: dict[UOp, UOp] = {v: b for v, b in outputs if b.op is Op.BUFFER}
-    targets = dict(outputs)
+    targets: dict[UOp, list[UOp]] = {}
+    for v, b in outputs:
+        targets.setdefault(v, []).append(b)
+    # other kernels read an output from its first new BUFFER; a value only assigned into a view is read from
+    # nowhere else (it is recomputed where needed)
+    realized: dict[UOp, UOp] = {}
+    for v, b in outputs:
+        if b.op is Op.BUFFER:
+            realized.setdefault(v, b)
     order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
     for u in order:
-        if u in points and u not in realized:
+        if u in points and u not in realized and u not in targets:
             realized[u] = u if u.op in _STORAGE else new_buffer(u)
     kernels = []
     for u in order:  # sources before users: a kernel's inputs are computed by earlier kernels
         if u not in points or not resolve(prod(u.shape) != 0):
             continue
         if u in targets:
-            kernels.append(lower_kernel(u, targets[u], realized))
+            kernels.extend(lower_kernel(u, t, realized) for t in targets[u])
         elif u.op not in _STORAGE:
             kernels.append(lower_kernel(u, realized[u], realized))
     return kernels
