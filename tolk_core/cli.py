@@ -89,19 +89,15 @@ def format_devices(data: dict[str, Any], verbose: bool = False, checks: dict[str
 
 
 def run_checks(reg: Registry) -> dict[str, str]:
-    """Run each available device's self-test: PASS, FAIL (with the error) or SKIP."""
+    """Each available device's conformance smoke subset (registration and runtime tiers, see
+    `tolk_core.testing.checks.smoke`): PASS, or FAIL with the first broken contract."""
+    from tolk_core.testing.checks import smoke
     results = {}
     for b in reg.backends:
         if b.state != "available":
             continue
-        try:
-            dev = Device[b.name]
-            dev.self_test()
-            results[b.name] = "PASS"
-        except NotImplementedError:
-            results[b.name] = "SKIP"
-        except Exception as e:  # noqa: BLE001 - report, don't crash the listing
-            results[b.name] = f"FAIL: {type(e).__name__}: {e}".splitlines()[0]
+        failed = [c for c in smoke(b.name) if c.ok is False]
+        results[b.name] = "PASS" if not failed else f"FAIL: {failed[0].name}: {failed[0].detail}".splitlines()[0]
     return results
 
 
@@ -168,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("devices", help="list backends with state, reason, renderer, graph and the default")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--check", action="store_true", help="run a smoke kernel on each available device")
+    p.add_argument("--check", action="store_true", help="run the conformance smoke checks on each available device")
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of broken plugins")
     p.set_defaults(fn=cmd_devices)
     sub.add_parser("config", help="each effective setting and where it came from").set_defaults(fn=cmd_config)
