@@ -168,14 +168,27 @@ class _Activation(Module):
     fn: Any = None
 
     def forward(self, x: Tensor) -> Tensor:
-        return type(self).fn(x)
+        return self.fn(x)
 
 
-class ReLU(_Activation): fn = F.relu
-class GELU(_Activation): fn = F.gelu
-class SiLU(_Activation): fn = F.silu
-class Tanh(_Activation): fn = F.tanh
-class Sigmoid(_Activation): fn = F.sigmoid
+class ReLU(_Activation):
+    fn = staticmethod(F.relu)
+
+
+class GELU(_Activation):
+    fn = staticmethod(F.gelu)
+
+
+class SiLU(_Activation):
+    fn = staticmethod(F.silu)
+
+
+class Tanh(_Activation):
+    fn = staticmethod(F.tanh)
+
+
+class Sigmoid(_Activation):
+    fn = staticmethod(F.sigmoid)
 
 
 class Sequential(Module):
