@@ -4,13 +4,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tolk-installed
+DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
 .PHONY: test demo install opencl lint clean conformance example-conformance
 
 test: install opencl lint conformance
 	$(BIN)/pytest --durations=20
 
-demo: install opencl
+demo: install opencl $(DEMO_STAMP)
 	$(BIN)/tolk devices --check
 	$(BIN)/tolk demo
 	TOLK_DEVICE=OPENCL $(BIN)/tolk demo
@@ -30,6 +31,11 @@ $(STAMP): $(BIN)/python pyproject.toml plugins/tolk_cpu/pyproject.toml plugins/t
 	$(BIN)/pip install -q -e 'plugins/tolk_cuda[nvrtc]' || { \
 	  echo "tolk: NVRTC wheel unavailable; installing tolk-cuda without it (nvcc is used when present)"; \
 	  $(BIN)/pip install -q -e plugins/tolk_cuda; }
+	touch $@
+
+# the training demo's extra (scikit-learn)
+$(DEMO_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[demo]'
 	touch $@
 
 # Debian's PoCL works with pyopencl; PyPI's pocl-binary-distribution does not build kernels on these CPUs.

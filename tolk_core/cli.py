@@ -156,7 +156,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from tolk_core import demo
-    return demo.run(args.device)
+    return demo.train_main(args.device, args.steps, args.quick, infer=args.infer)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_devices)
     sub.add_parser("config", help="each effective setting and where it came from").set_defaults(fn=cmd_config)
     sub.add_parser("doctor", help="versions, registry and config sources for bug reports").set_defaults(fn=cmd_doctor)
-    p = sub.add_parser("demo", help="the main job: an MLP and an attention head, checked against numpy")
+    p = sub.add_parser("demo", help="the main job: train a digits classifier (--infer: MLP and attention inference)")
     p.add_argument("--device", default=None, help="device to run on (default: the configured default)")
+    # training demo flags
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 300, 60 with --quick)")
+    p.add_argument("--quick", action="store_true", help="a short run that does not require 95%% accuracy")
+    p.add_argument("--infer", action="store_true", help="run the inference demo instead of training")
     p.set_defaults(fn=cmd_demo)
     args = parser.parse_args(argv)
     import warnings

@@ -85,7 +85,7 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
     """A lazily evaluated n-dimensional array on one device. The core (construction, movement, arithmetic,
     basic reductions) lives here; the wider op surface comes from the mixins, one module per job."""
 
-    __slots__ = ("uop", "device", "__weakref__")
+    __slots__ = ("uop", "device", "__weakref__", "_requires_grad", "_grad")  # the last two: autograd block
     __array_priority__ = 1000  # numpy defers to our reflected operators
 
     def __init__(self, data: Any, device: str | None = None, dtype: Any = None):
@@ -538,3 +538,41 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         return e / e.sum(axis=axis, keepdim=True)
 
 
+
+    # ---- autograd (logic in frontend/autograd.py) ----
+    @property
+    def requires_grad(self) -> bool:
+        """Whether `backward()` accumulates a gradient into this tensor's `.grad` (a lazy tensor is realized
+        when marked)."""
+        return getattr(self, "_requires_grad", False)
+
+    @requires_grad.setter
+    def requires_grad(self, on: bool) -> None:
+        from tolk_core.frontend import autograd
+        self._requires_grad = autograd.track(self, on)
+
+    def requires_grad_(self, on: bool = True) -> Tensor:
+        self.requires_grad = on
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (a lazy Tensor until realized), or None."""
+        return getattr(self, "_grad", None)
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        self._grad = value
+
+    def backward(self, gradient: Tensor | None = None) -> None:
+        """Accumulate d(self)/d(t) into `t.grad` for every tensor t marked requires_grad that self depends on."""
+        from tolk_core.frontend import autograd
+        autograd.backward(self, gradient)
+
+    def detach(self) -> Tensor:
+        """The same values, with no gradient flowing back through them."""
+        return Tensor(UOp(Op.DETACH, self.dtype, (self.uop,)), self.device)
+
+    def contiguous_backward(self) -> Tensor:
+        """The same values; the gradient flowing back through here is realized (made contiguous) first."""
+        return Tensor(UOp(Op.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), self.device)
