@@ -4,13 +4,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tolk-installed
+DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
-.PHONY: test demo bench install opencl lint clean
+.PHONY: test demo bench install opencl lint clean conformance example-conformance
 
-test: install opencl lint
+test: install opencl lint conformance
 	$(BIN)/pytest --durations=20
 
-demo: install opencl
+demo: install opencl $(DEMO_STAMP)
 	$(BIN)/tolk devices --check
 	$(BIN)/tolk demo
 	TOLK_DEVICE=OPENCL $(BIN)/tolk demo
@@ -37,6 +38,11 @@ $(STAMP): $(BIN)/python pyproject.toml plugins/tolk_cpu/pyproject.toml plugins/t
 	  $(BIN)/pip install -q -e plugins/tolk_cuda; }
 	touch $@
 
+# the training demo's extra (scikit-learn)
+$(DEMO_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[demo]'
+	touch $@
+
 # Debian's PoCL works with pyopencl; PyPI's pocl-binary-distribution does not build kernels on these CPUs.
 opencl: install
 	@if $(BIN)/python -c 'import pyopencl as cl, sys; sys.exit(0 if cl.get_platforms() else 1)' >/dev/null 2>&1; then \
@@ -53,5 +59,31 @@ opencl: install
 	  echo "      Until then OPENCL is unavailable and its tests are skipped."; \
 	fi
 
+# The conformance suite (tolk_core.testing) on every shipped device, CUDA's render tier (it needs no GPU), and
+# the worked out-of-tree plugin installed into a fresh venv. Each prints its `tolk conformance NAME: ...` line.
+# The fresh venv installs from a local wheelhouse: dependencies are fetched once (keyed on the pyproject files)
+# and reused; tolk-core and the example are rebuilt from the working tree each time.
+WHEELS := .wheels
+EXVENV := .venv-example
+CONF   := .conformance
+
+conformance: install opencl example-conformance
+	@mkdir -p $(CONF)
+	cd $(CONF) && ../$(BIN)/pytest -q -p no:cacheprovider --pyargs tolk_core.testing --tolk-report devices.json \
+	  --tolk-device CPU --tolk-device OPENCL --tolk-device PYTHON
+	cd $(CONF) && ../$(BIN)/pytest -q -p no:cacheprovider --pyargs tolk_core.testing --tolk-report cuda-render.json \
+	  --tolk-device CUDA -m render
+
+$(WHEELS)/.deps: pyproject.toml examples/tolk_example_device/pyproject.toml | $(BIN)/python
+	$(BIN)/pip wheel -q -w $(WHEELS) "setuptools>=68" "numpy>=1.26" "pluggy>=1.5" "ml_dtypes>=0.4" "pytest>=8"
+	touch $@
+
+example-conformance: $(WHEELS)/.deps
+	rm -rf $(EXVENV) && $(PYTHON) -m venv $(EXVENV)
+	$(EXVENV)/bin/pip install -q --no-index --find-links $(WHEELS) ".[conformance]" ./examples/tolk_example_device
+	@mkdir -p $(CONF)
+	cd $(CONF) && ../$(EXVENV)/bin/tolk devices --check && ../$(EXVENV)/bin/pytest -q -p no:cacheprovider \
+	  --pyargs tolk_core.testing --tolk-device EXAMPLE --tolk-device PYTHON --tolk-report example.json
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache

@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     np_peer = numpy_peer([r.name for r in selected], reps, min_total)
     load = os.getloadavg()
-    print(f"tolk bench on {args.device}; load average {load[0]:.1f} on {os.cpu_count()} cpus; peers: numpy (BLAS {np_peer['blas']}), "
+    print(f"tolk bench on {args.device}; load average {load[0]:.1f} on {os.cpu_count()} cpus; "
+          f"peers: numpy (BLAS {np_peer['blas']}), "
           + ", ".join(f"{k}={'yes' if v else 'not importable'}" for k, v in peers.items()))
     print(f"{'row':46s} {'unit':8s} {'tolk':>9s} {'numpy':>9s} {'torch':>9s} {'tinygrad':>9s}  "
           f"{'x numpy':>8s} {'x torch':>8s} {'x tiny':>8s} {'bw frac':>7s} ok")

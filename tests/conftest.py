@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tolk_core.counters import GlobalCounters
+
 FIXTURE_SITE = Path(__file__).parent / "fixtures" / "site"
 TOLK_ENV = ("TOLK_DEVICE", "TOLK_PLUGINS", "TOLK_DISABLE_PLUGINS", "TOLK_CC", "TOLK_CFLAGS", "TOLK_NO_CONFIG",
             "TOLK_PROBE_TIMEOUT", "TOLK_CUDA_ARCH", "DEBUG", "JIT", "JIT_BATCH_SIZE")
@@ -45,3 +47,37 @@ def fixture_plugins(tolk_env, monkeypatch):
 def has_opencl() -> bool:
     from tolk_opencl.plugin import probe
     return probe().ok
+
+
+# ---- every available compiled device, and a kernel counter (used by the numerical tests)
+COMPILED_DEVICES = ("CPU", "OPENCL")
+
+
+def _available(name: str) -> tuple[bool, str]:
+    from tolk_core.plugins import Device
+    try:
+        Device[name]
+    except Exception as e:  # noqa: BLE001 - the reason is the skip message
+        return False, f"{name} unavailable here: {e}"
+    return True, ""
+
+
+@pytest.fixture(params=COMPILED_DEVICES)
+def device(request) -> str:
+    ok, why = _available(request.param)
+    if not ok:
+        pytest.skip(why)
+    return request.param
+
+
+@pytest.fixture
+def kernels():
+    """Counts kernels launched inside a block: `with kernels() as k: ...; k.count`."""
+    class Counter:
+        def __enter__(self):
+            self.start = GlobalCounters.kernels_launched
+            return self
+
+        def __exit__(self, *exc):
+            self.count = GlobalCounters.kernels_launched - self.start
+    return Counter

@@ -33,7 +33,7 @@ def test_devices_json(tolk_env):
     data = json.loads(out)
     assert rc == 0 and data["default"] == {"device": "CPU", "origin": "environment TOLK_DEVICE", "notes": []}
     by = {b["name"]: b for b in data["backends"]}
-    assert by["CPU"]["default"] and by["CPU"]["renderer"] == "C" and by["CPU"]["graph"] is False
+    assert by["CPU"]["default"] and by["CPU"]["renderer"] == "C" and by["CPU"]["graph"] is True  # CPUGraph
     assert by["CUDA"]["renderer_ref"] == "tolk_cuda.renderer:CUDARenderer"
 
 

@@ -89,19 +89,15 @@ def format_devices(data: dict[str, Any], verbose: bool = False, checks: dict[str
 
 
 def run_checks(reg: Registry) -> dict[str, str]:
-    """Run each available device's self-test: PASS, FAIL (with the error) or SKIP."""
+    """Each available device's conformance smoke subset (registration and runtime tiers, see
+    `tolk_core.testing.checks.smoke`): PASS, or FAIL with the first broken contract."""
+    from tolk_core.testing.checks import smoke
     results = {}
     for b in reg.backends:
         if b.state != "available":
             continue
-        try:
-            dev = Device[b.name]
-            dev.self_test()
-            results[b.name] = "PASS"
-        except NotImplementedError:
-            results[b.name] = "SKIP"
-        except Exception as e:  # noqa: BLE001 - report, don't crash the listing
-            results[b.name] = f"FAIL: {type(e).__name__}: {e}".splitlines()[0]
+        failed = [c for c in smoke(b.name) if c.ok is False]
+        results[b.name] = "PASS" if not failed else f"FAIL: {failed[0].name}: {failed[0].detail}".splitlines()[0]
     return results
 
 
@@ -160,7 +156,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from tolk_core import demo
-    return demo.run(args.device)
+    return demo.train_main(args.device, args.steps, args.quick, infer=args.infer)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,13 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("devices", help="list backends with state, reason, renderer, graph and the default")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--check", action="store_true", help="run a smoke kernel on each available device")
+    p.add_argument("--check", action="store_true", help="run the conformance smoke checks on each available device")
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of broken plugins")
     p.set_defaults(fn=cmd_devices)
     sub.add_parser("config", help="each effective setting and where it came from").set_defaults(fn=cmd_config)
     sub.add_parser("doctor", help="versions, registry and config sources for bug reports").set_defaults(fn=cmd_doctor)
-    p = sub.add_parser("demo", help="the main job: an MLP and an attention head, checked against numpy")
+    p = sub.add_parser("demo", help="the main job: train a digits classifier (--infer: MLP and attention inference)")
     p.add_argument("--device", default=None, help="device to run on (default: the configured default)")
+    # training demo flags
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 300, 60 with --quick)")
+    p.add_argument("--quick", action="store_true", help="a short run that does not require 95%% accuracy")
+    p.add_argument("--infer", action="store_true", help="run the inference demo instead of training")
     p.set_defaults(fn=cmd_demo)
     args = parser.parse_args(argv)
     import warnings

@@ -47,18 +47,19 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("SPEC", int, 0, "validate each stage's graph against its spec"),
     Setting("JIT", int, 1, "0 runs jitted functions eagerly; 2 captures but never batches into graphs"),
     Setting("JIT_BATCH_SIZE", int, 32, "launches in the first graph batch; doubles per batch"),
+    Setting("NO_MEMORY_PLANNER", int, 0, "1 gives every JIT intermediate its own storage instead of arena views"),
     Setting("SPLIT_REDUCEOP", int, 1, "split large reductions over few outputs in two kernels"),
     Setting("REDUCEOP_SPLIT_SIZE", int, 22, "log2 cap on the first stage's output of a split reduction"),
     Setting("REDUCEOP_SPLIT_THRESHOLD", int, 32768, "input/output element ratio above which a reduction splits"),
+    Setting("PLACEMENT_STACK_THRESHOLD", int, 16384, "bytes above which a value that must not be inlined gets a "
+            "device buffer instead of kernel-local scratch; <= 0 turns the size check off (always kernel-local)"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)"),
     Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
             "the first available), from a file a preference", env="TOLK_DEVICE"),
     Setting("CACHE_DIR", str, None, "compile cache directory (default $XDG_CACHE_HOME/tolk)", env="TOLK_CACHE_DIR"),
     Setting("DISABLE_COMPILER_CACHE", int, 0, "1 skips the on-disk compile cache", env="TOLK_DISABLE_COMPILER_CACHE"),
     Setting("CC", str, "cc", "C compiler for C-based backends", env="TOLK_CC"),
-    # reassociation lets gcc vectorize float reductions; NaN and infinity semantics are kept (no finite-math)
-    Setting("CFLAGS", str, "-O2 -march=native -fno-math-errno -fassociative-math -fno-signed-zeros "
-            "-fno-trapping-math", "C compiler flags (-shared -fPIC are always added)",
+    Setting("CFLAGS", str, "-O2 -march=native -fno-math-errno", "C compiler flags (-shared -fPIC are always added)",
             env="TOLK_CFLAGS"),
     Setting("CUDA_ARCH", str, "sm_90", "CUDA target architecture the CUDA compiler emits a cubin for",
             env="TOLK_CUDA_ARCH"),

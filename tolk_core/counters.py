@@ -13,6 +13,7 @@ class _Counters:
     compiles: int = 0           # compiler invocations (a miss in both the memory and the disk cache)
     disk_cache_hits: int = 0    # binaries loaded from the on-disk cache instead of compiled
     schedules: int = 0          # tensor graphs scheduled into kernels
+    schedule_cache_hits: int = 0  # schedules reused from the cache (structurally equal graph: no scheduling)
     time_sum_s: float = 0.0     # kernel time, when DEBUG>=2 makes launches wait and time themselves
 
     def snapshot(self) -> dict[str, float]:

@@ -85,11 +85,19 @@ def test_assign_into_lazy_tensor_realizes_it(device) -> None:
 def test_assign_into_broadcast_is_refused(device) -> None:
     t = Tensor(np.ones((1, 5), np.float32), device=device).realize()
     with pytest.raises(BroadcastStoreError, match=r"cannot store into a broadcast: EXPAND \(1, 5\) -> \(4, 5\)") as e:
-        t.expand(4, 5).assign(Tensor(np.zeros((4, 5), np.float32), device=device))
+        t.expand(4, 5)[...] = Tensor(np.zeros((4, 5), np.float32), device=device)
     assert isinstance(e.value, TolkError) and isinstance(e.value, ValueError)
 
 
 def test_expand_adding_axes_of_one_is_accepted(device) -> None:
     t = Tensor(np.ones((5,), np.float32), device=device).realize()
-    t.reshape(1, 5).expand(1, 5).assign(2.0)
+    t.reshape(1, 5).expand(1, 5)[...] = 2.0
     close(t.numpy(), np.full(5, 2, np.float32))
+
+
+def test_write_through_a_bitcast(device) -> None:
+    a = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    t = Tensor(a.copy(), device=device).realize()
+    t.bitcast("int32")[1] = Tensor(np.array([1, -1, 0x7F800000, 0x3F800000], np.int32), device=device)
+    a.view(np.int32)[1] = [1, -1, 0x7F800000, 0x3F800000]
+    np.testing.assert_array_equal(t.numpy().view(np.int32), a.view(np.int32))  # bits, NaN included

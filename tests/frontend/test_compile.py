@@ -11,16 +11,13 @@ import pytest
 
 from tolk_core.codegen import generate
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine.realize import compile_linear
+from tolk_core.engine.realize import compile_linear, schedule
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
 
 
 def _linear_of(t: Tensor):
-    from tolk_core.engine import buffers
-    from tolk_core.schedule.linear import create_linear
-    out = buffers.new_buffer(t.device, t.numel(), t.dtype)
-    return create_linear([(t.uop, out)], lambda v: buffers.new_buffer(t.device, int(np.prod(v.shape)), v.dtype))
+    return schedule(t.device, [t.uop])[0]
 
 
 def test_second_realize_compiles_nothing(device) -> None:
@@ -63,7 +60,7 @@ def test_cpu_mechanisms_in_source() -> None:
 
 
 def test_opencl_mechanisms() -> None:
-    from tests.frontend.conftest import _available
+    from tests.conftest import _available
     ok, why = _available("OPENCL")
     if not ok:
         pytest.skip(why)

@@ -28,11 +28,14 @@ def test_reduce_then_elementwise_is_one_kernel(device, kernels) -> None:
     close(out, a.sum(1) + b)
 
 
-def test_softmax_is_three_kernels(device, kernels) -> None:
+def test_softmax_kernels(device, kernels) -> None:
+    """CPU: one kernel (row max and sum fused, the exp row a kernel-local array; placements, seed 002). One work
+    item per output (OpenCL): three, until rows are shared by a work group."""
+    from tolk_core.plugins import Device
     x = _rand(64, 1000)
     with kernels() as k:
         out = Tensor(x, device=device).softmax().numpy()
-    assert k.count == 3
+    assert k.count == (3 if Device[device].renderer.has_local else 1)
     e = np.exp(x - x.max(-1, keepdims=True))
     close(out, e / e.sum(-1, keepdims=True))
 

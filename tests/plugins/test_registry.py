@@ -141,7 +141,7 @@ def test_gates_allow_deny_and_unknown_names(tolk_env, monkeypatch):
     Device.reset()
     from tolk_core.plugins import refresh
     reg = refresh()
-    assert reg.names == ["CPU"]
+    assert reg.names == ["CPU", "PYTHON"]  # the built-in reference device is never gated
     assert {p.dist: p.state for p in reg.plugins}["tolk-cuda"] == "disabled"
     monkeypatch.setenv("TOLK_PLUGINS", "tolk-cpuu")
     with pytest.raises(ConfigError, match="TOLK_PLUGINS: unknown plugin 'tolk-cpuu'; did you mean 'tolk-cpu'"):

@@ -1,9 +1,11 @@
 """linearize: a kernel SINK into a flat program of loops and statements.
 
 The output is a list of UOps in execution order: RANGE opens a loop, END(range) closes it, DEFINE_REG declares
-a reduction's accumulator, ASSIGN(reg, value) with arg=op folds one element into it, STORE writes memory, and
-every other UOp is a value computed where it stands. A REDUCE appearing after its loop stands for its
-accumulator's final value.
+a reduction's accumulator (scalar dtype) or a kernel-local array (REG pointer dtype), ASSIGN(reg, value) with
+arg=op folds one element into it, STORE writes memory, and every other UOp is a value computed where it stands.
+A REDUCE appearing after its loop stands for its accumulator's final value. A kernel-local array is filled by an
+END(STORE(INDEX(array, i), value), *ranges) that its LOADs carry as a source: the array is declared and filled
+where the fill's value is needed (inside the loops it depends on, so each thread and row gets its own).
 
 Placement: a value is computed in the innermost loop among the ranges it depends on (and no deeper), so
 loop-invariant work is hoisted out of inner loops by construction. A loop's statement is appended to its parent
@@ -11,14 +13,14 @@ block only when the loop closes, so values hoisted into the parent while the loo
 precede the loop.
 
 Unrolled copies (see codegen.upcast) share loops: adjacent END tops over the same ranges are one loop nest, and
-reductions over the same ranges whose bodies hold no reduction and that are needed in the same block are folded
-in one loop, each into its own accumulator.
+reductions over the same ranges whose bodies hold no reduction, that sit directly in output loops and that are
+needed in the same block are folded in one loop, each into its own accumulator.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.dtype import PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 
@@ -34,11 +36,15 @@ def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     for u in sink.toposort():
         if u.op is Op.RANGE:
             deps[u] = frozenset((u,))
-        elif u.op is Op.REDUCE:
+        elif u.op in (Op.REDUCE, Op.END):
             deps[u] = deps[u.src[0]] - frozenset(u.src[1:])
         else:
             deps[u] = frozenset().union(*(deps[s] for s in u.src)) if u.src else frozenset()
     return deps
+
+
+def _is_array(u: UOp) -> bool:
+    return u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType)
 
 
 def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
@@ -49,7 +55,10 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
     deps = _range_deps(sink)
     siblings: dict[tuple, list[UOp]] = {}
     for u in sink.toposort():
-        if u.op is Op.REDUCE and not any(b.op is Op.REDUCE for b in u.src[0].toposort()):
+        # only reductions directly in output loops: inside another reduction's loop, each copy of that loop is
+        # its own loop, and a sibling folded in one copy would be out of scope in the others
+        if u.op is Op.REDUCE and not any(b.op is Op.REDUCE for b in u.src[0].toposort()) and \
+                all(d.arg[1] != "reduce" for d in deps[u]):
             siblings.setdefault((u.src[1:], deps[u]), []).append(u)
     stack: list[_Loop] = [_Loop(None)]
     placed: set[UOp] = set()
@@ -72,10 +81,13 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
         work = [(u, False)]
         while work:
             x, expanded = work.pop()
-            if x in placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR):
-                continue
+            if x in placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR) or _is_array(x):
+                continue  # (an array is declared by its fill)
             if x.op is Op.REDUCE:
                 emit_reduce(x)
+                continue
+            if x.op is Op.END or (x.op is Op.STORE and _is_array(x.src[0].src[0])):
+                emit_fill(x)
                 continue
             if not expanded:
                 work.append((x, True))
@@ -85,7 +97,8 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
             placed.add(x)
 
     def emit_reduce(r: UOp) -> None:
-        group = [x for x in siblings.get((r.src[1:], deps[r]), [r]) if x not in placed] or [r]
+        group = siblings.get((r.src[1:], deps[r]), [])
+        group = [x for x in group if x not in placed] if r in group else [r]
         target = block_for(r)  # the reduction's loops go where its value is needed, not where it was asked for
         regs = [UOp(Op.DEFINE_REG, x.dtype, (), x) for x in group]
         target.extend(regs)
@@ -97,6 +110,19 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
             stack[-1].body.append(UOp(Op.ASSIGN, x.dtype, (reg, x.src[0]), x.arg))
         close(len(rngs), target)
         placed.update(group)
+
+    def emit_fill(fill: UOp) -> None:
+        target = block_for(fill)
+        store = fill.src[0] if fill.op is Op.END else fill
+        target.append(store.src[0].src[0])
+        rngs = [s for s in fill.src[1:] if s.op is Op.RANGE] if fill.op is Op.END else []
+        for rng in rngs:
+            open_loop(rng)
+        for s in store.src:
+            emit(s)
+        stack[-1].body.append(store)
+        close(len(rngs), target)
+        placed.update((fill, store))
 
     def open_loop(rng: UOp) -> None:
         emit(rng.src[0])  # a symbolic bound is computed before its loop

@@ -115,6 +115,8 @@ def _register_block(ast: UOp, outs: list[UOp], block: int) -> UOp:
     computes a tile), each only if some load does not depend on it: that load is then shared by the copies;
     with no sharing, unrolling would only cut the work items. The tile shrinks so that tile x reductions stays
     within block^2 accumulators (a convolution's nine reductions would otherwise spill)."""
+    if _nested_reduce(ast):
+        return ast
     loads = [u for u in ast.toposort() if u.op is Op.LOAD]
     budget = block * block // max(1, sum(u.op is Op.REDUCE for u in ast.toposort()))
     for r in outs[-2:]:
@@ -124,6 +126,13 @@ def _register_block(ast: UOp, outs: list[UOp], block: int) -> UOp:
             ast, _ = unroll_output(ast, r, f)
             budget //= f
     return ast
+
+
+def _nested_reduce(ast: UOp) -> bool:
+    """Whether a reduction runs inside another's loop. Unrolled copies share their ranges, and linearize folds
+    only reductions directly in output loops together; a copy of an outer reduction would open its own loop and
+    find the inner one computed in another copy's loop. Such kernels are not unrolled."""
+    return any(b.op is Op.REDUCE for u in ast.toposort() if u.op is Op.REDUCE for b in u.src[0].toposort())
 
 
 def _factor(r: UOp, most: int) -> int:
@@ -146,7 +155,9 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
         return ast
     # accumulators: one vector per copy of each reduction
     ast, budget = lanes_ast, MAX_ACCUMULATORS // max(1, sum(u.op is Op.REDUCE for u in lanes_ast.toposort()))
-    if inner.src[0].arg % 2 == 0 and budget >= 2:
+    if _nested_reduce(ast):
+        budget = 0  # vector lanes only (see _nested_reduce)
+    if inner.src[0].arg % 2 == 0 and budget >= 4:
         ast, inner = unroll_output(ast, inner, 2)
         budget //= 2
     # another output axis, unrolled when some loads do not depend on it: those loads are shared by the copies

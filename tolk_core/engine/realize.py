@@ -2,12 +2,16 @@
 
 - `realize_tensors(tensors)` computes lazy Tensors into new storage and points them at it.
 - `run_linear(linear, input_uops, var_vals)` launches each CALL's program on its buffers.
-- `capturing` is the hook the JIT uses: while it holds a capturer, every LINEAR about to run is handed to it
-  first (the capturer records it; the schedule still runs, so a capturing call returns real results).
+- `capturing` is the hook the JIT uses: while it holds a capturer, every LINEAR about to run is handed to the
+  innermost capturer *instead of running* (seed 000: nothing executes during capture; the JIT compiles what it
+  recorded and replays it, so the capturing call still returns real results).
+- `to_program(kernel_sink, device)` is the compiled PROGRAM node of one kernel (what the JIT's lowering uses).
 
 Schedules are cached by structure: a graph equal to an earlier one up to which storage it reads (BUFFERs are
-numbered slots in the key) and with the same variable values reuses that schedule, with this call's buffers
-and fresh storage for its outputs and intermediates, so a repeated realize skips scheduling.
+numbered slots in the key), with the same variable values and scheduling settings, reuses that schedule with
+this call's buffers and fresh storage for its outputs and intermediates, so a repeated realize skips
+scheduling. Inside a user's lineage (`with lineage:`), whose decisions name the graph's own nodes, and with
+DEBUG>=3 (placement dumps), every realize schedules.
 
 Kernels of one schedule that are not compiled yet are rendered into one translation unit (one C file, one
 OpenCL program) and compiled by one compiler call; programs are cached in memory by (device, kernel AST),
@@ -18,6 +22,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tolk_core import config
@@ -25,10 +30,11 @@ from tolk_core.codegen import KernelSource, generate
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.schedule import placements as pm
 from tolk_core.schedule.linear import create_linear
-from tolk_core.schedule.prepare import unbind
+from tolk_core.schedule.prepare import prepare_rangeify, storage_base, unbind
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -39,9 +45,11 @@ capturing: list[Callable[[UOp, dict[str, int]], None]] = []
 # values already computed: value UOp -> the storage view holding it (lives as long as the value does)
 _computed: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
 
-_programs: dict[tuple[str, UOp], tuple[Any, KernelSource]] = {}
+_programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}
 
 SCHEDULE_CACHE_SIZE = 512
+# the settings scheduling reads: part of the schedule cache's key
+_SCHEDULE_SETTINGS = ("PLACEMENT_STACK_THRESHOLD", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_SIZE", "REDUCEOP_SPLIT_THRESHOLD")
 # structural key -> (LINEAR with slots for buffers, (size, dtype) of each new buffer's slot, output slots)
 _schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], list[int]]] = {}
 
@@ -49,6 +57,13 @@ _schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], list[int]]] = {}
 def _device(name: str):
     from tolk_core.plugins import Device
     return Device[name]
+
+
+def _local_arrays(device: str) -> bool:
+    """Whether kernels on `device` loop over their outputs, so a kernel-local array serves a whole row (and
+    the renderer can declare one: `local_arrays`, default True for loop-style renderers)."""
+    renderer = _device(device).renderer
+    return not renderer.has_local and getattr(renderer, "local_arrays", True)
 
 
 def _is_stored(u: UOp) -> bool:
@@ -67,138 +82,182 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
         _realize_on(device, todo)
 
 
-def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
-    # reuse values computed by earlier realizes that these graphs still read
-    sink = UOp(Op.SINK, dtypes.void, tuple(todo))
-    if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
-        sink = sink.substitute(known)
-    sink, var_vals = unbind(sink)
-    linear, out_bufs = _cached_schedule(device, sink, var_vals)
-    outputs = list(zip(sink.src, out_bufs, strict=True))
+def schedule(device: str, values: Sequence[UOp]) -> tuple[UOp, list[UOp], dict[str, int]]:
+    """Schedule `values` on `device` without running anything: (the LINEAR, the new BUFFER of each value,
+    the bound Variables' values). Prepare, placements and rangeify run here, unless a structurally equal
+    graph was scheduled before (see the module docstring): then its LINEAR is reused with these buffers."""
+    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, tuple(values)))
+    inputs = [u for u in sink.toposort() if u.op is Op.BUFFER]
+    # a user's lineage holds decisions about these very nodes, and DEBUG>=3 prints the placements: schedule anew
+    cacheable = pm.current() is pm.root() and config.get("DEBUG") < 3
+    key = (device, _structure(sink), tuple(sorted(var_vals.items())),
+           tuple(config.get(k) for k in _SCHEDULE_SETTINGS)) if cacheable else None
+    if key is not None and (hit := _schedules.get(key)) is not None:
+        template, fresh, n_out = hit
+        bufs = inputs + [buffers.new_buffer(device, size, dt) for size, dt in fresh]
+        linear = template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)})
+        GlobalCounters.schedules += 1
+        GlobalCounters.schedule_cache_hits += 1
+        return linear, bufs[len(inputs):len(inputs) + n_out], var_vals
+    made: list[UOp] = []
+
+    def new_buffer(v: UOp) -> UOp:
+        made.append(buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype))
+        return made[-1]
+
+    outs = [new_buffer(v) for v in sink.src]
+    stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in zip(sink.src, outs, strict=True))
+    linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, stores)), new_buffer, _local_arrays(device))
+    GlobalCounters.schedules += 1
     if (debug := config.get("DEBUG")) >= 1:
         print(f"scheduled {len(linear.src)} kernel(s) on {device}" + (f":\n{linear}" if debug >= 3 else ""))
-    run_linear(linear, var_vals=var_vals)
-    for (orig, ts), (_, buf) in zip(todo.items(), outputs, strict=True):
-        view = buffers.view_as(buf, tuple(_concrete(s, var_vals) for s in orig.shape))
-        _computed[orig] = view
-        for t in ts:
-            t.uop = view
+    slots = {b: _slot(i, b.dtype) for i, b in enumerate(inputs + made)}
+    # only a LINEAR whose storage is all inputs or new buffers can be replayed with other buffers
+    if key is not None and all(u in slots for u in linear.toposort() if u.op is Op.BUFFER):
+        if len(_schedules) >= SCHEDULE_CACHE_SIZE:
+            del _schedules[next(iter(_schedules))]
+        _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made], len(outs))
+    return linear, outs, var_vals
+
+
+def _structure(sink: UOp) -> tuple:
+    """`sink`'s graph as plain data, BUFFERs numbered in order of appearance: equal for structurally equal
+    graphs, and holding no node of the graph (a key that held the user's nodes would keep their computed
+    results alive in the value cache)."""
+    index: dict[UOp, int] = {}
+    nbuf = 0
+    out = []
+    for u in sink.toposort():
+        if u.op is Op.BUFFER:
+            out.append(("buffer", u.dtype, u.arg, nbuf))
+            nbuf += 1
+        elif u.op is Op.UNIQUE:  # a buffer's identity: what the slots abstract away
+            out.append(("unique",))
+        else:
+            out.append((u.op, u.dtype, u.arg, tuple(index[s] for s in u.src)))
+        index[u] = len(index)
+    return tuple(out)
 
 
 def _slot(i: int, dtype: Any) -> UOp:
     return UOp(Op.PARAM, dtype, (), ("schedule slot", i))
 
 
-def _cached_schedule(device: str, sink: UOp, var_vals: dict[str, int]) -> tuple[UOp, list[UOp]]:
-    """(the LINEAR computing `sink`'s values, the BUFFER holding each), from the schedule cache when a
-    structurally equal graph was scheduled before."""
-    inputs = [u for u in sink.toposort() if u.op is Op.BUFFER]
-    key = (device, sink.substitute({b: _slot(i, b.dtype) for i, b in enumerate(inputs)}),
-           tuple(sorted(var_vals.items())))
-    if (hit := _schedules.get(key)) is None:
-        made: list[UOp] = []
-
-        def new_buffer(v: UOp) -> UOp:
-            made.append(buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype))
-            return made[-1]
-
-        outputs = [(v, new_buffer(v)) for v in sink.src]
-        linear = create_linear(outputs, new_buffer)
-        GlobalCounters.schedules += 1
-        slots = {b: _slot(i, b.dtype) for i, b in enumerate(inputs + made)}
-        if len(_schedules) >= SCHEDULE_CACHE_SIZE:
-            del _schedules[next(iter(_schedules))]
-        _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made],
-                           [len(inputs) + made.index(b) for _, b in outputs])
-        return linear, [b for _, b in outputs]
-    template, fresh, out_slots = hit
-    bufs = inputs + [buffers.new_buffer(device, size, dt) for size, dt in fresh]
-    linear = template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)})
-    return linear, [bufs[i] for i in out_slots]
+def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
+    # reuse values computed by earlier realizes that these graphs still read
+    sink = UOp(Op.SINK, dtypes.void, tuple(todo))
+    if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
+        sink = sink.substitute(known)
+    linear, outs, var_vals = schedule(device, sink.src)
+    run_linear(linear, var_vals=var_vals)
+    for (orig, ts), buf in zip(todo.items(), outs, strict=True):
+        view = buffers.view_as(buf, tuple(_concrete(s, var_vals) for s in orig.shape))
+        if not capturing:  # a capture fills the buffer only at replay, and each replay overwrites it
+            _computed[orig] = view
+        for t in ts:
+            t.uop = view
 
 
 def realize_assign(device: str, target: UOp, value: UOp) -> None:
     """Store `value` into the storage that `target` views (a BUFFER seen through movements and bitcasts).
 
-    If the value reads that storage through any view other than `target` itself (`x.assign(x.T)`,
-    `x[1:].assign(x[:-1])`), it is computed into new storage first: the store would otherwise overwrite
-    elements it has yet to read. Cached results that read the storage are forgotten.
+    prepare_rangeify refuses broadcast destinations and materialises a value that reads the destination
+    through another view first. Cached results that read the storage are forgotten.
     """
-    base = target
-    while base.src and base.op is not Op.BUFFER:
-        base = base.src[0]
-    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, (value, target)))
-    value, target = sink.src
+    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
 
     def new_buffer(v: UOp) -> UOp:
         return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)
 
-    if _reads_other_view(value, base, target):
-        tmp = new_buffer(value)
-        run_linear(create_linear([(value, tmp)], new_buffer), var_vals=var_vals)
-        value = buffers.view_as(tmp, tuple(value.shape))
-    run_linear(create_linear([(value, target)], new_buffer), var_vals=var_vals)
+    run_linear(create_linear(prepare_rangeify(sink), new_buffer, _local_arrays(device)), var_vals=var_vals)
+    base = storage_base(target)
     for u in [u for u in list(_computed) if base in u.toposort()]:
         del _computed[u]
-
-
-def _reads_other_view(value: UOp, base: UOp, target: UOp) -> bool:
-    """Whether `value` reads storage `base` other than through exactly the view `target`."""
-    views = set()
-    for u in value.toposort():
-        if u.op in GroupOp.Movement or u.op in (Op.BUFFER, Op.BITCAST):
-            continue
-        for s in u.src:
-            v = s
-            while v.op in GroupOp.Movement or v.op is Op.BITCAST:
-                v = v.src[0]
-            if v is base:
-                views.add(s)
-    if value is base or (value.op in GroupOp.Movement and value is not target):
-        views.add(value)
-    return bool(views - {target})
 
 
 def _concrete(x: sint, var_vals: dict[str, int]) -> int:
     return x if isinstance(x, int) else int(x.eval(var_vals))
 
 
+def arg_device(u: UOp) -> str:
+    """The device of a CALL argument: a BUFFER, a JIT input PARAM (arg (slot, shape, device)) or a SLICE of one."""
+    while u.op is Op.SLICE:
+        u = u.src[0]
+    return u.arg[2] if u.op is Op.PARAM else buffers.buffer_device(u)
+
+
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     """The program of every CALL in `linear`; the missing ones are compiled together, one unit per device."""
-    missing: dict[str, list[UOp]] = {}
+    missing: dict[Any, list[UOp]] = {}
     for call in linear.src:
-        dev = buffers.buffer_device(call.src[1])
-        if (dev, call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
+        # keyed by the opened device, not its name: a device reopened (registry reset) needs its own programs
+        dev = arg_device(call.src[1])
+        if _key(dev, call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
             missing.setdefault(dev, []).append(call.src[0])
     for dev, asts in missing.items():
-        device = _device(dev)
-        renderer = device.renderer
-        sources = [generate(ast, renderer) for ast in asts]
-        unique = {ks.name: ks for ks in sources}
-        module = renderer.render_module([ks.source for ks in unique.values()])
-        if config.get("DEBUG") >= 4:
-            print(module)
-        lib = device.compiler.compile_cached(module)
-        for ast, ks in zip(asts, sources, strict=True):
-            _programs[(dev, ast)] = (device.runtime(device, ks.name, lib), ks)
-    return [_programs[(buffers.buffer_device(c.src[1]), c.src[0])] for c in linear.src]
+        _compile_together(dev, asts)
+    return [_programs[_key(arg_device(c.src[1]), c.src[0])] for c in linear.src]
+
+
+def _key(dev: str, ast: UOp) -> tuple[Any, UOp]:
+    return (_device(dev), ast)
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """The arg of a PROGRAM node: the loaded program and its rendered source facts (launch sizes, params)."""
+    device: str
+    program: Any
+    source: KernelSource
+
+
+def kernel_vals(ks: KernelSource, var_vals: dict[str, int]) -> tuple[int, ...]:
+    """The scalar arguments of one launch: the kernel's variables' values, in parameter order."""
+    return tuple(var_vals[v] for v in ks.vars)
+
+
+def to_program(ast: UOp, device: str) -> UOp:
+    """PROGRAM(ast) of kernel SINK `ast` on `device`, its arg a CompiledKernel (compiled alone if missing:
+    `compile_linear` first compiles a whole schedule in one unit)."""
+    if _key(device, ast) not in _programs:
+        _compile_together(device, [ast])
+    prg, ks = _programs[_key(device, ast)]
+    return UOp(Op.PROGRAM, dtypes.void, (ast,), CompiledKernel(device, prg, ks))
+
+
+def _compile_together(dev: str, asts: list[UOp]) -> None:
+    device = _device(dev)
+    renderer = device.renderer
+    sources = [generate(ast, renderer) for ast in asts]
+    unique = {ks.name: ks for ks in sources}
+    module = renderer.render_module([ks.source for ks in unique.values()])
+    if config.get("DEBUG") >= 4:
+        print(module)
+    lib = device.compiler.compile_cached(module)
+    for ast, ks in zip(asts, sources, strict=True):
+        _programs[(device, ast)] = (device.runtime(device, ks.name, lib), ks)
 
 
 def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, int] | None = None) -> None:
-    """Launch the CALLs of `linear` in order; `input_uops` bind its PARAMs (the JIT's slotted inputs)."""
+    """Launch the CALLs of `linear` in order; `input_uops` bind its PARAMs (the JIT's slotted inputs).
+
+    While a JIT captures (`capturing` is not empty) the LINEAR goes to the innermost capturer and nothing runs.
+    """
     var_vals = var_vals or {}
-    for capture in capturing:
-        capture(linear, var_vals)
+    if capturing:
+        capturing[-1](linear, var_vals)
+        return
     programs = compile_linear(linear)
     debug = config.get("DEBUG")
     for call, (prg, ks) in zip(linear.src, programs, strict=True):
-        handles = [buffers.runtime_buffer(b).allocate().handle for b in call.src[1:]]
-        vals = tuple(var_vals[v] for v in ks.vars)
+        handles = [buffers.runtime_buffer(input_uops[b.arg[0]] if b.op is Op.PARAM else b).allocate().handle
+                   for b in call.src[1:]]
+        vals = kernel_vals(ks, var_vals)
         gsize = ks.launch_dims(var_vals)
         st = time.perf_counter()
         et = prg(*handles, global_size=gsize, local_size=ks.local_size, vals=vals, wait=debug >= 2)
         GlobalCounters.kernels_launched += 1
         if debug >= 2:
             GlobalCounters.time_sum_s += et or 0.0
-            print(f"*** {buffers.buffer_device(call.src[1]):8s} {ks.name:40s} global={gsize} "
+            print(f"*** {arg_device(call.src[1]):8s} {ks.name:40s} global={gsize} "
                   f"local={ks.local_size} {((et or 0.0) if et else time.perf_counter() - st) * 1e6:9.1f} us")

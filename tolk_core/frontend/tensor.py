@@ -10,19 +10,28 @@ Contracts:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tolk_core.engine import buffers as storage
 from tolk_core.errors import DeviceMismatchError, ShapeError
+from tolk_core.frontend.ops_index import IndexMixin
+from tolk_core.frontend.ops_math import MathMixin
+from tolk_core.frontend.ops_nn import NNMixin
+from tolk_core.frontend.ops_reduce import ReduceMixin
+from tolk_core.frontend.ops_shape import ShapeMixin
+from tolk_core.frontend.random import RandomMixin
 from tolk_core.ir.dtype import DType, dtypes, promote_types
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import movement_shape
 from tolk_core.ir.uop import UOp, prod, resolve, sint, sym_eq
+from tolk_core.schedule import placements
 
 Scalar = int | float | bool
+# called with a Tensor before its data is read (the JIT refuses reads during capture and of stale outputs)
+read_checks: list[Callable[[Tensor], None]] = []
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
@@ -72,16 +81,19 @@ def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor:
-    """A lazily evaluated n-dimensional array on one device."""
+class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixin):
+    """A lazily evaluated n-dimensional array on one device. The core (construction, movement, arithmetic,
+    basic reductions) lives here; the wider op surface comes from the mixins, one module per job."""
 
-    __slots__ = ("uop", "device", "__weakref__")
+    __slots__ = ("uop", "device", "__weakref__", "_requires_grad", "_grad")  # the last two: autograd block
     __array_priority__ = 1000  # numpy defers to our reflected operators
 
     def __init__(self, data: Any, device: str | None = None, dtype: Any = None):
         self.device = _resolve_device(device)
         if isinstance(data, UOp):
             self.uop = data
+            if data.op is Op.CONST:
+                placements.seed_constant(data)
             return
         if isinstance(data, Tensor):
             data = data.numpy()
@@ -89,6 +101,7 @@ class Tensor:
         if isinstance(data, (bool, int, float)) and not isinstance(data, np.generic):
             dt = dt or dtypes.from_py(data)
             self.uop = UOp.const(dt, _as_const(data, dt))
+            placements.seed_constant(self.uop)
             return
         arr = np.asarray(data)
         if dt is None:
@@ -100,6 +113,7 @@ class Tensor:
                 dt = dtypes.from_np(arr.dtype)
         arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False))
         self.uop = storage.from_numpy(arr, dt, self.device)
+        placements.seed_input(storage.base_buffer(self.uop))
 
     # ---- construction helpers ----
     @staticmethod
@@ -134,7 +148,9 @@ class Tensor:
         shape = Tensor._shape_arg(shape)
         dt = dtypes.parse(dtype or dtypes.default_float)
         device = _resolve_device(device)
-        return Tensor(storage.view_as(storage.new_buffer(device, math.prod(shape), dt), shape), device)
+        buf = storage.new_buffer(device, math.prod(shape), dt)
+        placements.seed_input(buf)
+        return Tensor(storage.view_as(buf, shape), device)
 
     @staticmethod
     def arange(start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: Any = None,
@@ -176,14 +192,21 @@ class Tensor:
     # ---- realization ----
     def realize(self, *others: Tensor) -> Tensor:
         from tolk_core.engine.realize import realize_tensors
+        for t in (self, *others):
+            placements.seed_realize(t.uop)
         realize_tensors([self, *others])
         return self
 
     def contiguous(self) -> Tensor:
-        return Tensor(UOp(Op.CONTIGUOUS, self.dtype, (self.uop,)), self.device)
+        out = UOp(Op.CONTIGUOUS, self.dtype, (self.uop,))
+        placements.seed_contiguous(out)
+        return Tensor(out, self.device)
 
     def numpy(self) -> np.ndarray:
         from tolk_core.engine.realize import realize_tensors
+        for check in read_checks:
+            check(self)
+        placements.seed_observed(self.uop)
         realize_tensors([self])
         return storage.to_numpy(self.uop, self.shape, self.dtype)
 
@@ -306,45 +329,6 @@ class Tensor:
         if len(arg) != self.ndim:
             raise ShapeError(f"shrink needs one (start, end) per axis of {self.shape}, got {arg}")
         return self if all(a == (0, s) for a, s in zip(arg, self.shape, strict=True)) else self._mop(Op.SHRINK, arg)
-
-    def __getitem__(self, index: Any) -> Tensor:
-        if not isinstance(index, tuple):
-            index = (index,)
-        if len([i for i in index if i is not None]) > self.ndim:
-            raise ShapeError(f"too many indices ({len(index)}) for a tensor of shape {self.shape}")
-        index = index + (slice(None),) * (self.ndim - len(index))
-        x, shrink, flips, steps, drop = self, [], [], [], []
-        for axis, (idx, size) in enumerate(zip(index, self.shape, strict=True)):
-            if isinstance(idx, (int, np.integer)):
-                i = int(idx)
-                if not -size <= i < size:
-                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size {size}")
-                i %= size
-                shrink.append((i, i + 1))
-                steps.append(1)
-                drop.append(axis)
-            elif isinstance(idx, slice) and any(isinstance(v, UOp) for v in (idx.start, idx.stop, size)):
-                if idx.step not in (None, 1):  # symbolic bounds: a plain window, no steps or negatives
-                    raise ShapeError(f"a slice with symbolic bounds takes no step, got {idx}")
-                shrink.append((0 if idx.start is None else idx.start, size if idx.stop is None else idx.stop))
-                steps.append(1)
-            elif isinstance(idx, slice):
-                start, stop, step = idx.indices(size)
-                if step > 0:
-                    n = max(0, math.ceil((stop - start) / step))
-                    shrink.append((start, start + max(0, (n - 1) * step + 1)) if n else (0, 0))
-                else:
-                    n = max(0, math.ceil((start - stop) / -step))
-                    lo = start - (n - 1) * -step if n else 0
-                    shrink.append((lo, start + 1) if n else (0, 0))
-                    flips.append(axis)
-                steps.append(abs(step))
-            else:
-                raise TypeError(f"unsupported index {idx!r}: use ints and slices")
-        x = x.shrink(shrink).flip(flips) if flips else x.shrink(shrink)
-        if any(s != 1 for s in steps):
-            x = x._strided(steps)
-        return x.reshape(tuple(s for a, s in enumerate(x.shape) if a not in drop))
 
     def _strided(self, steps: list[int]) -> Tensor:
         """Every steps[a]-th element along each axis a, starting at the first."""
@@ -492,13 +476,15 @@ class Tensor:
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
         return tuple(sorted({_normalize_axis(a, self.ndim) for a in axes}))
 
-    def _reduce(self, op: Op, axis: Any, keepdim: bool, dtype: DType | None = None) -> Tensor:
+    def _reduce(self, op: Op, axis: Any, keepdim: bool, dtype: DType | None = None, empty_ok: bool = False) -> Tensor:
+        """Reduce with `op` over `axis`; an empty axis gives op's identity for ADD/MUL (or when `empty_ok`),
+        else a ShapeError (the max of nothing is undefined)."""
         axes = self._axes(axis)
         x = self.cast(dtype) if dtype is not None else self
         if self.ndim == 0:
             return x
         out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-        if op is not Op.ADD and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
+        if op is Op.MAX and not empty_ok and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
             raise ShapeError(f"cannot take {op.name.lower()} over an empty axis of shape {self.shape}")
         ret = Tensor(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes)), self.device) if axes else x
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
@@ -552,3 +538,41 @@ class Tensor:
         return e / e.sum(axis=axis, keepdim=True)
 
 
+
+    # ---- autograd (logic in frontend/autograd.py) ----
+    @property
+    def requires_grad(self) -> bool:
+        """Whether `backward()` accumulates a gradient into this tensor's `.grad` (a lazy tensor is realized
+        when marked)."""
+        return getattr(self, "_requires_grad", False)
+
+    @requires_grad.setter
+    def requires_grad(self, on: bool) -> None:
+        from tolk_core.frontend import autograd
+        self._requires_grad = autograd.track(self, on)
+
+    def requires_grad_(self, on: bool = True) -> Tensor:
+        self.requires_grad = on
+        return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (a lazy Tensor until realized), or None."""
+        return getattr(self, "_grad", None)
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        self._grad = value
+
+    def backward(self, gradient: Tensor | None = None) -> None:
+        """Accumulate d(self)/d(t) into `t.grad` for every tensor t marked requires_grad that self depends on."""
+        from tolk_core.frontend import autograd
+        autograd.backward(self, gradient)
+
+    def detach(self) -> Tensor:
+        """The same values, with no gradient flowing back through them."""
+        return Tensor(UOp(Op.DETACH, self.dtype, (self.uop,)), self.device)
+
+    def contiguous_backward(self) -> Tensor:
+        """The same values; the gradient flowing back through here is realized (made contiguous) first."""
+        return Tensor(UOp(Op.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)), self.device)

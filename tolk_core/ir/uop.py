@@ -566,7 +566,8 @@ def _range(u: UOp) -> tuple[Any, Any]:
     op, dt = u.op, u.dtype
     dlo, dhi = _dt_range(dt)
     if op is Op.CONST:
-        return u.arg, u.arg
+        # a nan bounds nothing: as an interval end it would make every comparison decide False
+        return (dlo, dhi) if isinstance(u.arg, float) and math.isnan(u.arg) else (u.arg, u.arg)
     if op is Op.DEFINE_VAR:
         return u.arg[1], u.arg[2]
     if op is Op.BIND:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata as md
+import os
 import threading
 import time
 import traceback
@@ -28,6 +29,7 @@ import pluggy
 
 from tolk_core import config
 from tolk_core.errors import ConfigError, PluginError
+from tolk_core.plugins import builtin
 from tolk_core.plugins.hookspecs import PROJECT, TolkHookSpecs
 from tolk_core.plugins.specs import (
     API_VERSION,
@@ -40,6 +42,7 @@ from tolk_core.plugins.specs import (
 )
 
 GROUP = "tolk.backends"
+_BUILTIN_IDS = frozenset({builtin.ENTRY_POINT, "tolk-core"})
 
 
 class PluginWarning(UserWarning):
@@ -195,6 +198,11 @@ def _split(v: str | None) -> list[str] | None:
 def _check_gate_names(names: list[str], known: set[str], var: str) -> None:
     lowered = {k.lower() for k in known}
     for n in names:
+        if n.lower() in _BUILTIN_IDS:
+            if var == "TOLK_DISABLE_PLUGINS":
+                raise ConfigError(f"{var}: {n!r} is tolk-core's built-in {builtin.NAME} reference device, which "
+                                  "cannot be disabled (it is the last-resort device)")
+            continue
         if n.lower() not in lowered:
             close = difflib.get_close_matches(n.lower(), sorted(lowered), n=1)
             raise ConfigError(f"{var}: unknown plugin {n!r}" + (f"; did you mean {close[0]!r}?" if close else "")
@@ -212,6 +220,8 @@ def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, A
         if ep.dist is not None:
             known.add(ep.dist.name)
     allow = _split(config.get("PLUGINS"))
+    if allow is None and os.environ.get("TOLK_PLUGINS") == "":  # set but empty: no plugins (config ignores "")
+        allow = []
     deny = _split(config.get("DISABLE_PLUGINS")) or []
     if allow is not None:
         _check_gate_names(allow, known, "TOLK_PLUGINS")
@@ -234,7 +244,7 @@ def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, A
             continue
         if allow_l is not None and not ids & allow_l:
             records.append(PluginRecord(ep.name, dist, version, ep.value, "disabled",
-                                        f"not in TOLK_PLUGINS={config.get('PLUGINS')}"))
+                                        f"not in TOLK_PLUGINS={config.get('PLUGINS') or ''}"))
             continue
         t0 = time.perf_counter()
         try:
@@ -249,6 +259,10 @@ def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, A
         rec = PluginRecord(ep.name, dist, version, ep.value, "loaded", import_s=time.perf_counter() - t0)
         records.append(rec)
         loaded.append((rec, obj))
+    from tolk_core import __version__  # the package root is initialized by now; avoids an import cycle
+    rec = PluginRecord(builtin.ENTRY_POINT, "tolk-core", __version__, builtin.__name__, "loaded")
+    records.append(rec)
+    loaded.append((rec, builtin))
     for name, obj in list(_runtime):
         rec = PluginRecord(name, "<runtime>", "", getattr(obj, "__name__", repr(obj)), "loaded")
         records.append(rec)
@@ -331,6 +345,8 @@ def build_registry() -> Registry:
             b, g, r = _call_hooks(rec, obj)
             for s in b:
                 _validate_backend(s)
+                if s.name == builtin.NAME and obj is not builtin:
+                    raise PluginError(f"the device name {builtin.NAME} is reserved for tolk-core's reference device")
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, KeyboardInterrupt):
                 raise

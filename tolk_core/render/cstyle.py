@@ -7,10 +7,18 @@ Naming in the output: buffers `b<slot>`, integer arguments by their variable's n
 accumulators `acc<n>`, other values `v<n>`. Every computed value gets its own `const` variable, so an
 expression is never more than one operation deep and the compiler sees plain SSA.
 
-Vector values (dtype count > 1, made by codegen.upcast for dialects with `vector_type_name`): arithmetic of one
-vector type is native C vector arithmetic (a scalar operand is broadcast); anything else is computed lane by
-lane (`v[l]`) in a statement expression. A vector LOAD/STORE through INDEX(arg="vec") is one contiguous access
-at the scalar index; through INDEX(arg="gather") it is one access per lane.
+dtypes. Every value of dtype T holds exactly a value of T on every dialect: the result of each operation is
+rounded to T, as numpy (with ml_dtypes for bfloat16) does per operation. A dialect lists in `emulated` the
+dtypes it stores in memory but computes in float32 registers (bfloat16 everywhere, half where the device has no
+half arithmetic): loads widen to float, every computed value is rounded back to T's precision (`round_to`),
+stores narrow. That is exact for + - * / and sqrt (float32 holds more than twice half's and bfloat16's bits),
+so emulated and native half agree bit for bit. `unsupported` maps the dtypes a device cannot compute at all to
+the reason; rendering one raises DTypeError naming the dtype and the device.
+
+Vector values (dtype count > 1, made by codegen.upcast for dialects with `vector_type_name`; never emulated
+dtypes): arithmetic of one vector type is native C vector arithmetic (a scalar operand is broadcast); anything
+else is computed lane by lane (`v[l]`) in a statement expression. A vector LOAD/STORE through INDEX(arg="vec")
+is one contiguous access at the scalar index; through INDEX(arg="gather") it is one access per lane.
 """
 from __future__ import annotations
 
@@ -18,7 +26,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.errors import DTypeError
+from tolk_core.ir.dtype import DType, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 
@@ -36,6 +45,24 @@ def _c_binop(sym: str) -> Callable[[str, str], str]:
     return lambda a, b: f"({a}{sym}{b})"
 
 
+# bfloat16 as uint16 bits, shared by the C and OpenCL C dialects (valid in both). Widening is a shift;
+# narrowing rounds to nearest even, and keeps NaN a (quiet) NaN instead of letting the rounding carry into inf.
+BF16_HELPERS = """\
+static inline float tolk_bf16_float(unsigned short b) {
+  union { unsigned int u; float f; } c; c.u = ((unsigned int)b) << 16; return c.f;
+}
+static inline unsigned short tolk_bf16_bits(float f) {
+  union { unsigned int u; float f; } c; c.f = f;
+  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
+  return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
+}
+static inline float tolk_bf16_round(float f) { return tolk_bf16_float(tolk_bf16_bits(f)); }
+"""
+
+# ops whose result is one of their (already exact) operands: no rounding needed for emulated dtypes
+_SELECTING = frozenset({Op.MAX, Op.NEG, Op.WHERE, Op.TRUNC})
+
+
 class CStyleRenderer:
     """Renders linearized kernels as C-family source. Subclass per dialect; see the module docstring."""
 
@@ -45,15 +72,15 @@ class CStyleRenderer:
     kernel_prefix: str = "void"
     buffer_qualifier: str = ""
     restrict: str = "restrict"
-    supports_float64: bool = True
-    local_qualifier: str = ""        # how group-shared memory is declared
-    barrier: str = ""                # the statement that orders group-shared memory
+    barrier: str = ""                # a work-group barrier statement (GPU dialects; for shared-memory kernels)
+    shared_qualifier: str = ""       # declares work-group shared memory (GPU dialects)
+    emulated: frozenset[DType] = frozenset({dtypes.bfloat16})
 
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
         dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int",
         dtypes.int64: "long long", dtypes.uint64: "unsigned long long", dtypes.float32: "float",
-        dtypes.float64: "double", dtypes.index: "int",
+        dtypes.float64: "double", dtypes.index: "int", dtypes.bfloat16: "unsigned short",
     }
 
     binops: dict[Op, Callable[[str, str], str]] = {
@@ -67,52 +94,126 @@ class CStyleRenderer:
 
     def __init__(self, device: object = None):
         self.device_obj = device
+        self.unsupported: dict[DType, str] = {}
+
+    # ---- dtype capability ----
+    @property
+    def target(self) -> str:
+        """What the errors call this renderer's target: the device's name, or the dialect's without one."""
+        name = getattr(self.device_obj, "name", None)
+        return name if name else f"{self.device or type(self).__name__} (no device)"
+
+    def supports(self, dt: DType) -> bool:
+        """Whether kernels over `dt` can be rendered (and run) for this renderer's device."""
+        return dt.scalar() not in self.unsupported
+
+    @property
+    def supported_dtypes(self) -> tuple[DType, ...]:
+        return tuple(d for d in dtypes.all if self.supports(d))
+
+    def check_dtype(self, dt: DType) -> None:
+        """Raise DTypeError naming `dt` and the device when the device cannot compute `dt`."""
+        dt = dt.base if isinstance(dt, PtrDType) else dt.scalar()
+        if (why := self.unsupported.get(dt)) is not None:
+            raise DTypeError(f"dtype {dt.name} is not supported on {self.target}: {why}")
+
+    def reg_dtype(self, dt: DType) -> DType:
+        """The dtype a value of `dt` is held in while computing (float32 for emulated dtypes)."""
+        return dtypes.float32 if dt.scalar() in self.emulated else dt
 
     # ---- dialect hooks ----
     def type_name(self, dt: DType) -> str:
         return self.type_names[dt.scalar()] if dt.count == 1 else self.vector_type_name(dt)
 
+    def vector_type_name(self, dt: DType) -> str:
+        """The name of an unaligned vector type of `dt.count` lanes (declared by the prelude)."""
+        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
+
     def buffer_type_name(self, dt: DType) -> str:
         return self.type_name(dt)
 
+    def reg_type_name(self, dt: DType) -> str:
+        return self.type_name(self.reg_dtype(dt))
+
+    def math_suffix(self, dt: DType) -> str:
+        """Suffix of the single-precision C math functions, for values held in float registers."""
+        return "" if self.reg_dtype(dt) == dtypes.float64 else "f"
+
     def unary(self, op: Op, x: str, dt: DType) -> str:
         """Unary math; the base uses GCC builtins, which C compilers inline or route to libm."""
-        f = "f" if dt == dtypes.float32 else ""
+        f = self.math_suffix(dt)
         return {Op.NEG: f"(-{x})", Op.EXP2: f"__builtin_exp2{f}({x})", Op.LOG2: f"__builtin_log2{f}({x})",
                 Op.SQRT: f"__builtin_sqrt{f}({x})", Op.SIN: f"__builtin_sin{f}({x})",
                 Op.TRUNC: f"__builtin_trunc{f}({x})", Op.RECIPROCAL: f"(1/{x})"}[op]
+
+    def inf_nan(self, v: float, dt: DType) -> str:
+        """A non-finite literal."""
+        if math.isnan(v):
+            return "NAN"
+        return "INFINITY" if v > 0 else "(-INFINITY)"
 
     def render_const(self, value: object, dt: DType) -> str:
         if dtypes.is_bool(dt):
             return "1" if value else "0"
         if dtypes.is_float(dt):
-            v = float(value)  # type: ignore[arg-type]
-            if math.isnan(v):
-                return "NAN"
-            if math.isinf(v):
-                return "INFINITY" if v > 0 else "(-INFINITY)"
-            text = repr(v)
-            return f"{text}f" if dt == dtypes.float32 else text
+            v = float(value)  # type: ignore[arg-type]  # UOp.const already rounded it to dt
+            if not math.isfinite(v):
+                return self.inf_nan(v, dt)
+            return repr(v) if self.reg_dtype(dt) == dtypes.float64 else f"{v!r}f"
         v = int(value)  # type: ignore[call-overload]
         suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt, "")
         if dt in (dtypes.int64, dtypes.int32) and v == dtypes.min(dt):  # -2^31 is not a C literal
             return f"({v + 1}{suffix}-1)"
         return f"{v}{suffix}"
 
-    def render_cast(self, x: str, dt: DType) -> str:
+    def render_cast(self, x: str, dt: DType, src: DType) -> str:
+        if dt in self.emulated:
+            return self.round_to(dt, x, src)
         return f"(({self.type_name(dt)})({x}))"
+
+    # emulated dtypes: the storage <-> float conversions (bfloat16 as uint16 bits here)
+    def round_to(self, dt: DType, x: str, src: DType) -> str:
+        """`x` (a value of `src`) rounded to emulated `dt`, as a float. The base emulates bfloat16 only; a dialect
+        emulating more overrides this, `to_bits` and `from_bits`."""
+        return f"tolk_bf16_round((float)({x}))"  # float64 rounds through float32, as ml_dtypes does
+
+    def to_bits(self, dt: DType, x: str) -> str:
+        """The storage bits (an unsigned 16-bit value) of emulated `dt` value `x` (a float)."""
+        return f"tolk_bf16_bits({x})"
+
+    def from_bits(self, dt: DType, x: str) -> str:
+        """The float value of emulated `dt` storage bits `x`."""
+        return f"tolk_bf16_float({x})"
+
+    def render_load(self, buf: str, idx: str, dt: DType) -> str:
+        return self.from_bits(dt, f"{buf}[{idx}]") if dt in self.emulated else f"{buf}[{idx}]"
+
+    def render_store(self, buf: str, idx: str, x: str, dt: DType) -> str:
+        return f"{buf}[{idx}] = {self.to_bits(dt, x) if dt in self.emulated else x};"
+
+    def reinterpret(self, x: str, src: DType, dt: DType) -> str:
+        """The bits of `x` (of `src`) read as `dt`, the same size; neither is emulated. C: a union."""
+        return f"((union {{ {self.type_name(src)} s; {self.type_name(dt)} d; }}){{{x}}}).d"
+
+    def render_bitcast(self, x: str, dt: DType, src: DType) -> str:
+        if dt.itemsize != src.itemsize or dtypes.is_bool(dt) or dtypes.is_bool(src):
+            raise DTypeError(f"bitcast from {src.name} to {dt.name}: bitcast needs two non-bool dtypes of one size")
+        if src in self.emulated:
+            x, src = self.to_bits(src, x), dtypes.uint16
+        out = dtypes.uint16 if dt in self.emulated else dt
+        if src != out:
+            # equal-size integers convert modulo 2^n, which keeps the bits
+            ints = dtypes.is_int(src) and dtypes.is_int(out)
+            x = f"(({self.type_name(out)})({x}))" if ints else self.reinterpret(x, src, out)
+        return self.from_bits(dt, x) if dt in self.emulated else x
 
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no GPU index specials")
 
-    def loop_pragma(self, kind: str, reductions: Sequence[tuple[str, Op]] = ()) -> str | None:
-        """The line before a loop of `kind` (an optimizer annotation); `reductions` are the (accumulator, op)
-        pairs the loop folds into variables declared outside it."""
+    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str]]) -> str | None:
+        """A line before a loop: `kind` is optimize's annotation; `folds` are the (op, accumulator) pairs an
+        innermost loop folds into (empty for other loops)."""
         return None
-
-    def vector_type_name(self, dt: DType) -> str:
-        """The name of an unaligned vector type of `dt.count` lanes (declared by the prelude)."""
-        raise NotImplementedError(f"{type(self).__name__} renders no vector types")
 
     def param_decl(self, p: KernelParam) -> str:
         if p.var is not None:
@@ -121,18 +222,25 @@ class CStyleRenderer:
         return f"{self.buffer_qualifier}{const}{self.buffer_type_name(p.dtype)}* {self.restrict} b{p.slot}"
 
     def prelude(self, sources: Sequence[str]) -> str:
-        return ""
+        return BF16_HELPERS + "\n" if any("tolk_bf16_" in s for s in sources) else ""
 
     # ---- the kernel ----
     def render_kernel(self, name: str, lin: list[UOp], params: Sequence[KernelParam],
                       loop_kinds: dict[UOp, str] | None = None) -> str:
-        """One function `name` computing the linearized kernel `lin` over `params`."""
+        """One function `name` computing the linearized kernel `lin` over `params`. Raises DTypeError when a
+        dtype of the kernel is not supported on this renderer's device."""
+        for p in params:
+            self.check_dtype(p.dtype)
+        for u in lin:
+            if u.dtype != dtypes.void:
+                self.check_dtype(u.dtype)
         loop_kinds = loop_kinds or {}
         names: dict[UOp, str] = {}
         lines: list[str] = []
         depth = 1
         counter = 0
         specials = {u for u in lin for u in (u, *u.src) if u.op is Op.SPECIAL}
+        folds = _innermost_folds(lin)
         pre = [f"  const int {u.arg[0]} = {self.render_special(u)};" for u in sorted(specials, key=lambda u: u.arg)]
         names.update({u: u.arg[0] for u in specials})
 
@@ -145,17 +253,19 @@ class CStyleRenderer:
                 return names[UOp(Op.DEFINE_REG, u.dtype, (), u)]
             return names[u]
 
-        def index(u: UOp) -> tuple[str, str | None]:
-            buf, idx = names[u.src[0]] if u.src[0] in names else f"b{u.src[0].arg}", ref(u.src[1])
-            return f"{buf}[{idx}]", (ref(u.src[2]) if len(u.src) > 2 else None)
+        def index(u: UOp) -> tuple[str, str, str | None]:
+            buf = names[u.src[0]] if u.src[0] in names else f"b{u.src[0].arg}"
+            return buf, ref(u.src[1]), (ref(u.src[2]) if len(u.src) > 2 else None)
 
-        for i, u in enumerate(lin):
+        for u in lin:
             pad = "  " * depth
             if u.op is Op.RANGE:
                 rn = names[u] = f"r{u.arg[0]}"
-                reds = _loop_reductions(lin, i) if loop_kinds.get(u, "").startswith("parallel reduce") else ()
-                if (pragma := self.loop_pragma(loop_kinds.get(u, ""), [(names[a], op) for a, op in reds])) \
-                        is not None:
+                loop_folds = folds.get(u, ())
+                # OpenMP folds scalars only: a loop folding vector accumulators already runs lanes in parallel
+                fold_names = [] if any(reg.dtype.count > 1 for _, reg in loop_folds) else \
+                    [(op, names[reg]) for op, reg in loop_folds]
+                if (pragma := self.loop_pragma(loop_kinds.get(u, ""), fold_names)) is not None:
                     lines.append(f"{pad}{pragma}")
                 lines.append(f"{pad}for (int {rn} = 0; {rn} < {ref(u.src[0])}; {rn}++) {{")
                 depth += 1
@@ -170,13 +280,17 @@ class CStyleRenderer:
                 continue
             if u.op is Op.DEFINE_LOCAL:
                 names[u] = u.arg[0]
-                lines.append(f"{pad}{self.local_qualifier}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+                lines.append(f"{pad}{self.shared_qualifier}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
                 continue
             if u.op is Op.BARRIER:
                 lines.append(f"{pad}{self.barrier}")
                 continue
             if u.op is Op.IF:  # work items past the end of a padded launch stop here
                 lines.append(f"{pad}if (!{ref(u.src[0])}) return;")
+                continue
+            if u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType):  # a kernel-local array
+                names[u] = u.arg[0]
+                lines.append(f"{pad}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
                 continue
             if u.op is Op.DEFINE_REG:
                 red = u.arg
@@ -185,15 +299,15 @@ class CStyleRenderer:
                 init = self.render_const(_identity(red), u.dtype.scalar())
                 if u.dtype.count > 1:
                     init = "{" + ", ".join([init] * u.dtype.count) + "}"
-                lines.append(f"{pad}{self.type_name(u.dtype)} {names[u]} = {init};")
+                lines.append(f"{pad}{self.reg_type_name(u.dtype)} {names[u]} = {init};")
                 continue
             if u.op is Op.ASSIGN:
                 acc, val = names[u.src[0]], ref(u.src[1])
                 if u.dtype.count > 1 and u.arg not in _VECTOR_NATIVE:
-                    lanes = self.binops[u.arg](f"{acc}[_l]", f"{val}[_l]")
+                    lanes = self.alu(u.arg, [f"{acc}[_l]", f"{val}[_l]"], u.dtype.scalar())
                     lines.append(f"{pad}for (int _l = 0; _l < {u.dtype.count}; _l++) {acc}[_l] = {lanes};")
                 else:
-                    lines.append(f"{pad}{acc} = {self.binops[u.arg](acc, val)};")
+                    lines.append(f"{pad}{acc} = {self.alu(u.arg, [acc, val], u.dtype)};")
                 continue
             if u.op is Op.STORE:
                 lines.append(pad + self.store(u, ref, index))
@@ -201,31 +315,43 @@ class CStyleRenderer:
             expr = self.vector_expression(u, ref, index) if u.dtype.count > 1 else self.expression(u, ref, index)
             names[u] = f"v{counter}"
             counter += 1
-            lines.append(f"{pad}const {self.type_name(u.dtype)} {names[u]} = {expr};")
+            lines.append(f"{pad}const {self.reg_type_name(u.dtype)} {names[u]} = {expr};")
         head = f"{self.kernel_prefix} {name}({', '.join(self.param_decl(p) for p in params)}) {{"
         return "\n".join([head, *pre, *lines, "}"])
 
-    def store(self, u: UOp, ref: Callable[[UOp], str], index: Callable[[UOp], tuple[str, str | None]]) -> str:
-        idx, val = u.src[0], u.src[1]
-        dst, gate = index(idx)
-        if idx.arg == "gather":  # one store per lane, each under its own gate (gathers index PARAM buffers)
-            g = f"if ({_lane(idx.src[2], gate)}) " if gate else ""
+    def alu(self, op: Op, args: list[str], dt: DType) -> str:
+        """ALU `op` on rendered operands giving a `dt` value; emulated results are rounded to `dt`."""
+        if op is Op.WHERE:
+            expr = f"({args[0]}?{args[1]}:{args[2]})"
+        elif op in self.binops:
+            expr = self.binops[op](*args)
+        else:
+            expr = self.unary(op, args[0], dt)
+        return self.round_to(dt, expr, dtypes.float32) if dt in self.emulated and op not in _SELECTING else expr
+
+    def store(self, u: UOp, ref: Callable[[UOp], str],
+              index: Callable[[UOp], tuple[str, str, str | None]]) -> str:
+        idx_u, val = u.src[0], u.src[1]
+        buf, idx, gate = index(idx_u)
+        if idx_u.arg == "gather":  # one store per lane, each under its own gate
+            g = f"if ({_lane(idx_u.src[2], gate)}) " if gate else ""
             return (f"for (int _l = 0; _l < {val.dtype.count}; _l++) "
-                    f"{g}b{idx.src[0].arg}[{_lane(idx.src[1], ref(idx.src[1]))}] = {_lane(val, ref(val))};")
-        if idx.arg == "vec":
-            dst = f"*({self.type_name(val.dtype)}*)(&{dst})"
-        stmt = f"{dst} = {ref(val)};"
+                    f"{g}{buf}[{_lane(idx_u.src[1], idx)}] = {_lane(val, ref(val))};")
+        if idx_u.arg == "vec":
+            stmt = f"*({self.type_name(val.dtype)}*)(&{buf}[{idx}]) = {ref(val)};"
+        else:
+            stmt = self.render_store(buf, idx, ref(val), val.dtype)
         return f"if ({gate}) {stmt}" if gate else stmt
 
     def vector_expression(self, u: UOp, ref: Callable[[UOp], str],
-                          index: Callable[[UOp], tuple[str, str | None]]) -> str:
+                          index: Callable[[UOp], tuple[str, str, str | None]]) -> str:
         """A vector value: native where C vector arithmetic means the same, else lane by lane."""
         tname, n = self.type_name(u.dtype), u.dtype.count
         if u.op is Op.VECTORIZE:
             return f"(({tname}){{{', '.join(ref(s) for s in u.src)}}})"
         if u.op is Op.LOAD and u.src[0].arg == "vec":
-            src, gate = index(u.src[0])
-            vec = f"(*(const {tname}*)(&{src}))"
+            buf, idx, gate = index(u.src[0])
+            vec = f"(*(const {tname}*)(&{buf}[{idx}]))"
             return f"({gate}?{vec}:({tname}){{0}})" if gate else vec
         if u.op in _VECTOR_NATIVE and all(s.dtype in (u.dtype, u.dtype.scalar()) for s in u.src):
             return self.binops[u.op](*(ref(s) for s in u.src))
@@ -235,48 +361,51 @@ class CStyleRenderer:
             return _lane(s, ref(s))
 
         if u.op is Op.LOAD:  # a gather: one load per lane
-            idx = u.src[0]
-            src = f"b{idx.src[0].arg}[{lane_ref(idx.src[1])}]"
-            lane = f"({lane_ref(idx.src[2])}?{src}:{self.render_const(0, scalar.dtype)})" if len(idx.src) > 2 else src
+            buf, idx, gate = index(u.src[0])
+            src = f"{buf}[{_lane(u.src[0].src[1], idx)}]"
+            lane = f"({_lane(u.src[0].src[2], gate)}?{src}:{self.render_const(0, scalar.dtype)})" if gate else src
         else:
             lane = self.expression(scalar, lane_ref, index)
         return f"({{ {tname} _r; for (int _l = 0; _l < {n}; _l++) _r[_l] = {lane}; _r; }})"
 
-    def expression(self, u: UOp, ref: Callable[[UOp], str], index: Callable[[UOp], tuple[str, str | None]]) -> str:
+    def expression(self, u: UOp, ref: Callable[[UOp], str],
+                   index: Callable[[UOp], tuple[str, str, str | None]]) -> str:
         if u.op is Op.LOAD:
-            src, gate = index(u.src[0])
-            return f"({gate}?{src}:{self.render_const(0, u.dtype)})" if gate else src
+            buf, idx, gate = index(u.src[0])
+            load = self.render_load(buf, idx, u.dtype)
+            return f"({gate}?{load}:{self.render_const(0, u.dtype)})" if gate else load
         args = [ref(s) for s in u.src]
         if u.op is Op.CAST:
-            return self.render_cast(args[0], u.dtype)
-        if u.op is Op.WHERE:
-            return f"({args[0]}?{args[1]}:{args[2]})"
-        if u.op in self.binops:
-            return self.binops[u.op](*args)
-        return self.unary(u.op, args[0], u.dtype)
+            return self.render_cast(args[0], u.dtype, self.reg_dtype(u.src[0].dtype))
+        if u.op is Op.BITCAST:
+            return self.render_bitcast(args[0], u.dtype, u.src[0].dtype)
+        return self.alu(u.op, args, u.dtype)
 
     def render_module(self, functions: Sequence[str]) -> str:
         """One translation unit holding every kernel of a schedule: compiled by one compiler call."""
         return self.prelude(functions) + "\n\n".join(functions) + "\n"
 
 
+def _innermost_folds(lin: list[UOp]) -> dict[UOp, list[tuple[Op, UOp]]]:
+    """For each innermost loop (no loop inside), the (op, accumulator register) pairs it folds into."""
+    out: dict[UOp, list[tuple[Op, UOp]]] = {}
+    open_loops: list[tuple[UOp, bool, list]] = []
+    for u in lin:
+        if u.op is Op.RANGE:
+            if open_loops:
+                open_loops[-1] = (open_loops[-1][0], False, open_loops[-1][2])
+            open_loops.append((u, True, []))
+        elif u.op is Op.ASSIGN and open_loops:
+            open_loops[-1][2].append((u.arg, u.src[0]))
+        elif u.op is Op.END:
+            rng, innermost, assigns = open_loops.pop()
+            if innermost and assigns:
+                out[rng] = assigns
+    return out
+
+
 # vector ops whose C vector-extension meaning is the lane-wise scalar meaning
 _VECTOR_NATIVE = (Op.ADD, Op.SUB, Op.MUL, Op.FDIV)
-
-
-def _loop_reductions(lin: list[UOp], start: int) -> list[tuple[UOp, Op]]:
-    """(accumulator, op) of each ASSIGN directly in the loop opened at lin[start] to a register declared
-    outside it."""
-    depth, inside, out = 0, set(), []
-    for u in lin[start:]:
-        depth += 1 if u.op is Op.RANGE else -1 if u.op is Op.END else 0
-        if depth == 0:
-            break
-        if u.op is Op.DEFINE_REG:
-            inside.add(u)
-        elif u.op is Op.ASSIGN and u.src[0] not in inside:
-            out.append((u.src[0], u.arg))
-    return out
 
 
 def _lane(u: UOp, text: str) -> str:

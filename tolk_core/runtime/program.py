@@ -31,12 +31,17 @@ class Program:
 
 @dataclass
 class Launch:
-    """One kernel launch of a Graph: the program, its buffer handles, values and sizes."""
+    """One kernel launch of a Graph: the program, its buffer handles, values and sizes.
+
+    `source` is the kernel's function text in the device's dialect when known (a graph may compile the batch's
+    kernels again into one unit with a driver function); empty otherwise.
+    """
     program: Program
     bufs: list[Any]
     vals: list[int] = field(default_factory=list)
     global_size: tuple[int, ...] = (1, 1, 1)
     local_size: tuple[int, ...] | None = None
+    source: str = ""
 
 
 class Graph:
@@ -51,7 +56,8 @@ class Graph:
     def __init__(self, device: CompiledDevice, launches: Sequence[Launch]):
         self.device = device
         self.launches = [Launch(ln.program, list(ln.bufs), list(ln.vals), tuple(ln.global_size),
-                                None if ln.local_size is None else tuple(ln.local_size)) for ln in launches]
+                                None if ln.local_size is None else tuple(ln.local_size), ln.source)
+                         for ln in launches]
 
     def update(self, index: int, *, bufs: Sequence[Any] | None = None, vals: Sequence[int] | None = None) -> None:
         ln = self.launches[index]

@@ -13,7 +13,8 @@ from tolk_core.ir.uop import UOp
 from tolk_core.schedule.rangeify import rangeify
 
 
-def create_linear(outputs: list[tuple[UOp, UOp]], new_buffer: Callable[[UOp], UOp]) -> UOp:
-    """The LINEAR computing each (value, BUFFER) pair; `new_buffer(value)` stores intermediates."""
-    kernels = rangeify(outputs, new_buffer)
+def create_linear(sink: UOp, new_buffer: Callable[[UOp], UOp], local_arrays: bool = False) -> UOp:
+    """The LINEAR of a prepared `SINK(STORE(dest, value), ...)`; `new_buffer(value)` stores intermediates;
+    `local_arrays` as in `rangeify`."""
+    kernels = rangeify([(s.src[1], s.src[0]) for s in sink.src if s.op is Op.STORE], new_buffer, local_arrays)
     return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))

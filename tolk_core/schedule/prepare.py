@@ -1,17 +1,349 @@
-"""Interim prepare: what realize needs before rangeify, until seed 001's full prepare_rangeify replaces it.
+"""prepare_rangeify (seed 001): bring a function's tensor graph to the normal form that ranges index.
 
-- `unbind`: bound Variables leave the graph (sources and movement arguments alike) and become var_vals,
-  so kernels depend on the Variable and one compiled kernel serves every bound value.
+Input and output: `SINK(STORE(destination, value), ...)`. A destination is storage (a BUFFER) or a view of
+one through movements and equal-size bitcasts; a value is any tensor-level graph. Each rule below is named
+after the seed's bullet it implements; `rule_fires` counts how often each fired (DEBUG>=3 prints the counts of
+one call). What the seed describes that this pipeline has no node for yet (inline CALLs, STAGE/ALLOC, COPY
+and disks) has no rule here.
+
+Also here: `unbind` (bound Variables leave the graph for var_vals), `contiguous_view`, `expand_bitcast`, and the
+seed's helpers `storage_base`, `identity_element`, `is_broadcast`.
 """
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-from tolk_core.errors import ShapeError
-from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp
+from tolk_core import config
+from tolk_core.errors import BroadcastStoreError, ShapeError
+from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
+from tolk_core.ir.shape import apply_movement_op
+from tolk_core.ir.uop import UOp, prod, resolve, sint
+from tolk_core.schedule import placements
+
+rule_fires: Counter[str] = Counter()
+
+_VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
 
+# ---------------------------------------------------------------- helpers the seed names
+def storage_base(u: UOp) -> UOp:
+    """The node a view reads: `u` stripped of movements and bitcasts."""
+    while u.op in _VIEW_OPS:
+        u = u.src[0]
+    return u
+
+
+def identity_element(op: Op, dt: DType) -> int | float | bool:
+    """The value `x` with `op(x, y) == y` for every y of `dt` (Ops.identity_element): 0, 1, or dt's minimum."""
+    if op is Op.ADD:
+        return False if dtypes.is_bool(dt) else (0.0 if dtypes.is_float(dt) else 0)
+    if op is Op.MUL:
+        return True if dtypes.is_bool(dt) else (1.0 if dtypes.is_float(dt) else 1)
+    if op is Op.MAX:
+        return -math.inf if dtypes.is_float(dt) else dtypes.min(dt)
+    raise ValueError(f"{op.name} has no identity element")
+
+
+def is_broadcast(u: UOp) -> bool:
+    """An EXPAND that stretches an axis of one element to more (a symbolic size included). An expand that only
+    adds axes of one, or empties an axis, stretches none."""
+    return u.op is Op.EXPAND and any(i is not o and resolve(i == 1, False) and not resolve(o <= 1, False)
+                                     for i, o in zip(u.src[0].shape, u.arg, strict=True))
+
+
+def _reads_storage_other_than(value: UOp, base: UOp, dest: UOp) -> bool:
+    """Whether `value` reads storage `base` through any view other than exactly `dest` (a store hazard:
+    elements it has yet to read could be overwritten first)."""
+    nodes = value.toposort()
+    if any(x.op is Op.REDUCE_AXIS and base in x.toposort() for x in nodes):
+        return True  # a reduction of the destination reads elements other than the one being stored
+    views = {u for u in (value, *(s for x in nodes if x.op not in _VIEW_OPS for s in x.src)) if storage_base(u) is base}
+    return bool(views - {dest})
+
+
+# ---------------------------------------------------------------- the rules
+def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..., UOp | None]]:
+    def rule(**kw: Any) -> UOp | None:
+        out = fn(**kw)
+        if out is not None:
+            rule_fires[name] += 1
+        return out
+    return name, rule
+
+
+def store_in_place(store: UOp, dest: UOp, value: UOp) -> UOp | None:
+    """Step 1: an output whose value is materialised (CONTIGUOUS) stores the value into the output directly."""
+    return store.replace(src=(dest, value.src[0])) if value.op is Op.CONTIGUOUS else None
+
+
+def drop_detach(x: UOp, u: UOp) -> UOp:
+    """DETACH and CONTIGUOUS_BACKWARD are their source."""
+    return x
+
+
+def split_reduceop(red: UOp, x: UOp) -> UOp | None:
+    """A large reduction over few outputs is split in two, the first materialised (see the seed)."""
+    if not config.get("SPLIT_REDUCEOP") or not all(isinstance(s, int) for s in (*x.shape, *red.shape)):
+        return None
+    op, axes = red.arg
+    out_n, in_n = math.prod(red.shape), math.prod(x.shape)
+    if out_n == 0 or in_n < config.get("REDUCEOP_SPLIT_THRESHOLD") * out_n:
+        return None
+    cap = (1 << config.get("REDUCEOP_SPLIT_SIZE")) // out_n
+    broadcast = _broadcast_axes(x)
+    for axis in axes:
+        if axis in broadcast:
+            continue
+        for d in range(min(256, cap), 7, -1):
+            if x.shape[axis] % d == 0:
+                return _split(red, x, axis, d)
+    return None
+
+
+def _materialised(value: UOp) -> UOp:
+    """`value` stored in new storage on its device (a CONTIGUOUS placed On_device, like a user contiguous())."""
+    out = UOp(Op.CONTIGUOUS, value.dtype, (value,))
+    placements.seed_contiguous(out)
+    return out
+
+
+def _split_reductions(sink: UOp) -> UOp:
+    """split_reduceop over the graph's reductions, once: the two reductions a split makes are not split
+    again (a sum of 2^24 elements is two kernels)."""
+    splits = {u: out for u in sink.toposort() if u.op is Op.REDUCE_AXIS
+              and (out := split_reduceop(red=u, x=u.src[0])) is not None}
+    rule_fires["split_reduceop"] += len(splits)
+    return sink.substitute(splits) if splits else sink
+
+
+def _split(red: UOp, x: UOp, axis: int, d: int) -> UOp:
+    """Reshape `axis` into (d, size/d), move the d part last, reduce the original axes (now with size/d in
+    place of `axis`) in a first, materialised reduction of out*d elements, then reduce the d part."""
+    op, axes = red.arg
+    n = len(x.shape)
+    shape = (*x.shape[:axis], d, x.shape[axis] // d, *x.shape[axis + 1:])
+    split = UOp(Op.RESHAPE, x.dtype, (x,), shape)
+    order = tuple(i for i in range(n + 1) if i != axis) + (axis,)
+    moved = UOp(Op.PERMUTE, x.dtype, (split,), order)
+    first_axes = tuple(sorted(order.index(a if a < axis else a + 1) for a in axes))
+    first = _materialised(UOp(Op.REDUCE_AXIS, red.dtype, (moved,), (op, first_axes)))
+    second = UOp(Op.REDUCE_AXIS, red.dtype, (first,), (op, (n,)))
+    return UOp(Op.RESHAPE, red.dtype, (second,), tuple(red.shape))
+
+
+def _broadcast_axes(x: UOp) -> set[int]:
+    """The axes `x` is broadcast along: index it with one range per axis, push the movements down to what they
+    view, and see which ranges do not survive."""
+    rngs = tuple(UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, s),), (i, "probe"))
+                 for i, s in enumerate(x.shape))
+    live: set[UOp] = set()
+    stack: list[tuple[UOp, tuple[UOp, ...]]] = [(x, rngs)]
+    seen: set[tuple[UOp, tuple[UOp, ...]]] = set()
+    while stack:
+        u, idxs = stack.pop()
+        if (u, idxs) in seen:
+            continue
+        seen.add((u, idxs))
+        if u.op in GroupOp.Movement:
+            src_idxs, _ = apply_movement_op(u.op, tuple(u.src[0].shape), u.arg, idxs)
+            stack.append((u.src[0], tuple(src_idxs)))
+        elif u.op in GroupOp.ALU or u.op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
+            stack.extend((s, idxs) for s in u.src)
+        else:  # storage, constants, reductions: whatever indexes them is live
+            live |= {r for i in idxs for r in i.toposort() if r.op is Op.RANGE}
+    return {i for i, r in enumerate(rngs) if r not in live and x.shape[i] != 1}
+
+
+def sink_sources_lose_movements(sink: UOp) -> UOp | None:
+    """The sink's sources lose their movements (and NOOPs among them are dropped)."""
+    srcs = tuple(storage_base(s) if s.op in GroupOp.Movement else s for s in sink.src if s.op is not Op.NOOP)
+    return sink.replace(src=srcs) if srcs != sink.src else None
+
+
+def store_reshape_pair(store: UOp, a: UOp, b: UOp) -> UOp | None:
+    """A store of a reshape into a reshape of the same shape stores the sources."""
+    if a.src[0].shape == b.src[0].shape:
+        return store.replace(src=(a.src[0], b.src[0]))
+    return None
+
+
+def drop_self_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
+    """A store of a storage's contents into itself is dropped."""
+    return UOp(Op.NOOP) if value is dest else None
+
+
+def store_into_bitcast(store: UOp, bc: UOp, value: UOp) -> UOp | None:
+    """A store into a bitcast of storage stores the value bitcast to the storage's type."""
+    inner = bc.src[0]
+    if inner.dtype.itemsize != bc.dtype.itemsize:
+        return None
+    return store.replace(src=(inner, UOp(Op.BITCAST, inner.dtype, (value,))))
+
+
+def _fmt(shape: tuple) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def refuse_broadcast_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
+    """The seed's refusal: a store whose destination is (a view of) a broadcast."""
+    u = dest
+    while u.op in _VIEW_OPS or u.op in (Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.AFTER):
+        if is_broadcast(u):
+            raise BroadcastStoreError(
+                f"cannot store into a broadcast: EXPAND {_fmt(u.src[0].shape)} -> {_fmt(u.arg)} stretches an axis "
+                "of one element to more, so several elements of the destination are one cell, which the store would "
+                "write once per element, in no order")
+        u = u.src[0]
+    return None
+
+
+def store_hazard(store: UOp, dest: UOp, value: UOp) -> UOp | None:
+    """A value that reads its destination's storage through another view is materialised first."""
+    if value.op is Op.CONTIGUOUS or dest.op is Op.BUFFER and value is dest:
+        return None
+    base = storage_base(dest)
+    if base.op is Op.BUFFER and _reads_storage_other_than(value, base, dest):
+        return store.replace(src=(dest, _materialised(value)))
+    return None
+
+
+def fold_empty(u: UOp) -> UOp | None:
+    """A reduction of an empty axis to a non-empty result is the identity; any other value with an empty
+    axis is 0."""
+    shape = u.shape
+    if shape is None or u.op in (Op.CONST, Op.BUFFER) or u.op in GroupOp.Movement and u.src[0].op is Op.CONST:
+        return None
+    if u.op is Op.REDUCE_AXIS and resolve(prod(shape) != 0, False) and \
+            not resolve(prod(u.src[0].shape) != 0, True):
+        return _filled(identity_element(u.arg[0], u.dtype), u.dtype, shape)
+    if not resolve(prod(shape) != 0, True) and len(shape):
+        return _filled(0, u.dtype, shape)
+    return None
+
+
+def _filled(value: Any, dt: DType, shape: tuple[sint, ...]) -> UOp:
+    c = UOp.const(dt, value)
+    return UOp(Op.EXPAND, dt, (UOp(Op.RESHAPE, dt, (c,), (1,) * len(shape)),), tuple(shape)) if shape else c
+
+
+# ---------------------------------------------------------------- expand_bitcast
+def _uint(itemsize: int) -> DType:
+    return {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[itemsize]
+
+
+def _bits(x: UOp, dt: DType) -> UOp:
+    """`x` reinterpreted as `dt` of the same size (no node when the types are equal)."""
+    return x if x.dtype == dt else UOp(Op.BITCAST, dt, (x,))
+
+
+def _shrink_last(x: UOp, i: int) -> UOp:
+    return UOp(Op.SHRINK, x.dtype, (x,), tuple((0, s) for s in x.shape[:-1]) + ((i, i + 1),))
+
+
+def expand_bitcast(bc: UOp) -> UOp | None:
+    """A BITCAST to a type of another size as shifts and casts of unsigned integers, lane by lane along the
+    last axis, least significant first; None where the sizes are equal (or on a disk, which has no kernels)."""
+    x, new, old = bc.src[0], bc.dtype, bc.src[0].dtype
+    if new.itemsize == old.itemsize or not x.shape:
+        return None
+    ux, unew = _bits(x, _uint(old.itemsize)), _uint(new.itemsize)
+    *lead, last = x.shape
+    if new.itemsize > old.itemsize:  # widening: groups of narrow lanes shifted into place and summed
+        rate = new.itemsize // old.itemsize
+        grouped = UOp(Op.RESHAPE, ux.dtype, (ux,), (*lead, last // rate, rate))
+        total = None
+        for i in range(rate):
+            lane = UOp(Op.CAST, unew, (_shrink_last(grouped, i),))
+            lane = lane.alu(Op.SHL, _filled(8 * i * old.itemsize, unew, tuple(lane.shape)))
+            total = lane if total is None else total + lane
+        return _bits(UOp(Op.RESHAPE, unew, (total,), (*lead, last // rate)), new)
+    rate = old.itemsize // new.itemsize  # narrowing: each wide lane shifted and cast into its narrow lanes
+    wide = UOp(Op.RESHAPE, ux.dtype, (ux,), (*lead, last, 1))
+    stacked = None
+    for i in range(rate):
+        lane = UOp(Op.CAST, unew, (wide.alu(Op.SHR, _filled(8 * i * new.itemsize, ux.dtype, tuple(wide.shape))),))
+        padded = UOp(Op.PAD, unew, (lane,), tuple((0, 0) for _ in lead) + ((0, 0), (i, rate - 1 - i)))
+        stacked = padded if stacked is None else stacked + padded
+    return _bits(UOp(Op.RESHAPE, unew, (stacked,), (*lead, last * rate)), new)
+
+
+# ---------------------------------------------------------------- contiguous_view
+def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
+    """(b, offset) when the elements of `u`, in row-major order, are the elements of `b` from `offset` on, in
+    order, where `u` is `b` viewed through movements and equal-size bitcasts that neither reorder, skip, repeat
+    nor pad elements; None otherwise, and when `u` is empty or its size symbolic.
+
+    Found by indexing the flattened view with one range over its elements, pushing the index through the
+    movements and reading off `range + offset`; an index the simplifier leaves with divisions it does not
+    recombine is a miss (the seed lists such cases), and the caller treats `u` as a value of its own.
+    """
+    n = prod(u.shape)
+    if not isinstance(n, int) or n == 0:
+        return None
+    r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (0, "view"))
+    idxs, strides = [], [prod(u.shape[i + 1:]) for i in range(len(u.shape))]
+    for st, size in zip(strides, u.shape, strict=True):
+        idxs.append((r // st) % size)
+    b = u
+    while b.op in _VIEW_OPS:
+        if b.op is Op.BITCAST:
+            if b.dtype.itemsize != b.src[0].dtype.itemsize:
+                break
+        else:
+            new_idxs, valid = apply_movement_op(b.op, tuple(b.src[0].shape), b.arg, tuple(idxs))
+            if valid is not None and not resolve(valid, False):
+                return None  # padding: elements that are not b's
+            idxs = list(new_idxs)
+        b = b.src[0]
+    flat = UOp.const(dtypes.index, 0)
+    for i, st in zip(idxs, [prod(b.shape[i + 1:]) for i in range(len(b.shape))], strict=True):
+        flat = flat + i * st
+    offset = (flat - r).simplify()
+    nodes = offset.toposort()
+    bound = {x.src[0] for x in nodes if x.op is Op.BIND}
+    if any(x.op is Op.RANGE or (x.op is Op.DEFINE_VAR and x not in bound) for x in nodes):
+        return None  # the offset reads the range (not a run) or an unbound variable
+    return b, (offset.arg if offset.op is Op.CONST else offset)
+
+
+_STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
+# step 1: outputs stored in place
+pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
+# step 3: from the leaves up
+pm_prepare = PatternMatcher([
+    (_STORE, *reversed(_counted("refuse_broadcast_store", refuse_broadcast_store))),
+    (_STORE, *reversed(_counted("drop_self_store", drop_self_store))),
+    (UPat(Op.STORE, src=(UPat(Op.RESHAPE, name="a"), UPat(Op.RESHAPE, name="b")), name="store"),
+     *reversed(_counted("store_reshape_pair", store_reshape_pair))),
+    (UPat(Op.STORE, src=(UPat(Op.BITCAST, name="bc"), UPat.var("value")), name="store"),
+     *reversed(_counted("store_into_bitcast", store_into_bitcast))),
+    (_STORE, *reversed(_counted("store_hazard", store_hazard))),
+    (UPat((Op.DETACH, Op.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),), name="u"),
+     *reversed(_counted("drop_detach", drop_detach))),
+    (UPat(Op.SINK, name="sink"), *reversed(_counted("sink_sources_lose_movements", sink_sources_lose_movements))),
+    (UPat(Op.BITCAST, name="bc"), *reversed(_counted("expand_bitcast", expand_bitcast))),
+    (UPat(GroupOp.ALU | {Op.REDUCE_AXIS, Op.CAST, Op.BITCAST, Op.CONTIGUOUS}, name="u"),
+     *reversed(_counted("fold_empty", fold_empty))),
+])
+
+
+def prepare_rangeify(sink: UOp) -> UOp:
+    """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring)."""
+    before = Counter(rule_fires)
+    out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
+    out = _split_reductions(out)
+    out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
+    if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
+        print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
+    return out
+
+
+# ---------------------------------------------------------------- unbind
 def _binds_in(arg: Any, out: list[UOp]) -> None:
     if isinstance(arg, UOp):
         out.extend(u for u in arg.toposort() if u.op is Op.BIND)
@@ -29,7 +361,8 @@ def _strip(arg: Any, mapping: dict[UOp, UOp]) -> Any:
 
 
 def unbind(sink: UOp) -> tuple[UOp, dict[str, int]]:
-    """`sink` with every bound Variable replaced by the Variable itself, and the bound values by name.
+    """`sink` with every bound Variable (in sources and movement arguments) replaced by the Variable itself,
+    and the bound values by name, so one compiled kernel serves every value.
 
     Binding one Variable to two values in one graph raises ShapeError naming both.
     """

@@ -1,24 +1,33 @@
 """rangeify: ranges index the tensor graph, movement ops become index maths, kernels end where values need storage.
 
-Input: the prepared tensor graph of the outputs to compute, each paired with the BUFFER it is stored into.
+Input: the prepared tensor graph of the outputs to compute, each paired with where it is stored (a new BUFFER,
+or a view of existing storage for an assignment).
 Output: kernels, each a kernel-level SINK whose PARAM slots name the buffers it reads and writes.
 
-Which values get storage (a kernel boundary):
-- every output, every CONTIGUOUS;
-- a value holding an unstored reduction that is broadcast (EXPAND) on its way to a consumer: inlining it
-  would recompute the reduction once per broadcast copy (this is why softmax is three kernels);
-- a reduction read by more than one kernel: reductions are never computed twice.
-Everything else is inlined (recomputed) into each kernel that reads it: fusion is the default.
+Which values get storage (a kernel boundary) is a placement decision (seed 002, `placements.py`), recorded in the
+compile's lineage with a provenance and read back through the forcing queries:
+- every output (On_device, 42:realize-output), every value declared or decided On_device (`contiguous()`,
+  `realize()`, `decide_materialized`);
+- heuristic caps (39:inline-reduction-cap, lifted by `decide_inline`): a value holding an unstored reduction
+  that is broadcast (EXPAND) on its way to a consumer (inlining it would recompute the reduction once per
+  broadcast copy), and a reduction read by more than one kernel; except, with kernel-local arrays, a row
+  reduction consumed row by row (softmax's row max and sum: see `realize_points`);
+- a Never_virtual value too big for kernel-local scratch, and a Local value two kernels touch (fission, 177).
+Everything else is inlined (Virtual, 151:inlined) into each kernel that reads it: fusion is the default.
+Values settled Local have no storage: on devices whose kernels loop over their outputs (`local_arrays`), the
+one kernel that reads them fills a kernel-local array (DEFINE_REG of a REG pointer: a C stack array) once per
+row index before the first read; elsewhere they are computed in place where read.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tolk_core.errors import BroadcastStoreError
-from tolk_core.ir.dtype import dtypes
+from tolk_core import config
+from tolk_core.ir.dtype import AddrSpace, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
+from tolk_core.schedule import placements as pm
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -35,35 +44,160 @@ def _is_expanding(u: UOp) -> bool:
     return u.op is Op.EXPAND and any(i != o for i, o in zip(u.src[0].shape, u.arg, strict=True))
 
 
-def realize_points(sink_values: list[UOp]) -> set[UOp]:
-    """The values that need storage, given the values the caller asked for (see the module docstring).
+# the scheduler's decisions, as provenances (seed 002): each candidate for storage gets one
+INLINED = pm.Provenance.site(151, "inlined")               # Virtual: recomputed in each kernel that reads it
+OUTPUT = pm.Provenance.site(42, "realize-output")          # On_device: a value the caller asked for
+CROSSES_KERNEL = pm.Provenance.site(43, "crosses-kernel")  # On_device: stored by one kernel, read by another
+KERNEL_SCRATCH = pm.Provenance.site(46, "kernel-scratch")  # Never_virtual settled by size: Local or On_device
+ROW_SCRATCH = pm.Provenance.site(47, "row-scratch")        # Never_virtual: a row a fused reduction and its
+                                                           # broadcast consumer both read (compute it once)
 
-    Broadcasts are visited sources-first, and before each one the reductions already read by several kernels
-    are stored: a value is only stored for a broadcast if it still computes an unstored reduction then.
+
+def _is_candidate(u: UOp) -> bool:
+    """A value that could be given storage: computed values and constants (views and storage are not)."""
+    return u.op not in GroupOp.Movement and u.op not in _STORAGE and u.shape is not None and \
+        u.op not in (Op.DEVICE, Op.UNIQUE, Op.DEFINE_VAR, Op.BIND)
+
+
+def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
+                   local_axes: dict[UOp, tuple[int, ...]] | None = None) -> set[UOp]:
+    """The values that need storage, given the values the caller asked for; every decision is recorded in the
+    placements of `lineage` (a compile's working fork; default: a throwaway fork of the current lineage).
+
+    Order (reference/placements.md §8): outputs are On_device; storage read but not computed here must own a
+    buffer; settled decisions (lineage or intent) are honoured; the heuristic caps (see the module docstring;
+    lifted for `decide_inline` nodes) mark Never_virtual values that then cross a kernel boundary, so On_device;
+    other Never_virtual values settle Local or On_device by size; fission promotes Locals that two kernels touch
+    and undoes promotions whose crossing went away; the rest is inlined (Virtual). The result is read back
+    through `is_in_context_force`.
+
+    Row fusion: a reduction broadcast back only along the axes it reduced (softmax's row max and row sum) is
+    not stored when its row fits kernel-local scratch (PLACEMENT_STACK_THRESHOLD) and every reduction it reads
+    is fused the same way: its consumer computes it once per row. The value it reduces, when the consumer also
+    reads it, becomes Never_virtual (row scratch) so it is computed once into a Local row.
+    Row fusion needs kernel-local arrays: it happens only when `local_axes` is given, which then receives each
+    Local value's array axes (its row's axes, else all of them).
     """
+    lin = lineage if lineage is not None else pm.current().begin()
+    p, prefs = lin.placements, lin.inline_preferences
     order = UOp(Op.SINK, dtypes.void, tuple(sink_values)).toposort()
-    realized: set[UOp] = set(sink_values) | {u.src[0] for u in order if u.op is Op.CONTIGUOUS}
-    realized |= {u for u in order if u.op in _STORAGE}
-    readers = _Readers(order, realized)
-    readers.store_shared(order)
+    outputs = set(sink_values)
+    for u in sink_values:
+        if p.mode_is_unspecified(u):
+            p.update(u, pm.OD, OUTPUT)  # a settled Virtual/Local output is recomputed into the caller's buffer
+    for u in order:
+        if u.op in _STORAGE:
+            p.require_readable(u)
+    cands = [u for u in order if _is_candidate(u) and u not in outputs]
+    for u in cands:
+        if u in prefs and p.known_non_virtual(u) and p.get(u)[1].leading() not in pm.HEURISTIC_CAPS:
+            raise pm.PlacementUserError(f"cannot inline {pm.node_name(u)}: it is {p.debug(u)}, which only a "
+                                        "heuristic cap could lift")
+    realized: set[UOp] = outputs | {u for u in order if u.op in _STORAGE}
+    realized |= {u for u in cands if (pl := p.get(u)) is not None and pl[0] is pm.OD}
+
+    def cap(u: UOp) -> bool:  # a heuristic cap may store u: its placement is open and no inlining is preferred
+        return u not in realized and u not in prefs and p.mode_is_unspecified(u)
+
+    owners = _Owners(order, realized)
+    owners.store_shared(order, p, cap)
+    users: dict[UOp, list[UOp]] = {}
+    for u in order:
+        for s in u.src:
+            users.setdefault(s, []).append(u)
+    fused: set[UOp] = set()
+    rows: dict[UOp, tuple[int, ...]] = {}
     for u in order:
         if _is_expanding(u):
             x = u.src[0]
             while x.op in GroupOp.Movement:
                 x = x.src[0]
-            if x not in realized and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
-                readers.store_shared(readers.add({x}))
-    return realized
+            if x in fused or not cap(x) or not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+                continue
+            if local_axes is not None and _row_fusable(x, users, realized, fused):
+                fused.add(x)
+                r = x.src[0]
+                if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
+                        p.mode_is_unspecified(r):
+                    p.update(r, pm.NV, ROW_SCRATCH)
+                    p.set_scratch_extent(r, _row_extent(x))
+                    rows[r] = x.arg[1]
+                continue
+            _store(x, realized, p)
+            owners.store_shared(owners.add({x}), p, cap)
+    for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
+        if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
+                p.is_in_context_force(u, KERNEL_SCRATCH):
+            realized.add(u)
+    _fission(cands, realized, p)
+    stored = outputs | {u for u in order if u.op in _STORAGE} | {u for u in cands if p.is_in_context_force(u, INLINED)}
+    if local_axes is not None:
+        local_axes.update({u: rows.get(u, tuple(range(len(u.shape)))) for u in cands
+                           if u not in stored and (pl := p.get(u)) is not None and pl[0] is pm.L})
+    return stored
+
+
+def _row_extent(x: UOp) -> int | None:
+    """Elements of one row of reduction `x`'s input (None when symbolic)."""
+    n = prod(x.src[0].shape[a] for a in x.arg[1])
+    return n if isinstance(n, int) else None
+
+
+def _row_consumers(w: UOp, axes: tuple[int, ...], users: dict[UOp, list[UOp]], realized: set[UOp]) -> bool:
+    """Whether the broadcast `w` of a row reduction over `axes` is consumed row by row up to its kernel's root:
+    elementwise ops and reductions over the same axes only. A view (the axes move) or a reduction over other
+    axes (each row would be recomputed once per element of the other axes) makes it False."""
+    seen, stack = {w}, list(users.get(w, ()))
+    while stack:
+        u = stack.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u.op in GroupOp.Movement or u.op is Op.SINK or (u.op is Op.REDUCE_AXIS and u.arg[1] != axes):
+            return False
+        if u.op is Op.REDUCE_AXIS or u in realized:
+            continue  # a reduction of the row is per row again; a stored value ends the kernel
+        stack.extend(users.get(u, ()))
+    return True
+
+
+def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused: set[UOp]) -> bool:
+    """Whether reduction `x` may be computed by its broadcast consumer, once per row (see realize_points)."""
+    if x.op is not Op.REDUCE_AXIS:
+        return False
+    axes = x.arg[1]
+    if axes != tuple(range(len(x.shape) - len(axes), len(x.shape))):
+        return False  # the row must be the innermost loops, so the outer loops compute it once per row
+    for w in users[x]:
+        if _is_expanding(w) and any(i != o and a not in axes for a, (i, o) in enumerate(zip(x.shape, w.arg,
+                                                                                              strict=True))):
+            return False  # broadcast along another axis: every copy would recompute the whole reduction
+        if w.op in GroupOp.Movement and w.op is not Op.EXPAND:
+            return False  # a view of it might be broadcast further on
+        if w.op is Op.EXPAND and not _row_consumers(w, axes, users, realized):
+            return False
+    extent = _row_extent(x)
+    if extent is None or not pm.fits_scratch(extent, x.src[0].dtype.itemsize):
+        return False
+    return all(b is x or b in fused for b in _kernel_body(x, realized) if b.op is Op.REDUCE_AXIS)
+
+
+def _store(u: UOp, realized: set[UOp], p: pm.Placements) -> None:
+    """A heuristic cap stores `u`: Never_virtual for the cap, then On_device since its kernel's value is read
+    by another kernel."""
+    p.update(u, pm.NV, pm.Provenance.INLINE_REDUCTION_CAP)
+    p.update(u, pm.OD, pm.Provenance.refined(pm.Provenance.INLINE_REDUCTION_CAP, CROSSES_KERNEL))
+    realized.add(u)
 
 
 _MANY = object()  # a node computed by more than one kernel
 
 
-class _Readers:
+class _Owners:
     """Which kernel computes each unstored node: one kernel, or several (`_MANY`), kept up to date as values
-    get storage. A node belongs to kernel `k` when a path from `k` reaches it through unstored nodes only; so
-    storing `x` changes only the nodes of x's own body, and each update is local (scheduling stays linear in
-    the graph instead of recomputing every kernel's body per stored value)."""
+    get storage. A node belongs to kernel `k` when a path from `k` reaches it through unstored nodes only, so
+    storing `x` changes only the owners of x's own body: each update is local, and scheduling stays linear in
+    the graph (recomputing every kernel's body after each stored value was quadratic in the layer count)."""
 
     def __init__(self, order: list[UOp], realized: set[UOp]):
         self.realized = realized
@@ -89,19 +223,53 @@ class _Readers:
             self.owner[u] = owner
 
     def add(self, new: set[UOp]) -> list[UOp]:
-        """Give the values in `new` storage; returns the nodes whose owner was recomputed."""
-        self.realized |= new
+        """Recompute owners after the values in `new` got storage (they are in `realized`); returns the nodes
+        whose owner was recomputed."""
         region = {b for x in new for b in _kernel_body(x, self.realized)}
         nodes = sorted(region, key=self.pos.__getitem__, reverse=True)
         self._relabel(nodes)
         return nodes
 
-    def store_shared(self, candidates) -> None:
+    def store_shared(self, candidates, p: pm.Placements, cap) -> None:
         """Store, until none is left, every unstored reduction among `candidates` (and the nodes that storing
-        recomputes) that more than one kernel would compute."""
-        while shared := {u for u in candidates if u.op is Op.REDUCE_AXIS and u not in self.realized
-                         and self.owner.get(u) is _MANY}:
-            candidates = self.add(shared)
+        recomputes) that more than one kernel would compute and a heuristic cap may store."""
+        while shared := [u for u in candidates if u.op is Op.REDUCE_AXIS and u not in self.realized
+                         and self.owner.get(u) is _MANY and cap(u)]:
+            for u in shared:
+                _store(u, self.realized, p)
+            candidates = self.add(set(shared))
+
+
+def _touched(realized: set[UOp]) -> dict[UOp, set[UOp]]:
+    """For every unstored node, the kernels (named by the value they store) whose bodies compute it."""
+    out: dict[UOp, set[UOp]] = {}
+    for k in realized:
+        for u in _kernel_body(k, realized):
+            if u is not k:
+                out.setdefault(u, set()).add(k)
+    return out
+
+
+def _fission(cands: list[UOp], realized: set[UOp], p: pm.Placements) -> None:
+    """Kernel fission over Local values: a Local that two kernels touch crosses a kernel boundary and is promoted
+    On_device (sources first, until none crosses); then every promotion whose node is touched by one kernel
+    again (a later promotion took over the crossing, so those kernels coalesced) is undone, back to Local."""
+    undo: dict[UOp, pm.Placement | None] = {}
+    while True:
+        touched = _touched(realized)
+        crossing = [u for u in cands if u not in realized and len(touched.get(u, ())) > 1
+                    and (pl := p.get(u)) is not None and pl[0] is pm.L]
+        if not crossing:
+            break
+        u = crossing[0]
+        undo.update(pm.promote_crossing(p, {u: touched[u]}))
+        realized.add(u)
+    for u in reversed([u for u in cands if u in undo]):
+        realized.discard(u)
+        if len(_touched(realized).get(u, ())) <= 1:
+            pm.undo_promotions(p, {u: undo[u]}, {})
+        else:
+            realized.add(u)
 
 
 def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
@@ -120,11 +288,13 @@ def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
 class _Lowerer:
     """Lower one kernel: index every value by range expressions, turning movements into index maths."""
 
-    def __init__(self, realized: dict[UOp, UOp]):
+    def __init__(self, realized: dict[UOp, UOp], local_axes: dict[UOp, tuple[int, ...]] | None = None):
         self.realized = realized                   # stored value -> its BUFFER
+        self.local_axes = local_axes or {}         # Local value -> the axes of its kernel-local array
         self.params: dict[UOp, UOp] = {}           # BUFFER -> PARAM
         self.buffers: list[UOp] = []
         self.memo: dict[tuple, UOp] = {}
+        self.scratch: dict[tuple, tuple[UOp, UOp]] = {}  # (Local value, its other indices) -> (array, fill)
         self.nranges = 0
 
     def param(self, buf: UOp, size: sint) -> UOp:
@@ -145,14 +315,30 @@ class _Lowerer:
         return r
 
     def load(self, buf: UOp, shape: tuple[sint, ...], idxs: tuple[UOp, ...], gate: UOp | None) -> UOp:
-        flat = UOp.const(dtypes.index, 0)
-        stride = 1
-        for i, s in reversed(list(zip(idxs, shape, strict=True))):
-            flat = flat + i * stride
-            stride *= s
         param = self.param(buf, prod(shape))
-        index = UOp(Op.INDEX, param.dtype, (param, flat) + ((gate,) if gate is not None else ()))
+        index = UOp(Op.INDEX, param.dtype, (param, _flat(idxs, shape)) + ((gate,) if gate is not None else ()))
         return UOp(Op.LOAD, buf.dtype, (index,))
+
+    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> UOp | None:
+        """A read of Local value `u` from its kernel-local array: the array is filled once per value of the
+        indices outside its axes (a row per row index), before its first read. None when its size is symbolic."""
+        axes = self.local_axes[u]
+        sizes = tuple(u.shape[a] for a in axes)
+        if not all(isinstance(n, int) for n in sizes):
+            return None
+        key = (u, tuple(i for a, i in enumerate(idxs) if a not in axes))
+        if key not in self.scratch:
+            rngs = {a: self.new_range(u.shape[a], "local") for a in axes}
+            value = self.lower(u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, top=True)
+            n = prod(sizes)
+            arr = UOp(Op.DEFINE_REG, u.dtype.ptr(n, AddrSpace.REG), (), (f"loc{len(self.scratch)}", n))
+            store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, arr.dtype, (arr, _flat(tuple(rngs.values()), sizes))),
+                                                value))
+            live = tuple(r for r in rngs.values() if r.op is Op.RANGE)
+            self.scratch[key] = (arr, UOp(Op.END, dtypes.void, (store, *live)) if live else store)
+        arr, fill = self.scratch[key]
+        index = UOp(Op.INDEX, arr.dtype, (arr, _flat(tuple(idxs[a] for a in axes), sizes)))
+        return UOp(Op.LOAD, u.dtype, (index, fill))
 
     def lower(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool = False) -> UOp:
         key = (u, idxs, gate, top)
@@ -160,6 +346,8 @@ class _Lowerer:
             return hit
         if not top and u in self.realized:
             ret = self.load(self.realized[u], tuple(u.shape), idxs, gate)
+        elif not top and gate is None and u in self.local_axes and (loc := self.local(u, idxs)) is not None:
+            ret = loc  # (under a gate the indices may be out of range: computed in place instead)
         elif u.op is Op.BUFFER:
             ret = self.load(u, (u.arg,), idxs, gate)
         elif u.op is Op.CONST:
@@ -192,6 +380,15 @@ class _Lowerer:
         return ret
 
 
+def _flat(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
+    """The row-major flat index of `idxs` into `shape`."""
+    flat, stride = UOp.const(dtypes.index, 0), 1
+    for i, s in reversed(list(zip(idxs, shape, strict=True))):
+        flat = flat + i * stride
+        stride *= s
+    return flat
+
+
 def _zero(dt):
     return False if dtypes.is_bool(dt) else (0.0 if dtypes.is_float(dt) else 0)
 
@@ -204,28 +401,16 @@ def _identity(op: Op, dt) -> int | float | bool:
     return dtypes.min(dt)  # MAX
 
 
-def _is_broadcast(u: UOp) -> bool:
-    return u.op is Op.EXPAND and any(i is not o and resolve(i == 1) and resolve(o != 1, True)
-                                     for i, o in zip(u.src[0].shape, u.arg, strict=True))
-
-
 def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> tuple[UOp, UOp]:
     """(INDEX into the storage under `target`, value cast) for storing at output position `idxs`.
 
-    `target` is a BUFFER or movements / equal-size bitcasts of one: the index goes back through them (a padded
-    view stores only where its padding is not). A broadcast destination is refused (seed 001): its elements
-    share cells, so the store would write each cell once per element, in no order.
+    `target` is a BUFFER or movements / equal-size bitcasts of one (prepare_rangeify has refused broadcast
+    destinations): the index goes back through them, and a padded view stores only where it is not padding.
     """
     chain, u = [], target
     while u.op in GroupOp.Movement or u.op is Op.BITCAST:
-        if _is_broadcast(u):
-            raise BroadcastStoreError(f"cannot store into a broadcast: EXPAND {tuple(u.src[0].shape)} -> {u.arg} "
-                                      "stretches an axis of one element to more, so several elements of the "
-                                      "destination are one cell, which the store would write in no order")
         chain.append(u)
         u = u.src[0]
-    if u.op is not Op.BUFFER:
-        raise BroadcastStoreError(f"cannot store into {u.op.name}: a store's destination must be storage")
     gate = None
     for m in chain:
         if m.op is Op.BITCAST:
@@ -237,10 +422,11 @@ def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[
     return UOp(Op.INDEX, param.dtype, (param, idxs[0]) + ((gate,) if gate is not None else ())), u
 
 
-def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
+def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp],
+                 local_axes: dict[UOp, tuple[int, ...]] | None = None) -> Kernel:
     """The kernel that computes `value` into `out` (a BUFFER, or a view of one for an assignment), reading the
-    stored values in `realized`."""
-    lw = _Lowerer(realized)
+    stored values in `realized` and keeping the Local values of `local_axes` in kernel-local arrays."""
+    lw = _Lowerer(realized, local_axes)
     shape = tuple(value.shape)
     if out.op is Op.BUFFER:
         lw.param(out, prod(shape))  # slot 0, typed by the value's (possibly symbolic) size
@@ -267,28 +453,52 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp]) -> Kernel:
     return Kernel(ast, [lw.buffers[p.arg] for p in used])
 
 
-def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer) -> list[Kernel]:
-    """Kernels computing each (value, BUFFER) output, in dependency order.
+def placement_dump(values: list[UOp], p: pm.Placements) -> str:
+    """One line per output and per candidate for storage in the graph of `values`: `placement NAME MODE/PROV`."""
+    order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
+    return "\n".join(f"placement {pm.node_name(u):32s} {p.debug(u)}" for u in order
+                     if _is_candidate(u) or u in values)
 
-    `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage.
+
+def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = False) -> list[Kernel]:
+    """Kernels computing each (value, destination) output, in dependency order. One value may go to several
+    destinations (equal graphs are one node): each gets its own kernel.
+
+    `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage. `local_arrays`: the
+    device's kernels loop over their outputs (CPU-style), so a kernel-local array filled once per row serves
+    the whole row; without it (one work item per output) Local values are computed in place and rows are not
+    fused (a per-item row fill would cost a row per output and private memory per item).
     """
-    # an output that is contiguous(x) is x stored: the output's own storage is the contiguous copy
-    outputs = [(v.src[0] if v.op is Op.CONTIGUOUS else v, b) for v, b in outputs]
     values = [v for v, _ in outputs]
-    points = realize_points(values)
-    # a value assigned into a view of storage is stored there, but read by other kernels from nowhere else
-    realized: dict[UOp, UOp] = {v: b for v, b in outputs if b.op is Op.BUFFER}
-    targets = dict(outputs)
+    local_axes: dict[UOp, tuple[int, ...]] | None = {} if local_arrays else None
+    with pm.compiling() as lineage:
+        points = realize_points(values, lineage, local_axes)
+        if config.get("DEBUG") >= 3:
+            print(placement_dump(values, lineage.placements))
+    targets: dict[UOp, list[UOp]] = {}
+    for v, b in outputs:
+        targets.setdefault(v, []).append(b)
+    # other kernels read an output from its first new BUFFER; a value only assigned into a view is read from
+    # nowhere else (it is recomputed where needed)
+    realized: dict[UOp, UOp] = {}
+    for v, b in outputs:
+        if b.op is Op.BUFFER:
+            realized.setdefault(v, b)
     order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
     for u in order:
-        if u in points and u not in realized:
+        # a materialised value assigned into a view gets storage of its own first: it may read the destination
+        # through another view (a store hazard), so it must be complete before the store begins
+        staged = u.op is Op.CONTIGUOUS and u in targets and u not in realized
+        if u in points and u not in realized and (u not in targets or staged):
             realized[u] = u if u.op in _STORAGE else new_buffer(u)
     kernels = []
     for u in order:  # sources before users: a kernel's inputs are computed by earlier kernels
         if u not in points or not resolve(prod(u.shape) != 0):
             continue
-        if u in targets:
-            kernels.append(lower_kernel(u, targets[u], realized))
+        if u in targets and (u not in realized or realized[u] in targets[u]):
+            kernels.extend(lower_kernel(u, t, realized, local_axes) for t in targets[u])
         elif u.op not in _STORAGE:
-            kernels.append(lower_kernel(u, realized[u], realized))
+            kernels.append(lower_kernel(u, realized[u], realized, local_axes))
+            stored = UOp(Op.RESHAPE, u.dtype, (realized[u],), tuple(u.shape))  # copied on into each destination
+            kernels.extend(lower_kernel(stored, t, realized, local_axes) for t in targets.get(u, ()))
     return kernels

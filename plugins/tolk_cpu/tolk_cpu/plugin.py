@@ -4,7 +4,7 @@ from __future__ import annotations
 import shutil
 
 from tolk_core import config
-from tolk_core.plugins import Availability, BackendSpec, Capabilities, RendererSpec, hookimpl
+from tolk_core.plugins import Availability, BackendSpec, Capabilities, GraphSpec, RendererSpec, hookimpl
 
 
 def probe() -> Availability:
@@ -27,3 +27,8 @@ def tolk_backends():
 def tolk_renderers():
     yield RendererSpec(device="CPU", name="C", renderer="tolk_cpu.renderer:CRenderer",
                        compiler="tolk_cpu.runtime:CPUCompiler")
+
+
+@hookimpl
+def tolk_graphs():
+    yield GraphSpec(device="CPU", graph="tolk_cpu.graph:CPUGraph")

@@ -1,4 +1,8 @@
-"""The C dialect for the CPU: loops over the outputs, OpenMP pragmas for threads and SIMD, GCC vector types."""
+"""The C dialect for the CPU: loops over the outputs, OpenMP pragmas for threads and SIMD, GCC vector types.
+
+half is gcc's and clang's `_Float16` (x86-64 and AArch64); bfloat16 is emulated (uint16 storage, float compute,
+see tolk_core.render.cstyle) because gcc 12 has no `__bf16` arithmetic type.
+"""
 from __future__ import annotations
 
 import re
@@ -8,10 +12,12 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.render.cstyle import CStyleRenderer
 
+_FOLD_OPS = {Op.ADD: "+", Op.MUL: "*", Op.MAX: "max"}
+
 # float32 2^x as arithmetic the C compiler vectorizes (libm's exp2f is a scalar call): 2^x = 2^n * 2^f with
 # n = min(rint(x), 127), f in [-1/2, 1], 2^f by its Taylor series in f*ln2 to degree 9 (truncation < 1e-8
-# relative), 2^n as two factors (s1*s2 = 2^n is a float in any association: the flags allow reassociation).
-# Saturates to 0 and inf; NaN stays NaN. Within 3 ulp of libm's exp2f where the result is a normal float.
+# relative), 2^n as two factors (s1*s2 = 2^n is a float in any association). Saturates to 0 and inf; NaN stays
+# NaN. Within 3 ulp of libm's exp2f where the result is a normal float.
 _EXP2F = """static inline float tolk_exp2f(float x) {
   const float c = x != x ? 0.0f : (x < -150.0f ? -150.0f : (x > 128.0f ? 128.0f : x));
   const float r = __builtin_rintf(c), n = r > 127.0f ? 127.0f : r, f = (c - n) * 0.6931471805599453f;
@@ -29,18 +35,22 @@ _VEC = re.compile(r"\btolk_(\w+?)_x(\d+)\b")
 
 class CRenderer(CStyleRenderer):
     """C99 + GNU extensions for gcc/clang with OpenMP: `parallel` splits a loop across threads, `simd`
-    vectorizes it, `unroll` unrolls it; vector values use unaligned GCC vector types `tolk_<type>_x<lanes>`."""
+    vectorizes it, `unroll` unrolls it, `parallel reduce` splits a reduction loop across threads; vector values
+    use unaligned GCC vector types `tolk_<type>_x<lanes>`."""
 
     device = "CPU"
     vector_bytes = 64  # the widest vector register the optimizer plans lanes for (AVX-512)
+    type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
     _pragmas = {"parallel": "#pragma omp parallel for", "simd": "#pragma omp simd",
                 "parallel simd": "#pragma omp parallel for simd", "unroll": "#pragma GCC unroll 16",
                 "unroll4": "#pragma GCC unroll 4"}
 
-    def loop_pragma(self, kind: str, reductions: Sequence[tuple[str, Op]] = ()) -> str | None:
-        if kind == "parallel reduce":  # a long reduction split across threads, partial sums combined by OpenMP
-            clauses = " ".join(f"reduction({'+' if op is Op.ADD else '*'}:{acc})" for acc, op in reductions)
-            return f"#pragma omp parallel for simd {clauses}"
+    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str]]) -> str | None:
+        if folds and kind not in ("unroll", "unroll4") and all(op in _FOLD_OPS for op, _ in folds):
+            # lanes (and, for `parallel reduce`, threads) fold separately and meet at the end: the only
+            # reordering of float sums we allow
+            head = "#pragma omp parallel for simd " if kind == "parallel reduce" else "#pragma omp simd "
+            return head + " ".join(f"reduction({_FOLD_OPS[op]}:{acc})" for op, acc in folds)
         return self._pragmas.get(kind)
 
     def unary(self, op: Op, x: str, dt: DType) -> str:
@@ -59,7 +69,7 @@ class CRenderer(CStyleRenderer):
             size = int(lanes) * _SIZES[ctype]
             head += (f"typedef {ctype} tolk_{scalar}_x{lanes} "
                      f"__attribute__((vector_size({size}), aligned({_SIZES[ctype]})));\n")
-        return head + ("\n" if vecs else "")
+        return head + ("\n" if vecs else "") + super().prelude(sources)
 
 
 _SIZES = {CRenderer.type_names[dt].replace("_Bool", "signed char"): dt.itemsize

@@ -59,7 +59,9 @@ class CPUCompiler(Compiler):
     def __init__(self, cc: str | None = None, flags: Sequence[str] | None = None):
         super().__init__()
         self.cc = cc or config.get("CC")
-        self.flags = list(flags) if flags is not None else shlex.split(config.get("CFLAGS"))
+        # no fused multiply-add contraction unless asked for: a*b+c rounds twice, as in numpy and torch (first,
+        # so that CFLAGS can override it)
+        self.flags = ["-ffp-contract=off", *(list(flags) if flags is not None else shlex.split(config.get("CFLAGS")))]
         if "-fopenmp" not in self.flags:
             self.flags.append("-fopenmp")
 

@@ -19,6 +19,10 @@ from tolk_core import config
 from tolk_core.errors import CompileError
 from tolk_core.runtime import Compiler
 
+# no fused multiply-add contraction: a*b+c rounds twice, as in numpy, torch's separate kernels, and the C and
+# OpenCL backends (kernels that want fma will say so)
+FLAGS = ("--fmad=false",)
+
 
 def find_nvrtc() -> str | None:
     """Path of libnvrtc: the pip wheel first (nvidia/cu13/lib, nvidia/cuda_nvrtc/lib), then the system."""
@@ -94,11 +98,11 @@ class CUDACompiler(Compiler):
         ver = ""
         if self.nvrtc is None and self.nvcc:
             ver = subprocess.run([self.nvcc, "--version"], capture_output=True, text=True).stdout.strip()[-60:]
-        return f"{self.tool} {ver} arch={self.arch}"
+        return f"{self.tool} {ver} arch={self.arch} flags={' '.join(FLAGS)}"
 
     def compile(self, src: str) -> bytes:
         if self.nvrtc is not None:
-            return self.nvrtc.compile(src, [f"--gpu-architecture={self.arch}", "-default-device"])
+            return self.nvrtc.compile(src, [f"--gpu-architecture={self.arch}", "-default-device", *FLAGS])
         if self.nvcc is None:
             raise CompileError("no CUDA compiler: install NVRTC (pip install 'tolk-cuda[nvrtc]') or the CUDA toolkit "
                                "(nvcc)", src)
@@ -106,7 +110,7 @@ class CUDACompiler(Compiler):
             cu, out = os.path.join(d, "kernel.cu"), os.path.join(d, "kernel.cubin")
             with open(cu, "w") as f:
                 f.write(src)
-            proc = subprocess.run([self.nvcc, "-cubin", f"-arch={self.arch}", "-o", out, cu],
+            proc = subprocess.run([self.nvcc, "-cubin", f"-arch={self.arch}", *FLAGS, "-o", out, cu],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 raise CompileError(f"nvcc failed (exit {proc.returncode})", src, proc.stderr + proc.stdout)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 
-from tolk_core.plugins import Availability, BackendSpec, Capabilities, RendererSpec, hookimpl
+from tolk_core.plugins import Availability, BackendSpec, Capabilities, GraphSpec, RendererSpec, hookimpl
 
 HINT_PYCUDA = ("pip install 'tolk-cuda[pycuda]' (pycuda builds only where the CUDA toolkit and driver are "
                "installed)")
@@ -65,3 +65,8 @@ def tolk_backends():
 def tolk_renderers():
     yield RendererSpec(device="CUDA", name="CUDA C", renderer="tolk_cuda.renderer:CUDARenderer",
                        compiler="tolk_cuda.compiler:CUDACompiler")
+
+
+@hookimpl
+def tolk_graphs():
+    yield GraphSpec(device="CUDA", graph="tolk_cuda.graph:CUDAGraph")

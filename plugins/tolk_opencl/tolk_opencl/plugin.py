@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tolk_core.plugins import Availability, BackendSpec, Capabilities, RendererSpec, hookimpl
+from tolk_core.plugins import Availability, BackendSpec, Capabilities, GraphSpec, RendererSpec, hookimpl
 
 PRIORITY_GPU = 20  # above the CPU plugin (10)
 PRIORITY_CPU = 5   # below it: PoCL on the host is slower than the C backend
@@ -35,7 +35,9 @@ def probe() -> Availability:
 def tolk_backends():
     yield BackendSpec(name="OPENCL", aliases=("CL",), device="tolk_opencl.runtime:OpenCLDevice",
                       probe="tolk_opencl.plugin:probe", priority=PRIORITY_CPU,
-                      capabilities=Capabilities(timing=True, local_size=True, shared_memory=True),
+                      # half always works (vload/vstore_half where the device lacks cl_khr_fp16); float64 needs
+                      # the device's cl_khr_fp64: OpenCLRenderer.supports(dtypes.float64) answers per device
+                      capabilities=Capabilities(timing=True, local_size=True, shared_memory=True, half=True),
                       install_hint=NO_PLATFORM_HINT)
 
 
@@ -43,3 +45,8 @@ def tolk_backends():
 def tolk_renderers():
     yield RendererSpec(device="OPENCL", name="OpenCL C", renderer="tolk_opencl.renderer:OpenCLRenderer",
                        compiler="tolk_opencl.runtime:OpenCLCompiler")
+
+
+@hookimpl
+def tolk_graphs():
+    yield GraphSpec(device="OPENCL", graph="tolk_opencl.graph:OpenCLGraph")

@@ -1,12 +1,33 @@
-"""The OpenCL C dialect: one work item per output element, OpenCL's overloaded math built-ins."""
+"""The OpenCL C dialect: one work item per output element, OpenCL's overloaded math built-ins.
+
+dtypes follow the device's extensions: float64 needs `cl_khr_fp64` (else DTypeError); half is native with
+`cl_khr_fp16`, otherwise stored with `vload_half`/`vstore_half_rte` and computed in float; bfloat16 is always
+ushort storage with float compute. Without a device (``Device.renderer_for``) the renderer targets the
+OpenCL 1.2 baseline: no extensions.
+"""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import CStyleRenderer
+
+# rounding a float (or double) to half without half values: through a private ushort, by the vload/vstore
+# built-ins every OpenCL 1.2 device has
+HALF_HELPERS = """\
+inline float tolk_half_round(float x) {
+  ushort h; vstore_half_rte(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h);
+}
+inline ushort tolk_half_bits(float x) { ushort h; vstore_half_rte(x, 0, (__private half*)&h); return h; }
+inline float tolk_half_float(ushort h) { return vload_half(0, (__private half*)&h); }
+"""
+HALF_HELPERS_F64 = """\
+inline float tolk_half_round_f64(double x) {
+  ushort h; vstore_half_rte(x, 0, (__private half*)&h); return vload_half(0, (__private half*)&h);
+}
+"""
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -17,11 +38,20 @@ class OpenCLRenderer(CStyleRenderer):
     local_max = 256
     kernel_prefix = "__kernel void"
     buffer_qualifier = "__global "
-    local_qualifier = "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    shared_qualifier = "__local "
     _specials = {"idx": "get_global_id", "gidx": "get_group_id", "lidx": "get_local_id"}
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
-                  dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong"}
+                  dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
+                  dtypes.float16: "half", dtypes.bfloat16: "ushort"}
+
+    def __init__(self, device: object = None, extensions: Iterable[str] | None = None):
+        super().__init__(device)
+        self.extensions = frozenset(extensions if extensions is not None else getattr(device, "extensions", ()))
+        if "cl_khr_fp64" not in self.extensions:
+            self.unsupported = {dtypes.float64: "the device does not report cl_khr_fp64; use float32"}
+        self.native_half = "cl_khr_fp16" in self.extensions
+        self.emulated = frozenset({dtypes.bfloat16} if self.native_half else {dtypes.bfloat16, dtypes.float16})
 
     def buffer_type_name(self, dt: DType) -> str:
         return "uchar" if dt == dtypes.bool else self.type_name(dt)
@@ -33,10 +63,43 @@ class OpenCLRenderer(CStyleRenderer):
 
     def render_const(self, value: object, dt: DType) -> str:
         text = super().render_const(value, dt)
-        return text.replace("ull", "UL").replace("ll", "L")
+        text = text.replace("ull", "UL").replace("ll", "L")
+        return f"(half){text}" if dt == dtypes.float16 and self.native_half else text
+
+    def round_to(self, dt: DType, x: str, src: DType) -> str:
+        if dt != dtypes.float16:
+            return super().round_to(dt, x, src)
+        return f"tolk_half_round_f64({x})" if src == dtypes.float64 else f"tolk_half_round({x})"
+
+    def to_bits(self, dt: DType, x: str) -> str:
+        return f"tolk_half_bits({x})" if dt == dtypes.float16 else super().to_bits(dt, x)
+
+    def from_bits(self, dt: DType, x: str) -> str:
+        return f"tolk_half_float({x})" if dt == dtypes.float16 else super().from_bits(dt, x)
+
+    def render_load(self, buf: str, idx: str, dt: DType) -> str:
+        return f"vload_half({idx}, {buf})" if dt == dtypes.float16 and not self.native_half else \
+            super().render_load(buf, idx, dt)
+
+    def render_store(self, buf: str, idx: str, x: str, dt: DType) -> str:
+        return f"vstore_half_rte({x}, {idx}, {buf});" if dt == dtypes.float16 and not self.native_half else \
+            super().render_store(buf, idx, x, dt)
+
+    def reinterpret(self, x: str, src: DType, dt: DType) -> str:
+        return f"as_{self.type_name(dt)}({x})"
 
     def render_special(self, u: UOp) -> str:
         return f"{self._specials[u.arg[0].rstrip('0123456789')]}({u.arg[1]})"
 
     def prelude(self, sources: Sequence[str]) -> str:
-        return "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n\n" if any("double" in s for s in sources) else ""
+        # OpenCL C contracts a*b+c into fma by default; numpy and torch round the product first
+        out = ["#pragma OPENCL FP_CONTRACT OFF\n"]
+        if any("double" in s for s in sources):
+            out.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n")
+        if self.native_half and any("half" in s for s in sources):
+            out.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n")
+        if any("tolk_half_" in s for s in sources):
+            out.append(HALF_HELPERS)
+        if any("tolk_half_round_f64" in s for s in sources):
+            out.append(HALF_HELPERS_F64)
+        return "".join(out) + "\n" + super().prelude(sources)

@@ -44,8 +44,13 @@ class OpenCLAllocator(Allocator):
         if dest.nbytes:
             cl.enqueue_copy(self.dev.queue, np.frombuffer(dest, np.uint8), handle, is_blocking=True)
 
+    @property
+    def offset_alignment(self) -> int:
+        """Sub-buffer offsets must be multiples of this many bytes (CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits)."""
+        return self.dev.cl_device.mem_base_addr_align // 8
+
     def offset(self, handle: cl.Buffer, byte_offset: int, nbytes: int) -> cl.Buffer:
-        align = self.dev.cl_device.mem_base_addr_align // 8
+        align = self.offset_alignment
         if byte_offset % align:
             raise ValueError(f"OpenCL sub-buffer offset {byte_offset} is not a multiple of the device's base "
                              f"alignment ({align} bytes)")
@@ -122,6 +127,11 @@ class OpenCLDevice(CompiledDevice):
                                      properties=cl.command_queue_properties.PROFILING_ENABLE)
         super().__init__(name, OpenCLAllocator(self), OpenCLCompiler(self.index, ctx=self.ctx), OpenCLProgram)
         self._programs: dict[str, cl.Program] = {}
+
+    @property
+    def extensions(self) -> frozenset[str]:
+        """The device's OpenCL extensions (``cl_khr_fp64``, ``cl_khr_fp16``, ...): its dtype capabilities."""
+        return frozenset(self.cl_device.extensions.split())
 
     def load(self, lib: bytes) -> cl.Program:
         """The built cl.Program for a binary (built once per distinct binary)."""

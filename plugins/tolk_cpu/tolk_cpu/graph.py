@@ -1,0 +1,65 @@
+"""CPUGraph: a batch of kernel launches replayed by one generated C driver function (one native call).
+
+The driver is compiled in the same translation unit as the batch's kernels:
+
+    void tolk_graph_<digest>(void** b, const int* v) { k0(b[0], b[1]); k1(b[2], b[3], v[0]); ... }
+
+`b` is a pointer table (one entry per buffer argument of every launch) and `v` the launches' int arguments.
+Both are data read on every call, patched in place when an input changes (`update`); no address is baked into
+the code, so the unit is keyed by its source alone and shared through the compile cache.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tolk_core.runtime import Graph, Launch
+
+
+class CPUGraph(Graph):
+    """See the module docstring. Launches need their kernel `source` (the function text)."""
+
+    def __init__(self, device: Any, launches: Sequence[Launch]):
+        super().__init__(device, launches)
+        if any(not ln.source for ln in self.launches):
+            raise ValueError("CPUGraph needs each launch's kernel source to compile its driver")
+        functions = {ln.program.name: ln.source for ln in self.launches}
+        self._buf_at, self._val_at, calls = [], [], []
+        nb = nv = 0
+        for ln in self.launches:
+            self._buf_at.append(nb)
+            self._val_at.append(nv)
+            args = [f"b[{nb + j}]" for j in range(len(ln.bufs))] + [f"v[{nv + j}]" for j in range(len(ln.vals))]
+            calls.append(f"  {ln.program.name}({', '.join(args)});")
+            nb, nv = nb + len(ln.bufs), nv + len(ln.vals)
+        body = "\n".join(calls)
+        name = "tolk_graph_" + hashlib.sha256(body.encode()).hexdigest()[:12]
+        driver = f"void {name}(void** b, const int* v) {{\n{body}\n}}"
+        module = device.renderer.render_module([*functions.values(), driver])
+        self._fn = getattr(device.load(device.compiler.compile_cached(module)), name)
+        self._fn.restype = None
+        self._bufs = (ctypes.c_void_p * max(nb, 1))(*[b.ptr for ln in self.launches for b in ln.bufs])
+        self._vals = (ctypes.c_int32 * max(nv, 1))(*[v for ln in self.launches for v in ln.vals])
+        self._args = (ctypes.c_void_p(ctypes.addressof(self._bufs)), ctypes.c_void_p(ctypes.addressof(self._vals)))
+
+    def update(self, index: int, *, bufs: Sequence[Any] | None = None, vals: Sequence[int] | None = None) -> None:
+        super().update(index, bufs=bufs, vals=vals)
+        if bufs is not None:
+            at = self._buf_at[index]
+            for j, b in enumerate(bufs):
+                self._bufs[at + j] = b.ptr
+        if vals is not None:
+            at = self._val_at[index]
+            for j, v in enumerate(vals):
+                self._vals[at + j] = v
+
+    def __call__(self, wait: bool = False) -> float | None:
+        if wait:
+            t0 = time.perf_counter()
+            self._fn(*self._args)
+            return time.perf_counter() - t0
+        self._fn(*self._args)
+        return None

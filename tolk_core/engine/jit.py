@@ -1,0 +1,391 @@
+"""tiny_jit (seed 000, Tolk.Jit): warm up, capture, replay.
+
+Phases, by the call counter `cnt`:
+- 0, warmup: the function runs eagerly (lazy state settles into real buffers).
+- 1, capture: a capturer in `realize.capturing` records every LINEAR the function schedules (nothing runs);
+  the records are lowered once (`jit_lower`): concatenated; input buffers become slotted PARAMs; every kernel is
+  compiled (one unit per device); intermediates are planned into per-device arenas (`schedule.memory`);
+  consecutive graph-compatible calls are batched (`batch_graphs`). Non-input buffers are bound through the
+  caller's resolver, the replay steps are built, and the capture call replays at once (it returns real results).
+- 2+, replay: inputs are validated (count, element count, dtype, device: `JitError`) and the precomputed steps
+  run with the new input handles: no graph rewrite, no lookup by UOp per kernel, no allocation, no compile.
+
+`JIT=0` runs every call eagerly. `JIT>=2` captures but never batches into graphs.
+Variable values (`var_vals`) travel per call into the kernels' scalar arguments and the graphs' values.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from tolk_core import config
+from tolk_core.counters import GlobalCounters
+from tolk_core.engine import buffers as storage
+from tolk_core.engine import realize
+from tolk_core.errors import JitError
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+from tolk_core.runtime import Allocator, Buffer, Launch
+from tolk_core.schedule.memory import plan_memory, written_slots
+
+T = TypeVar("T")
+Resolver = Callable[[UOp], Buffer | None]
+ToProgram = Callable[[UOp, str], UOp]
+
+
+def _device(name: str):
+    from tolk_core.plugins import Device
+    return Device[name]
+
+
+def view_alignment(device: str) -> int | None:
+    """Byte alignment of sub-buffer offsets on `device`, or None when its allocator makes no views (the planner
+    then leaves the device's buffers alone). OpenCL reports CL_DEVICE_MEM_BASE_ADDR_ALIGN."""
+    alloc = _device(device).allocator
+    if type(alloc).offset is Allocator.offset:
+        return None
+    return int(getattr(alloc, "offset_alignment", 1))
+
+
+# ---------------------------------------------------------------------------------------------- graph batching
+def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
+    body = call.src[0]
+    if not (body.op is Op.PROGRAM or (body.op is Op.COPY and supports_copy)):
+        return False
+    if body.op is Op.PROGRAM and not isinstance(body.arg, str) and \
+            any(not isinstance(g, int) for g in body.arg.source.global_size):
+        return False  # Graph updates rebind buffers and values, not launch sizes
+    return all(realize.arg_device(a) == device for a in call.src[1:])
+
+
+def _input_params(calls: Sequence[UOp]) -> tuple[UOp, ...]:
+    """The distinct JIT input PARAMs the calls take, in first-use order."""
+    return tuple(dict.fromkeys(a for c in calls for a in c.src[1:] if a.op is Op.PARAM))
+
+
+def batch_graphs(device: str, linear: UOp) -> UOp:
+    """Group consecutive graph-compatible calls of compiled `linear` into CALL(CUSTOM_FUNCTION "graph").
+
+    Compatible: a PROGRAM call (or COPY, when the Graph class has `supports_copy`) whose every argument lives on
+    `device` and whose launch size does not depend on a variable (Graph updates rebind buffers and values only).
+    Incompatible calls break a batch; SLICE calls are dropped (views are call arguments here).
+    JIT_BATCH_SIZE caps the first batch and the cap doubles per emitted batch (0: unlimited); a batch of one call
+    stays a plain call. The identity when JIT >= 2 or the device has no Graph capability.
+    """
+    graph = _device(device).graph
+    if config.get("JIT") >= 2 or graph is None:
+        return linear
+    supports_copy = bool(getattr(graph, "supports_copy", False))
+    cap = config.get("JIT_BATCH_SIZE")
+    out: list[UOp] = []
+    batch: list[UOp] = []
+
+    def flush() -> None:
+        nonlocal cap
+        if len(batch) > 1:
+            fn = UOp(Op.CUSTOM_FUNCTION, dtypes.void, (UOp(Op.LINEAR, dtypes.void, tuple(batch)),), "graph")
+            out.append(UOp(Op.CALL, dtypes.void, (fn, *_input_params(batch))))
+            cap *= 2
+        else:
+            out.extend(batch)
+        batch.clear()
+
+    for call in linear.src:
+        if call.src[0].op is Op.SLICE:
+            continue
+        if not _graphable(call, device, supports_copy):
+            flush()
+            out.append(call)
+            continue
+        if cap and len(batch) >= cap:
+            flush()
+        batch.append(call)
+    flush()
+    return linear.replace(src=tuple(out))
+
+
+# ---------------------------------------------------------------------------------------------- lowering
+def _param(slot: int, buf: UOp) -> UOp:
+    return UOp(Op.PARAM, buf.dtype, (), (slot, (buf.arg,), storage.buffer_device(buf)))
+
+
+def jit_lower(device: str, to_program: ToProgram, linears: Sequence[UOp], input_uops: Sequence[UOp],
+              held: Sequence[UOp]) -> UOp:
+    """The replayable LINEAR of a capture: inputs slotted, every kernel compiled, memory planned, batched."""
+    calls = [c for lin in linears for c in (lin.src if lin.op is Op.LINEAR else (lin,))]
+    combined = UOp(Op.LINEAR, dtypes.void, tuple(calls))
+    realize.compile_linear(combined)  # every kernel of the capture in one compile per device
+    params = {u: _param(i, u) for i, u in enumerate(input_uops)}
+    linear = combined.replace(src=tuple(c.replace(src=(c.src[0], *(params.get(a, a) for a in c.src[1:])))
+                                        for c in calls))
+    linear = plan_memory(linear, [*held, *input_uops], view_alignment)
+    linear = linear.replace(src=tuple(c.replace(src=(to_program(c.src[0], realize.arg_device(c.src[1])), *c.src[1:]))
+                                      if c.src[0].op is Op.SINK else c for c in linear.src))
+    return batch_graphs(device, linear)
+
+
+# ---------------------------------------------------------------------------------------------- replay steps
+class _KernelStep:
+    """One launch: bound handles, and the (argument position, input slot) pairs patched per call."""
+    __slots__ = ("prg", "handles", "patches", "gs", "ls", "ks", "has_vars", "symbolic")
+
+    def __init__(self, ck: realize.CompiledKernel, handles: list[Any], patches: tuple[tuple[int, int], ...]):
+        self.prg, self.handles, self.patches, self.ks = ck.program, handles, patches, ck.source
+        self.gs, self.ls = ck.source.global_size, ck.source.local_size
+        self.has_vars = bool(ck.source.vars)
+        self.symbolic = any(not isinstance(g, int) for g in self.gs)
+
+    def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
+        hs = self.handles
+        for pos, slot in self.patches:
+            hs[pos] = inputs[slot]
+        vals = realize.kernel_vals(self.ks, var_vals) if self.has_vars else ()
+        gs = self.ks.launch_dims(var_vals) if self.symbolic else self.gs
+        self.prg(*hs, global_size=gs, local_size=self.ls, vals=vals, wait=wait)
+        GlobalCounters.kernels_launched += 1
+
+
+class _GraphStep:
+    """A batch replayed by the device's Graph: only launches whose inputs or values changed are updated."""
+    __slots__ = ("graph", "bufs", "vals", "patches", "var_launches", "n")
+
+    def __init__(self, graph: Any, launches: list[Launch], patches: list[tuple[int, tuple[tuple[int, int], ...]]],
+                 var_launches: list[tuple[int, Any]]):
+        self.graph, self.patches, self.var_launches, self.n = graph, patches, var_launches, len(launches)
+        self.bufs = [list(ln.bufs) for ln in launches]
+        self.vals = [tuple(ln.vals) for ln in launches]
+
+    def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
+        for li, patches in self.patches:
+            bufs, changed = self.bufs[li], False
+            for pos, slot in patches:
+                if bufs[pos] is not (h := inputs[slot]):
+                    bufs[pos], changed = h, True
+            if changed:
+                self.graph.update(li, bufs=bufs)
+        for li, ks in self.var_launches:
+            if (vals := realize.kernel_vals(ks, var_vals)) != self.vals[li]:
+                self.vals[li] = vals
+                self.graph.update(li, vals=vals)
+        self.graph(wait=wait)
+        GlobalCounters.kernels_launched += self.n
+
+
+class CapturedJit(Generic[T]):
+    """A compiled LINEAR with the binding it replays through (seed: captured_jit).
+
+    `ret` is what the captured function returned; `input_info` the (element count, dtype, device) per input.
+    Intermediates live in arena Buffers this object owns (`free_intermediates` releases them; the next call
+    binds again). Buffers the program writes and that a caller may pass back as an input (a ring buffer) are
+    copied into a per-slot scratch buffer first, so a kernel never reads an input it also writes.
+    """
+
+    def __init__(self, ret: T, linear: UOp, input_info: list[tuple[int, Any, str]], device: str):
+        self.ret, self.linear, self.input_info, self.device = ret, linear, input_info, device
+        self.written = frozenset(a for c in self._flat_calls() for s, a in enumerate(c.src[1:])
+                                 if a.op is Op.BUFFER and s in written_slots(c.src[0]))
+        self._steps: list[Any] | None = None
+        self._owned: list[Buffer] = []
+        self._scratch: dict[int, tuple[Buffer, np.ndarray]] = {}
+
+    def _flat_calls(self) -> list[UOp]:
+        out = []
+        for c in self.linear.src:
+            out.extend(c.src[0].src[0].src if c.src[0].op is Op.CUSTOM_FUNCTION else (c,))
+        return out
+
+    @property
+    def arenas(self) -> list[UOp]:
+        """The arena BUFFERs of the memory plan."""
+        return list(dict.fromkeys(a.src[0] for c in self._flat_calls() for a in c.src[1:] if a.op is Op.SLICE))
+
+    def free_intermediates(self) -> None:
+        """Release the arenas and the bound steps; the next replay binds again (allocating new arenas)."""
+        self._steps, self._owned = None, []
+        self._scratch.clear()
+
+    def bind(self, resolve: Resolver, inputs: list[Any], var_vals: dict[str, int]) -> None:
+        """Build the replay steps: resolve every non-input argument once, allocate the arenas."""
+        arenas: dict[UOp, Buffer] = {}
+        owned: list[Buffer] = []
+
+        def handle(a: UOp) -> Any:
+            if a.op is Op.SLICE:
+                if (base := arenas.get(a.src[0])) is None:
+                    base = arenas[a.src[0]] = Buffer(storage.buffer_device(a.src[0]), a.src[0].arg, dtypes.uint8)
+                    owned.append(base)
+                view = base.view(a.arg[1], a.dtype, a.arg[0])
+                owned.append(view)
+                return view.handle
+            if (buf := resolve(a)) is None:
+                raise JitError(f"JIT: the captured buffer {a.dtype.name}[{a.arg}] on {storage.buffer_device(a)} "
+                               "has no backing buffer")
+            return buf.handle
+
+        def args(call: UOp) -> tuple[list[Any], tuple[tuple[int, int], ...]]:
+            hs, patches = [], []
+            for pos, a in enumerate(call.src[1:]):
+                if a.op is Op.PARAM:
+                    hs.append(inputs[a.arg[0]])
+                    patches.append((pos, a.arg[0]))
+                else:
+                    hs.append(handle(a))
+            return hs, tuple(patches)
+
+        steps: list[Any] = []
+        for call in self.linear.src:
+            body = call.src[0]
+            if body.op is Op.PROGRAM:
+                hs, patches = args(call)
+                steps.append(_KernelStep(body.arg, hs, patches))
+                continue
+            launches, gpatches, var_launches = [], [], []
+            for li, inner in enumerate(body.src[0].src):
+                ck: realize.CompiledKernel = inner.src[0].arg
+                hs, patches = args(inner)
+                launches.append(Launch(ck.program, hs, list(realize.kernel_vals(ck.source, var_vals)),
+                                       ck.source.launch_dims(var_vals), ck.source.local_size, ck.source.source))
+                if patches:
+                    gpatches.append((li, patches))
+                if ck.source.vars:
+                    var_launches.append((li, ck.source))
+            dev = _device(self.device)
+            steps.append(_GraphStep(dev.graph(dev, launches), launches, gpatches, var_launches))
+        self._steps, self._owned = steps, owned
+
+    def input_handles(self, input_uops: Sequence[UOp], resolve: Resolver) -> list[Any]:
+        """Validate the inputs against the capture and return their handles (aliased ones via scratch copies)."""
+        if len(input_uops) != len(self.input_info):
+            raise JitError(f"JIT input mismatch: captured with {len(self.input_info)} input(s), called with "
+                           f"{len(input_uops)}")
+        handles = []
+        for i, (u, (size, dtype, device)) in enumerate(zip(input_uops, self.input_info, strict=True)):
+            if u.op is not Op.BUFFER:
+                raise JitError(f"JIT input {i} must be a BUFFER node, got {u.op.name}")
+            for what, want, got in (("element count", size, u.arg), ("dtype", dtype, u.dtype),
+                                    ("device", device, storage.buffer_device(u))):
+                if want != got:
+                    raise JitError(f"JIT input {i} mismatch: {what} {_show(got)} differs from the capture's "
+                                   f"{_show(want)}")
+            if (buf := resolve(u)) is None:
+                raise JitError(f"JIT input {i} ({u.dtype.name}[{u.arg}] on {device}) has no backing buffer")
+            handles.append(self._copy_aliased(i, buf) if u in self.written else buf.handle)
+        return handles
+
+    def _copy_aliased(self, slot: int, buf: Buffer) -> Any:
+        if (hit := self._scratch.get(slot)) is None:
+            hit = self._scratch[slot] = (Buffer(buf.device, buf.size, buf.dtype), np.empty(buf.nbytes, np.uint8))
+        scratch, host = hit
+        buf.copyout(memoryview(host))
+        scratch.copyin(memoryview(host))
+        return scratch.handle
+
+    def replay(self, inputs: list[Any], var_vals: dict[str, int], wait: bool = False) -> T:
+        steps = self._steps
+        assert steps is not None, "bind() before replay()"
+        last = len(steps) - 1
+        for i, step in enumerate(steps):
+            step(inputs, var_vals, wait and i == last)
+        return self.ret
+
+
+def _show(v: Any) -> str:
+    return v.name if hasattr(v, "name") and not isinstance(v, str) else str(v)
+
+
+# ---------------------------------------------------------------------------------------------- the wrapper
+class TinyJit(Generic[T]):
+    """The JIT wrapper (seed: tiny_jit). Build with `create`; run with `call`."""
+
+    def __init__(self, device: str, to_program: ToProgram, fxn: Callable[[list[UOp], dict[str, int]], T] | None,
+                 captured: CapturedJit[T] | None, prune: bool):
+        if fxn is None and captured is None:
+            raise ValueError("tiny_jit.create needs fxn (the function to JIT) or captured (a captured schedule)")
+        self.device, self.to_program, self.fxn, self.prune = device, to_program, fxn, prune
+        self._captured = captured
+        self.cnt = 0 if captured is None else 2
+
+    @property
+    def captured(self) -> CapturedJit[T] | None:
+        return self._captured
+
+    def reset(self) -> None:
+        """Back to warmup; the captured schedule is dropped."""
+        if self.fxn is None:
+            raise ValueError("tiny_jit.reset: this JIT was created from a captured schedule, without a function")
+        self.cnt, self._captured = 0, None
+
+    def call(self, input_uops: Sequence[UOp], var_vals: dict[str, int] | None = None,
+             buffers: Resolver = storage.runtime_buffer, held_buffers: Callable[[], Sequence[UOp]] | None = None,
+             wait: bool = False) -> T:
+        """Run one call (see the module docstring for the phases)."""
+        var_vals = dict(var_vals or {})
+        if self.fxn is not None and (config.get("JIT") == 0 or (self.cnt == 0 and self._captured is None)):
+            ret = self.fxn(list(input_uops), var_vals)
+            if config.get("JIT") != 0:
+                self.cnt = 1
+            return ret
+        if self._captured is None:
+            self._captured = self._capture(input_uops, var_vals, held_buffers)
+        cap = self._captured
+        inputs = cap.input_handles(input_uops, buffers)
+        if cap._steps is None:  # just captured, loaded, or freed: bind with this call's inputs
+            cap.bind(buffers, inputs, var_vals)
+        ret = cap.replay(inputs, var_vals, wait)
+        self.cnt += 1
+        return ret
+
+    def _capture(self, input_uops: Sequence[UOp], var_vals: dict[str, int],
+                 held_buffers: Callable[[], Sequence[UOp]] | None) -> CapturedJit[T]:
+        if realize.capturing:
+            raise JitError("nested JIT capture: a jitted function was called while another JIT was capturing; "
+                           "call the inner function directly instead")
+        assert self.fxn is not None
+        linears: list[UOp] = []
+
+        def capture(linear: UOp, vv: dict[str, int]) -> None:
+            linears.append(linear)
+            var_vals.update(vv)
+
+        realize.capturing.append(capture)
+        try:
+            ret = self.fxn(list(input_uops), var_vals)
+        finally:
+            realize.capturing.remove(capture)
+        if not linears:
+            raise JitError("didn't JIT anything: the function ran no kernels while capturing (is everything it "
+                           "returns already computed?)")
+        held = list(held_buffers()) if held_buffers is not None else []
+        linear = jit_lower(self.device, self.to_program, linears, input_uops, held)
+        info = [(u.arg, u.dtype, storage.buffer_device(u)) for u in input_uops]
+        return CapturedJit(ret, linear, info, self.device)
+
+
+def create(device: str, to_program: ToProgram = realize.to_program,
+           fxn: Callable[[list[UOp], dict[str, int]], T] | None = None, captured: CapturedJit[T] | None = None,
+           prune: bool = False) -> TinyJit[T]:
+    """A JIT wrapper over `fxn(input_uops, var_vals)`, or over a `captured` schedule (starts at replay).
+
+    `to_program(kernel_sink, device)` compiles one kernel into a PROGRAM node. `prune` is accepted for
+    compatibility and ignored. Raises ValueError when neither fxn nor captured is given."""
+    return TinyJit(device, to_program, fxn, captured, prune)
+
+
+def call(t: TinyJit[T], input_uops: Sequence[UOp], var_vals: dict[str, int] | None = None,
+         buffers: Resolver = storage.runtime_buffer, held_buffers: Callable[[], Sequence[UOp]] | None = None,
+         wait: bool = False) -> T:
+    """`t.call(...)` (seed form)."""
+    return t.call(input_uops, var_vals, buffers=buffers, held_buffers=held_buffers, wait=wait)
+
+
+def reset(t: TinyJit[Any]) -> None:
+    """`t.reset()` (seed form)."""
+    t.reset()
+
+
+def captured(t: TinyJit[T]) -> CapturedJit[T] | None:
+    """`t.captured` (seed form)."""
+    return t.captured

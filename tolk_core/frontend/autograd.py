@@ -1,0 +1,246 @@
+"""Reverse-mode gradients over tensor-level UOps.
+
+A gradient rule exists per UOp op, not per Tensor method: every composite Tensor op (softmax, matmul,
+conv2d, layernorm, ... including ones added later) is a graph of these ops, so it is differentiated for free.
+Gradients are themselves tensor-level UOps: they stay lazy, fuse with the forward graph when realized, and a
+JIT captures them like any other computation.
+
+Contracts:
+- `gradient(root, root_grad, targets)` returns d(root)/d(t) (weighted by `root_grad`) for each target UOp
+  reached from `root` through differentiable ops; unreached targets are absent. DETACH stops gradients;
+  CONTIGUOUS_BACKWARD passes them through CONTIGUOUS (realized there); TRUNC, comparisons, integer and
+  bitcast results carry none.
+- Ties split evenly: at MAX(a, b) with a == b each side gets half, and a MAX reduction shares its gradient
+  equally between every element equal to the maximum (torch's amax rule).
+- Tensors that receive `.grad` are the ones marked `requires_grad` (`track`), matched by their UOp: a tensor
+  marked while lazy is realized first, so its UOp is its own storage and no other tensor's graph.
+- `no_grad()`: while active, `backward()` raises GradientError and marking a tensor does nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from tolk_core.errors import TolkError
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.uop import UOp
+
+if TYPE_CHECKING:
+    from tolk_core.frontend.tensor import Tensor
+
+_LN_2 = math.log(2)
+
+
+class GradientError(TolkError):
+    """A gradient that cannot be taken: no tensor requires grad, a non-scalar root without a seed gradient,
+    an op without a gradient rule, backward inside no_grad()."""
+
+
+# ---------------------------------------------------------------- helpers building tensor-level UOps
+def _full(like: UOp, value: float | bool) -> UOp:
+    """A constant of `like`'s shape and dtype."""
+    c = UOp.const(like.dtype, value)
+    shape = tuple(like.shape)
+    return UOp(Op.EXPAND, like.dtype, (UOp(Op.RESHAPE, like.dtype, (c,), (1,) * len(shape)),), shape) if shape else c
+
+
+def _alu(op: Op, *srcs: UOp) -> UOp:
+    dt = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
+    return UOp(op, dt, srcs)
+
+
+def _mul(a: UOp, b: UOp) -> UOp: return _alu(Op.MUL, a, b)
+def _neg(a: UOp) -> UOp: return _alu(Op.NEG, a)
+def _scale(a: UOp, k: float) -> UOp: return _mul(a, _full(a, k))
+
+
+def _where(c: UOp, a: UOp, b: UOp) -> UOp: return UOp(Op.WHERE, a.dtype, (c, a, b))
+
+
+def _sum_to(g: UOp, axes: tuple[int, ...]) -> UOp:
+    """Sum over `axes`, keeping them with size 1."""
+    return UOp(Op.REDUCE_AXIS, g.dtype, (g,), (Op.ADD, axes)) if axes else g
+
+
+def _expand(g: UOp, shape: tuple) -> UOp:
+    return g if tuple(g.shape) == tuple(shape) else UOp(Op.EXPAND, g.dtype, (g,), tuple(shape))
+
+
+def _tie_share(a: UOp, b: UOp) -> UOp:
+    """1 where a > b, 1/2 where a == b, 0 where a < b (a's share of MAX(a, b)'s gradient)."""
+    return _where(_alu(Op.CMPLT, b, a), _full(a, 1.0), _where(_alu(Op.CMPEQ, a, b), _full(a, 0.5), _full(a, 0.0)))
+
+
+# ---------------------------------------------------------------- the rules
+# Each rule takes (node, its gradient) and returns one gradient (or None) per source.
+Rule = Callable[[UOp, UOp], tuple[UOp | None, ...]]
+
+
+def _reduce_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    op, axes = u.arg
+    x = u.src[0]
+    if op is Op.ADD:
+        return (_expand(g, x.shape),)
+    if op is Op.MAX:  # shared evenly between the elements equal to the maximum
+        hit = _where(_alu(Op.CMPEQ, x, _expand(u, x.shape)), _full(x, 1.0), _full(x, 0.0))
+        count = _sum_to(hit, axes)
+        return (_mul(hit, _expand(_alu(Op.FDIV, g, count), x.shape)),)
+    raise GradientError(f"no gradient rule for a {op.name} reduction (REDUCE_AXIS {u.arg})")
+
+
+def _expand_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    ins = tuple(u.src[0].shape)
+    return (_sum_to(g, tuple(i for i, (a, b) in enumerate(zip(ins, u.arg, strict=True)) if a != b)),)
+
+
+def _permute_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    inverse = tuple(sorted(range(len(u.arg)), key=lambda i: u.arg[i]))
+    return (UOp(Op.PERMUTE, g.dtype, (g,), inverse),)
+
+
+def _pad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    return (UOp(Op.SHRINK, g.dtype, (g,), tuple((b, b + s) for (b, _), s in zip(u.arg, u.src[0].shape,
+                                                                                  strict=True))),)
+
+
+def _shrink_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    return (UOp(Op.PAD, g.dtype, (g,), tuple((lo, s - hi) for (lo, hi), s in zip(u.arg, u.src[0].shape,
+                                                                                  strict=True))),)
+
+
+def _cast_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    src = u.src[0]
+    return (UOp(Op.CAST, src.dtype, (g,)) if dtypes.is_float(src.dtype) else None,)
+
+
+_RULES: dict[Op, Rule] = {
+    Op.ADD: lambda u, g: (g, g),
+    Op.SUB: lambda u, g: (g, _neg(g)),
+    Op.MUL: lambda u, g: (_mul(g, u.src[1]), _mul(g, u.src[0])),
+    Op.FDIV: lambda u, g: (_alu(Op.FDIV, g, u.src[1]),
+                           _neg(_alu(Op.FDIV, _mul(g, u), u.src[1]))),
+    Op.NEG: lambda u, g: (_neg(g),),
+    Op.EXP2: lambda u, g: (_scale(_mul(g, u), _LN_2),),
+    Op.LOG2: lambda u, g: (_alu(Op.FDIV, g, _scale(u.src[0], _LN_2)),),
+    # cos(x) written as sin(x + pi/2): SIN is the only trigonometric op in the IR
+    Op.SIN: lambda u, g: (_mul(g, _alu(Op.SIN, _alu(Op.ADD, u.src[0], _full(u, math.pi / 2)))),),
+    Op.SQRT: lambda u, g: (_alu(Op.FDIV, g, _scale(u, 2.0)),),
+    Op.RECIPROCAL: lambda u, g: (_neg(_mul(g, _mul(u, u))),),
+    Op.TRUNC: lambda u, g: (None,),  # piecewise constant: zero almost everywhere
+    Op.MAX: lambda u, g: (_mul(g, _tie_share(u.src[0], u.src[1])), _mul(g, _tie_share(u.src[1], u.src[0]))),
+    Op.WHERE: lambda u, g: (None, _where(u.src[0], g, _full(g, 0.0)), _where(u.src[0], _full(g, 0.0), g)),
+    Op.CAST: _cast_rule,
+    Op.REDUCE_AXIS: _reduce_rule,
+    Op.RESHAPE: lambda u, g: (UOp(Op.RESHAPE, g.dtype, (g,), tuple(u.src[0].shape)),),
+    Op.PERMUTE: _permute_rule,
+    Op.EXPAND: _expand_rule,
+    Op.PAD: _pad_rule,
+    Op.SHRINK: _shrink_rule,
+    Op.FLIP: lambda u, g: (UOp(Op.FLIP, g.dtype, (g,), u.arg),),
+    Op.CONTIGUOUS: lambda u, g: (g,),
+    Op.DETACH: lambda u, g: (None,),
+    Op.CONTIGUOUS_BACKWARD: lambda u, g: (UOp(Op.CONTIGUOUS, g.dtype, (g,)),),
+}
+
+
+def _differentiable(u: UOp) -> bool:
+    return dtypes.is_float(u.dtype)
+
+
+def gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+    """d(root)/d(target) for every target in `targets` reached from `root`, seeded with `root_grad` (root's
+    shape and dtype). Only nodes on a path from a target to the root are differentiated."""
+    order = root.toposort()
+    on_path: set[UOp] = set()
+    for u in order:  # sources first: a node is on a path if it is a target or a source of it is
+        if u in targets or (u.op is not Op.DETACH and any(s in on_path for s in u.src)):
+            on_path.add(u)
+    grads: dict[UOp, UOp] = {root: root_grad}
+    for u in reversed(order):
+        g = grads.get(u)
+        if g is None or not _differentiable(u) or not any(s in on_path for s in u.src):
+            continue
+        if u.op not in _RULES:
+            raise GradientError(f"no gradient rule for {u.op.name} (dtype {u.dtype.name}, shape "
+                                f"{tuple(u.shape or ())}) between a tensor that requires grad and the root")
+        for s, sg in zip(u.src, _RULES[u.op](u, g), strict=True):
+            if sg is None or s not in on_path or not _differentiable(s):
+                continue
+            grads[s] = sg if s not in grads else _alu(Op.ADD, grads[s], sg)
+    return {t: grads[t] for t in targets if t in grads}
+
+
+# ---------------------------------------------------------------- tensor-facing state
+_grad_enabled = [True]
+# id -> tensor, for every live tensor marked requires_grad (keyed by id: Tensor.__eq__ builds a graph, so
+# tensors cannot be set members)
+_tracked: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def is_grad_enabled() -> bool:
+    return _grad_enabled[0]
+
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Within: `backward()` raises GradientError and `requires_grad = True` does nothing. Nothing is recorded
+    during forward passes anyway (gradients are derived from the graph on demand), so this is for code that
+    must not differentiate by mistake (evaluation, optimizer updates)."""
+    prev = _grad_enabled[0]
+    _grad_enabled[0] = False
+    try:
+        yield
+    finally:
+        _grad_enabled[0] = prev
+
+
+def track(t: Tensor, on: bool) -> bool:
+    """Mark (or unmark) `t` as requiring grad; returns the flag actually stored. A lazy tensor is realized
+    first so that its UOp is its own storage."""
+    if not on or not _grad_enabled[0]:
+        _tracked.pop(id(t), None)
+        return False
+    if not dtypes.is_float(t.dtype):
+        raise GradientError(f"only float tensors can require gradients, this one is {t.dtype.name}")
+    if not _is_storage(t.uop):
+        t.realize()
+    _tracked[id(t)] = t
+    return True
+
+
+def _is_storage(u: UOp) -> bool:
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u.op is Op.BUFFER
+
+
+def backward(root: Tensor, seed: Tensor | None = None) -> None:
+    """Accumulate d(root)/d(t) into `t.grad` for every tensor `t` marked requires_grad that `root` depends on.
+    `seed` (root's shape) weights the root; it may be left out when root has one element."""
+    from tolk_core.frontend.tensor import Tensor
+    if not _grad_enabled[0]:
+        raise GradientError("backward() inside no_grad(): gradients are disabled there")
+    if not dtypes.is_float(root.dtype):
+        raise GradientError(f"backward() of a {root.dtype.name} tensor: only float results have gradients")
+    if seed is None:
+        if root.numel() != 1:
+            raise GradientError(f"backward() of a tensor of shape {root.shape} needs a gradient of that shape "
+                                "(only one-element tensors default to a gradient of 1)")
+        seed = Tensor.ones(root.shape, dtype=root.dtype, device=root.device)
+    elif tuple(seed.shape) != tuple(root.shape):
+        raise GradientError(f"backward() gradient of shape {seed.shape} for a tensor of shape {root.shape}")
+    nodes = set(root.uop.toposort())
+    leaves = [t for t in list(_tracked.values()) if t.uop in nodes]
+    if not leaves:
+        raise GradientError("backward(): nothing this tensor depends on requires grad (mark parameters with "
+                            "requires_grad = True before computing from them; a tensor realized before "
+                            "backward() has lost its graph)")
+    grads = gradient(root.uop, seed.cast(root.dtype).uop, {t.uop for t in leaves})
+    for t in leaves:
+        if (g := grads.get(t.uop)) is not None:
+            new = Tensor(g, t.device)
+            t.grad = new if t.grad is None else t.grad + new

@@ -1,0 +1,272 @@
+"""`@tolk_core.jit`: capture a function of Tensors once, replay its kernels on every later call.
+
+Inputs are the Tensor arguments: positional, keyword, and one level inside list/tuple/dict arguments. Each is
+checked before `engine.jit` sees it (the engine sees whole buffers only): its shape, dtype, device and view (the
+movement ops over its buffer) must match the capture's, else `JitError` names the argument and what differs.
+Everything else about an argument (ints, floats, strings, objects) is compared with the capture's too: a
+changed Python value would be silently baked in, so it raises `JitError` naming it. Bound `Variable`s
+(BIND nodes) passed as arguments become the call's var_vals instead.
+
+Outputs: replay returns new Tensor objects over the same held buffers, stamped with the call number; reading
+one after a later call overwrote its buffer raises `JitError` naming both calls (no copy per call). Buffers
+reachable from any live Tensor after capture (outputs, state kept on objects, lazily read values) are held:
+never planned into arenas. Reading tensor data during capture raises `JitError` (the value would be baked in).
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import weakref
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from tolk_core import config
+from tolk_core.engine import jit as engine_jit
+from tolk_core.engine import realize
+from tolk_core.errors import JitError
+from tolk_core.frontend import tensor as tensor_mod
+from tolk_core.frontend.tensor import Tensor
+from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.uop import UOp
+
+R = TypeVar("R")
+_SCALARS = (int, float, bool, str, bytes, type(None), complex)
+
+
+def _leaves(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """(name, value) of every argument, looking one level into lists, tuples and dicts."""
+    out: list[tuple[str, Any]] = []
+    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"argument {k!r}", kwargs[k]) for k in
+                                                                   sorted(kwargs)]
+    for name, a in named:
+        if isinstance(a, (list, tuple)):
+            out += [(f"{name}[{i}]", x) for i, x in enumerate(a)] or [(name, type(a))]
+        elif isinstance(a, dict):
+            out += [(f"{name}[{k!r}]", a[k]) for k in a] or [(name, dict)]
+        else:
+            out.append((name, a))
+    return out
+
+
+def _base(u: UOp) -> UOp | None:
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u if u.op is Op.BUFFER else None
+
+
+def _view(u: UOp) -> tuple[tuple[Op, Any], ...]:
+    """The movement ops over a Tensor's buffer, outermost first (its view; no UOp is built)."""
+    ops = []
+    while u.op in GroupOp.Movement:
+        ops.append((u.op, u.arg))
+        u = u.src[0]
+    return tuple(ops)
+
+
+def _describe(value: Any) -> Any:
+    """What a non-Tensor argument is compared by: its value for plain data, else its identity."""
+    if isinstance(value, _SCALARS) or (isinstance(value, UOp) and value.op is not Op.BIND):
+        return ("value", value)
+    return ("object", id(value))
+
+
+class _Generations:
+    """Which call of which jit produced a returned Tensor; checked when the Tensor's data is read."""
+
+    def __init__(self) -> None:
+        # keyed by identity: a WeakKeyDictionary would compare Tensors with ==, which is elementwise
+        self.of: dict[int, tuple[weakref.ref, TolkJit, int]] = {}
+
+    def stamp(self, t: Tensor, fn: TolkJit, call: int) -> None:
+        key = id(t)
+        self.of[key] = (weakref.ref(t, lambda _, k=key: self.of.pop(k, None)), fn, call)
+
+    def check(self, t: Tensor) -> None:
+        if realize.capturing:
+            raise JitError("cannot read tensor data while a JIT captures: the value would be baked into every "
+                           "replay. Return the tensor from the jitted function and read it outside")
+        if (hit := self.of.get(id(t))) is not None and hit[0]() is t and hit[2] != hit[1].calls:
+            _, fn, gen = hit
+            raise JitError(f"this Tensor was returned by call {gen} of jitted {fn.name}, whose buffers call "
+                           f"{fn.calls} has since overwritten; read it (.numpy()) or copy it before calling again")
+
+
+_generations = _Generations()
+tensor_mod.read_checks.append(_generations.check)
+
+
+class TolkJit(Generic[R]):
+    """The wrapper `jit` returns; call it like the function. `reset()` returns to warmup; `captured` is the
+    engine's captured schedule; `free_intermediates()` releases the capture's arenas."""
+
+    def __init__(self, fn: Callable[..., R], prune: bool = False):
+        self.fn, self.prune = fn, prune
+        self.name = getattr(fn, "__name__", repr(fn))
+        self.calls = 0
+        self._engine: engine_jit.TinyJit | None = None
+        self._signature: list[tuple[str, Any]] | None = None
+        self._ret: Any = None
+        self._current: tuple[tuple, dict] = ((), {})  # the arguments of the call in progress
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        cache = obj.__dict__.setdefault("_tolk_jits", {}) if hasattr(obj, "__dict__") else {}
+        if (bound := cache.get(id(self))) is None:
+            bound = cache[id(self)] = TolkJit(functools.partial(self.fn, obj), self.prune)
+            bound.name = self.name
+        return bound
+
+    @property
+    def captured(self) -> engine_jit.CapturedJit | None:
+        return None if self._engine is None else self._engine.captured
+
+    def reset(self) -> None:
+        self._engine, self._signature, self._ret = None, None, None
+
+    def free_intermediates(self) -> None:
+        if (cap := self.captured) is not None:
+            cap.free_intermediates()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if config.get("JIT") == 0:
+            return self._run(args, kwargs)
+        inputs, var_vals, signature = self._inputs(args, kwargs)
+        device = inputs[0][1].device if inputs else _default_device()
+        if self._engine is None:
+            self._engine = engine_jit.create(device, fxn=lambda _uops, _vv: self._run(*self._current),
+                                             prune=self.prune)
+        self._current = (args, kwargs)
+        phase = self._engine.cnt
+        if phase >= 2:
+            self._validate(signature)
+        uops = [_base(t.uop) for _, t in inputs]
+        try:
+            ret = self._engine.call(uops, var_vals, held_buffers=_held_buffers if phase == 1 else None)
+        finally:
+            self._current = ((), {})
+        self.calls += 1
+        if phase == 0:
+            return ret
+        if phase == 1:
+            self._signature, self._ret = signature, ret
+        return self._stamp(self._ret)
+
+    # ---- helpers
+    def _run(self, args: tuple, kwargs: dict) -> Any:
+        ret = self.fn(*args, **kwargs)
+        outs = [t for t in _flatten(ret) if isinstance(t, Tensor)]
+        if outs:
+            outs[0].realize(*outs[1:])
+        return ret
+
+    def _inputs(self, args: tuple, kwargs: dict) -> tuple[list[tuple[str, Tensor]], dict[str, int], list]:
+        inputs: list[tuple[str, Tensor]] = []
+        var_vals: dict[str, int] = {}
+        signature: list[tuple[str, Any]] = []
+        seen: dict[UOp, str] = {}
+        for name, v in _leaves(args, kwargs):
+            if isinstance(v, Tensor):
+                if _base(v.uop) is None:  # lazy: compute it (a view of stored data stays a view)
+                    v.realize()
+                base = _base(v.uop)
+                assert base is not None
+                if (other := seen.get(base)) is not None:
+                    raise JitError(f"duplicate inputs to JIT: {other} and {name} share one buffer; pass it once "
+                                   "or pass a copy (.contiguous())")
+                seen[base] = name
+                signature.append((name, ("tensor", v.shape, v.dtype, v.device, _view(v.uop))))
+                inputs.append((name, v))
+            elif isinstance(v, UOp) and v.op is Op.BIND:
+                var, val = v.unbind()
+                var_vals[var.expr] = val
+                signature.append((name, ("variable", var)))
+            else:
+                signature.append((name, _describe(v)))
+        return inputs, var_vals, signature
+
+    def _validate(self, signature: list[tuple[str, Any]]) -> None:
+        want = self._signature
+        assert want is not None
+        if [n for n, _ in want] != [n for n, _ in signature]:
+            raise JitError(f"JIT arguments of {self.name} changed since capture: captured "
+                           f"{[n for n, _ in want]}, called with {[n for n, _ in signature]}")
+        for (name, w), (_, g) in zip(want, signature, strict=True):
+            if w == g:
+                continue
+            if w[0] == "tensor" and g[0] == "tensor":
+                for i, what in ((1, "shape"), (2, "dtype"), (3, "device"), (4, "view")):
+                    if w[i] != g[i]:
+                        raise JitError(f"JIT input mismatch in {self.name}: {name} has {what} {_show(g, i)}, the "
+                                       f"capture had {_show(w, i)}")
+            raise JitError(f"JIT {name} of {self.name} changed since capture: {_show_arg(w)} -> "
+                           f"{_show_arg(g)}; non-Tensor arguments are baked into the capture (reset() the JIT, or "
+                           "pass the value as a Tensor or a bound Variable)")
+
+    def _stamp(self, ret: Any) -> Any:
+        """Fresh Tensor objects over the returned buffers, remembered as this call's outputs."""
+        def wrap(t: Any) -> Any:
+            if not isinstance(t, Tensor):
+                return t
+            out = Tensor(t.uop, t.device)
+            _generations.stamp(out, self, self.calls)
+            return out
+        if isinstance(ret, (list, tuple)):
+            return type(ret)(wrap(t) for t in ret)
+        if isinstance(ret, dict):
+            return {k: wrap(v) for k, v in ret.items()}
+        return wrap(ret)
+
+
+def _flatten(ret: Any) -> list[Any]:
+    if isinstance(ret, (list, tuple)):
+        return list(ret)
+    if isinstance(ret, dict):
+        return list(ret.values())
+    return [ret]
+
+
+def _show(sig: tuple, i: int) -> str:
+    v = sig[i]
+    return v.name if i == 2 else (_view_text(v) if i == 4 else str(v))
+
+
+def _view_text(view: tuple[tuple[Op, Any], ...]) -> str:
+    return " of ".join(f"{op.name.lower()}{arg}" for op, arg in view) + " of its buffer" if view else \
+        "its buffer as is"
+
+
+def _show_arg(sig: tuple) -> str:
+    if sig[0] == "value":
+        return repr(sig[1])
+    if sig[0] == "tensor":
+        return f"Tensor{sig[1]}"
+    if sig[0] == "variable":
+        return f"Variable {sig[1].expr}"
+    return "another object"
+
+
+def _default_device() -> str:
+    from tolk_core.plugins import Device
+    return Device.DEFAULT
+
+
+def _held_buffers() -> list[UOp]:
+    """Every BUFFER reachable from a live Tensor: outputs, state kept on objects, values read later."""
+    held: dict[UOp, None] = {}
+    for obj in gc.get_objects():
+        if type(obj) is Tensor:
+            held.update(dict.fromkeys(u for u in obj.uop.toposort() if u.op is Op.BUFFER))
+    return list(held)
+
+
+def jit(fn: Callable[..., R] | None = None, *, prune: bool = False) -> Any:
+    """Decorator: `@jit` or `@jit(prune=...)` over a function (or method) of Tensors; see the module docstring.
+
+    Call 1 runs eagerly, call 2 captures (and returns real results), later calls replay. `JIT=0` runs every call
+    eagerly; `JIT=2` replays without graph batching."""
+    if fn is None:
+        return lambda f: TolkJit(f, prune)
+    return TolkJit(fn, prune)
+

@@ -1,0 +1,221 @@
+"""Elementwise maths of `Tensor`: floor division and modulo, powers, transcendental and activation functions,
+clipping, logical and bitwise operators, and bitcast. Every method composes the IR's primitive ALU ops.
+
+Semantics:
+- `//` and `%` follow numpy's floor convention (the quotient rounds toward -inf, the remainder takes the
+  divisor's sign). The IR's IDIV/MOD truncate (C), so the result is fixed up explicitly. Integer division by
+  zero gives 0 for both, as numpy does (C would trap), and `INT_MIN // -1` wraps as numpy does.
+- `**` follows torch: a negative float base with a non-integer exponent gives nan; an integer tensor raised
+  to a negative Python int raises `DTypeError`; integer tensor exponents < 0 give torch's 0 / +-1.
+- `&`, `|`, `^`, `~`, `<<`, `>>` accept bool and integer tensors (shifts: integers only); `~` of a bool tensor
+  is logical not. Floats raise `DTypeError`.
+- `gelu` is the tanh approximation (tinygrad's gelu, torch's `gelu(approximate="tanh")`).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tolk_core.errors import DTypeError
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+
+if TYPE_CHECKING:
+    from tolk_core.frontend.tensor import Tensor
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+class MathMixin:
+    """Elementwise operations; mixed into `Tensor` (see the module docstring for semantics)."""
+
+    __slots__ = ()
+
+    # ---- rounding ----
+    def trunc(self: Tensor) -> Tensor:
+        return self._alu(Op.TRUNC) if dtypes.is_float(self.dtype) else self
+
+    def floor(self: Tensor) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (t > self).where(t - 1, t)
+
+    def ceil(self: Tensor) -> Tensor:
+        if not dtypes.is_float(self.dtype):
+            return self
+        t = self.trunc()
+        return (t < self).where(t + 1, t)
+
+    # ---- floor division and modulo ----
+    def _divmod(self: Tensor, other: Any, reflected: bool) -> tuple[Tensor, Tensor]:
+        a, b = self._coerce(other, reflected)
+        if dtypes.is_bool(a.dtype):
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        if dtypes.is_float(a.dtype):
+            q = (a / b).floor()
+            r = a - b * (a / b).trunc()  # C fmod's sign convention, then the floor fix-up below
+            r = ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+            return q, r
+        zero = b == 0
+        signed = not dtypes.is_unsigned(a.dtype)
+        minus_one = b == -1
+        safe = ((zero | minus_one) if signed else zero).where(1, b)  # x/0 and INT_MIN/-1 trap in C
+        q, r = a._alu(Op.IDIV, safe), a._alu(Op.MOD, safe)
+        if signed:
+            q, r = minus_one.where(-a, q), minus_one.where(0, r)
+            step = (r != 0) & ((r < 0) != (safe < 0))  # truncation rounded up: step down to the floor
+            q, r = step.where(q - 1, q), step.where(r + safe, r)
+        return zero.where(0, q), zero.where(0, r)
+
+    def __floordiv__(self: Tensor, other: Any) -> Tensor: return self._divmod(other, False)[0]
+    def __rfloordiv__(self: Tensor, other: Any) -> Tensor: return self._divmod(other, True)[0]
+    def __mod__(self: Tensor, other: Any) -> Tensor: return self._divmod(other, False)[1]
+    def __rmod__(self: Tensor, other: Any) -> Tensor: return self._divmod(other, True)[1]
+
+    # ---- powers ----
+    def pow(self: Tensor, exponent: Any, reflected: bool = False) -> Tensor:
+        """`self ** exponent` (or `exponent ** self` when reflected), with the semantics of the module docstring."""
+        if (not reflected and isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
+                and float(exponent).is_integer() and abs(exponent) <= 64):
+            return self._pow_int_scalar(int(exponent), float_exp=isinstance(exponent, float))
+        a, b = self._coerce(exponent, reflected)
+        if dtypes.is_bool(a.dtype):
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        if not dtypes.is_float(a.dtype):
+            return a._pow_int_tensor(b)
+        mag = (b * a.abs()._alu(Op.LOG2))._alu(Op.EXP2)
+        odd = (b - (b * 0.5).floor() * 2) == 1
+        neg = (b.trunc() == b).where(odd.where(-mag, mag), math.nan)
+        return (b == 0).where(1.0, (a < 0).where(neg, mag))
+
+    def _pow_int_scalar(self: Tensor, n: int, float_exp: bool) -> Tensor:
+        x = self._as_float() if float_exp else (self.cast(dtypes.default_int) if dtypes.is_bool(self.dtype) else self)
+        if n < 0 and not dtypes.is_float(x.dtype):
+            raise DTypeError(f"integer tensor ({x.dtype.name}) to a negative integer power {n}: cast to float first")
+        result, base, m = None, x, abs(n)
+        while m:  # square and multiply: exact for integers, few roundings for floats
+            if m & 1:
+                result = base if result is None else result * base
+            m >>= 1
+            if m:
+                base = base * base
+        if result is None:
+            return x.full_like(1)
+        return 1 / result if n < 0 else result
+
+    def _pow_int_tensor(self: Tensor, e: Tensor) -> Tensor:
+        result, base = self.full_like(1), self
+        for bit in range(8 * e.dtype.itemsize - (0 if dtypes.is_unsigned(e.dtype) else 1)):
+            result = (((e >> bit) & 1) == 1).where(result * base, result)
+            base = base * base
+        if dtypes.is_unsigned(e.dtype):
+            return result
+        # torch: x ** negative is 0, except 1 ** n = 1 and (-1) ** n = +-1
+        sign = ((e & 1) == 1).where(self, self.full_like(1))
+        return (e < 0).where((self == 1).where(1, (self == -1).where(sign, 0)), result)
+
+    def __pow__(self: Tensor, other: Any) -> Tensor: return self.pow(other)
+    def __rpow__(self: Tensor, other: Any) -> Tensor: return self.pow(other, reflected=True)
+
+    # ---- unary maths ----
+    def abs(self: Tensor) -> Tensor:
+        if dtypes.is_bool(self.dtype) or dtypes.is_unsigned(self.dtype):
+            return self
+        return (self < 0).where(-self, self)
+
+    def exp2(self: Tensor) -> Tensor:
+        return self._as_float()._alu(Op.EXP2)
+
+    def log2(self: Tensor) -> Tensor:
+        return self._as_float()._alu(Op.LOG2)
+
+    def rsqrt(self: Tensor) -> Tensor:
+        return self.sqrt()._alu(Op.RECIPROCAL)
+
+    def reciprocal(self: Tensor) -> Tensor:
+        return self._as_float()._alu(Op.RECIPROCAL)
+
+    def sin(self: Tensor) -> Tensor:
+        return self._as_float()._alu(Op.SIN)
+
+    def cos(self: Tensor) -> Tensor:
+        return (math.pi / 2 - self._as_float()).sin()
+
+    def square(self: Tensor) -> Tensor:
+        return self * self
+
+    def sigmoid(self: Tensor) -> Tensor:
+        return (1 + (-self._as_float()).exp()).reciprocal()
+
+    def tanh(self: Tensor) -> Tensor:
+        return 2 * (2 * self._as_float()).sigmoid() - 1
+
+    def silu(self: Tensor) -> Tensor:
+        x = self._as_float()
+        return x * x.sigmoid()
+
+    def gelu(self: Tensor) -> Tensor:
+        x = self._as_float()
+        return 0.5 * x * (1 + (_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+
+    def clip(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
+        """torch.clamp: values below `min_` become `min_`, above `max_` become `max_`; nan stays nan."""
+        if min_ is None and max_ is None:
+            raise ValueError("clip needs min_ or max_")
+        x = self
+        if min_ is not None:
+            a, lo = x._coerce(min_)
+            x = (a < lo).where(lo, a)
+        if max_ is not None:
+            a, hi = x._coerce(max_)
+            x = (a > hi).where(hi, a)
+        return x
+
+    clamp = clip
+
+    # ---- logical and bitwise ----
+    def _bitwise(self: Tensor, op: Op, other: Any, reflected: bool = False, shift: bool = False) -> Tensor:
+        a, b = self._coerce(other, reflected)
+        if dtypes.is_float(a.dtype) or (shift and dtypes.is_bool(a.dtype)):
+            raise DTypeError(f"{op.name.lower()} needs {'integer' if shift else 'bool or integer'} tensors, "
+                             f"got {a.dtype.name}")
+        return a._alu(op, b)
+
+    def __and__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.AND, other)
+    def __rand__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.AND, other, True)
+    def __or__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.OR, other)
+    def __ror__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.OR, other, True)
+    def __xor__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.XOR, other)
+    def __rxor__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.XOR, other, True)
+    def __lshift__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.SHL, other, shift=True)
+    def __rlshift__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.SHL, other, True, shift=True)
+    def __rshift__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.SHR, other, shift=True)
+    def __rrshift__(self: Tensor, other: Any) -> Tensor: return self._bitwise(Op.SHR, other, True, shift=True)
+
+    def __invert__(self: Tensor) -> Tensor:
+        if dtypes.is_bool(self.dtype):
+            return self.logical_not()
+        if dtypes.is_float(self.dtype):
+            raise DTypeError(f"bitwise not needs bool or integer tensors, got {self.dtype.name}")
+        return self ^ dtypes.max(self.dtype) if dtypes.is_unsigned(self.dtype) else self ^ -1
+
+    bitwise_not = __invert__
+
+    def logical_or(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other)
+        return a.cast(dtypes.bool)._alu(Op.OR, b.cast(dtypes.bool))
+
+    def logical_xor(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other)
+        return a.cast(dtypes.bool)._alu(Op.CMPNE, b.cast(dtypes.bool))
+
+    # ---- reinterpretation ----
+    def bitcast(self: Tensor, dtype: Any) -> Tensor:
+        """The same bits read as `dtype`, which must have the element size of this tensor's dtype."""
+        dt = dtypes.parse(dtype)
+        if dt.itemsize != self.dtype.itemsize or dtypes.is_bool(dt) or dtypes.is_bool(self.dtype):
+            raise DTypeError(f"bitcast from {self.dtype.name} to {dt.name}: element sizes must match "
+                             f"({self.dtype.itemsize} vs {dt.itemsize} bytes) and bool cannot be bitcast")
+        return self if dt == self.dtype else type(self)(UOp(Op.BITCAST, dt, (self.uop,)), self.device)

@@ -1,0 +1,96 @@
+"""Seeded random tensors: `manual_seed`, `rand`, `uniform`, `randn`, computed on the device from uint32 ops.
+
+Counter-based: element i of a draw is a hash of (seed, counter, i), built from uint32 XOR, shifts and
+multiplies (two rounds of murmur3's 32-bit finaliser). Nothing is uploaded: the element index is itself
+computed (`_iota`). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
+the seed and resets the counter. The uniform float is the hash's top 24 bits times 2^-24: integer maths and an
+exact conversion, so one seed gives bit-identical `rand` values on every device. `uniform` scales them (a
+compiler may contract that into an FMA, so devices can differ in the last bit) and `randn` uses Box-Muller
+(its log/sqrt/cos may differ between devices in the last bits).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tolk_core.errors import ShapeError
+from tolk_core.ir.dtype import dtypes
+
+if TYPE_CHECKING:
+    from tolk_core.frontend.tensor import Tensor
+
+_state = {"seed": 0, "counter": 0}
+_GOLDEN = 0x9E3779B9
+
+
+def _fmix32(x: Any) -> Any:
+    """murmur3's finaliser: a bijection on uint32 with full avalanche; works on Tensors and numpy uint32 arrays."""
+    x = x ^ (x >> 16)
+    x = x * 0x85EBCA6B
+    x = x ^ (x >> 13)
+    x = x * 0xC2B2AE35
+    return x ^ (x >> 16)
+
+
+class RandomMixin:
+    """Random constructors; mixed into `Tensor`."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed every later draw (and restart the draw counter)."""
+        _state["seed"], _state["counter"] = int(seed), 0
+
+    @classmethod
+    def _iota(cls, n: int, device: str | None) -> Tensor:
+        """[0, 1, ..., n-1] as uint32, computed without an upload: the sum over the bits of a (2,)*k grid, bit j
+        being a padded constant [0, 2^j] broadcast along its own axis (pure index maths, fuses elementwise)."""
+        k = max((n - 1).bit_length(), 1)
+        total = None
+        for j in range(k):
+            bit = cls.full((1,), 1 << (k - 1 - j), dtypes.uint32, device).pad(((1, 0),))
+            term = bit.reshape(tuple(2 if a == j else 1 for a in range(k))).expand((2,) * k)
+            total = term if total is None else total + term
+        return total.reshape(1 << k).shrink(((0, n),))
+
+    @classmethod
+    def _random_bits(cls, shape: tuple[int, ...], device: str | None) -> Tensor:
+        if any(s < 0 for s in shape):
+            raise ShapeError(f"negative size in shape {shape}")
+        seed, counter = _state["seed"], _state["counter"]
+        _state["counter"] += 1
+        key = np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, counter & 0xFFFFFFFF], np.uint32)
+        k0 = _fmix32(_fmix32(key[0:1] ^ _fmix32(key[1:2] + _GOLDEN)) ^ key[2:3])
+        k1 = _fmix32(k0 + _GOLDEN)
+        n = math.prod(shape)
+        if n == 0:
+            return cls.full(shape, 0, dtypes.uint32, device)
+        h = _fmix32((cls._iota(n, device) * _GOLDEN) ^ int(k0[0]))
+        return _fmix32(h ^ int(k1[0])).reshape(shape)
+
+    @classmethod
+    def rand(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+        """Uniform floats in [0, 1), advancing the draw counter."""
+        bits = cls._random_bits(cls._shape_arg(shape), device)
+        u = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+        return u.cast(dtypes.parse(dtype or dtypes.default_float))
+
+    @classmethod
+    def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: Any = None,
+                device: str | None = None) -> Tensor:
+        """Uniform floats in [low, high)."""
+        u = cls.rand(*shape, dtype=dtypes.float32, device=device)
+        return (u * (high - low) + low).cast(dtypes.parse(dtype or dtypes.default_float))
+
+    @classmethod
+    def randn(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+        """Standard normal floats (Box-Muller over two uniform draws)."""
+        shape = cls._shape_arg(shape)
+        u1 = cls.rand(shape, dtype=dtypes.float32, device=device)
+        u2 = cls.rand(shape, dtype=dtypes.float32, device=device)
+        radius = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log is finite
+        return (radius * (u2 * (2 * math.pi)).cos()).cast(dtypes.parse(dtype or dtypes.default_float))
+

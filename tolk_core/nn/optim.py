@@ -1,0 +1,145 @@
+"""Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW, updating parameters in place.
+
+A step first computes every gradient in one schedule (together with any tensors passed to `step`, such as
+the loss: they read the parameters, so they must be computed before the parameters change), then stores each
+new value into its tensor's storage with `Tensor.assign`. Parameters, moments and the step count are device
+tensors updated in place, so a whole training step (forward, backward, update) is one JIT capture whose replays
+read and write the same storage; nothing a replay needs is a Python number that capture would freeze, except
+the hyperparameters (learning rate, betas, ...).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from tolk_core.errors import TolkError
+from tolk_core.frontend.tensor import Tensor
+from tolk_core.nn.state import StateDictError, load_state_dict
+
+
+class Optimizer:
+    """Base: holds the parameters (each must require grad) and per-parameter state tensors."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float):
+        uniq: dict[int, Tensor] = {}
+        for p in params:
+            if not p.requires_grad:
+                raise TolkError(f"optimizer parameter {p!r} does not require grad: mark it requires_grad = True")
+            uniq.setdefault(id(p), p)
+        if not uniq:
+            raise TolkError("optimizer got no parameters")
+        self.params = list(uniq.values())
+        self.lr = lr
+        self.device = self.params[0].device
+        self.t = Tensor.zeros(1, device=self.device).contiguous().realize()  # steps taken (float32: exact < 2^24)
+
+    def _zeros_like(self, p: Tensor) -> Tensor:
+        return Tensor.zeros(p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self, *also: Tensor) -> None:
+        """Update every parameter that has a gradient. `also`: tensors to compute in the same schedule as the
+        gradients, before any parameter changes (the loss, metrics)."""
+        live = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
+        grads = [p.grad for _, p in live]
+        todo = [t for t in (*grads, *also) if t is not None]
+        if todo:
+            todo[0].realize(*todo[1:])
+        self.t.assign(self.t + 1)
+        for (i, p), g in zip(live, grads, strict=True):
+            assert g is not None
+            self._update(i, p, g.cast(p.dtype))
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> None:
+        raise NotImplementedError
+
+    def _state(self) -> dict[str, list[Tensor]]:
+        """Per-parameter state tensors by kind (each list in parameter order)."""
+        return {}
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The step count and per-parameter state as "t", "<kind>.<parameter index>"."""
+        out = {"t": self.t}
+        for kind, ts in self._state().items():
+            out.update({f"{kind}.{i}": t for i, t in enumerate(ts)})
+        return out
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        """Assign saved state into this optimizer's tensors in place (same parameter order and shapes)."""
+        own = self.state_dict()
+        if own.keys() != state.keys():
+            raise StateDictError(f"optimizer state does not match {type(self).__name__}: missing "
+                                 f"{sorted(own.keys() - state.keys())}, unexpected {sorted(state.keys() - own.keys())}")
+        load_state_dict(own, state)
+
+
+class SGD(Optimizer):
+    """torch's SGD: g += weight_decay * p; with momentum, b = momentum * b + g and the step uses b (or
+    g + momentum * b with Nesterov); p -= lr * step."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0,
+                 nesterov: bool = False):
+        super().__init__(params, lr)
+        if nesterov and not momentum:
+            raise TolkError("SGD: Nesterov momentum needs momentum > 0")
+        self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+        self.buf = [self._zeros_like(p) for p in self.params] if momentum else []
+
+    def _state(self) -> dict[str, list[Tensor]]:
+        return {"momentum": self.buf} if self.momentum else {}
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> None:
+        if self.weight_decay:
+            g = g + self.weight_decay * p
+        if self.momentum:
+            b = self.buf[i]
+            b.assign(self.momentum * b + g)
+            g = g + self.momentum * b if self.nesterov else b
+        p.assign(p - self.lr * g)
+
+
+class Adam(Optimizer):
+    """torch's Adam (L2 weight decay added to the gradient); `decoupled=True` is AdamW."""
+
+    decoupled = False
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        self.b1, self.b2 = betas
+        self.eps, self.weight_decay = eps, weight_decay
+        self.m = [self._zeros_like(p) for p in self.params]
+        self.v = [self._zeros_like(p) for p in self.params]
+
+    def _state(self) -> dict[str, list[Tensor]]:
+        return {"m": self.m, "v": self.v}
+
+    def _update(self, i: int, p: Tensor, g: Tensor) -> None:
+        if self.weight_decay and not self.decoupled:
+            g = g + self.weight_decay * p
+        m, v = self.m[i], self.v[i]
+        m.assign(self.b1 * m + (1 - self.b1) * g)
+        v.assign(self.b2 * v + (1 - self.b2) * (g * g))
+        # bias corrections 1 - beta^t from the device-side step count (b^t = 2^(t log2 b))
+        c1 = 1 - (self.t * math.log(self.b1)).exp() if self.b1 > 0 else Tensor.ones(1, device=self.device)
+        c2 = 1 - (self.t * math.log(self.b2)).exp()
+        c1, c2 = c1.cast(p.dtype).reshape((1,) * p.ndim), c2.cast(p.dtype).reshape((1,) * p.ndim)
+        update = (m / c1) / ((v / c2).sqrt() + self.eps)
+        if self.weight_decay and self.decoupled:
+            p.assign(p * (1 - self.lr * self.weight_decay) - self.lr * update)
+        else:
+            p.assign(p - self.lr * update)
+
+
+class AdamW(Adam):
+    """torch's AdamW: weight decay applied to the parameter directly (p *= 1 - lr * weight_decay)."""
+
+    decoupled = True
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01):
+        super().__init__(params, lr, betas, eps, weight_decay)
+

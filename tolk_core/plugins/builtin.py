@@ -1,0 +1,27 @@
+"""The built-in PYTHON reference backend: registered by core itself, never gated, always available.
+
+It is listed like any plugin (provider ``tolk-core``, entry point ``python``) but is not an entry point: the
+allow- and deny-lists do not apply to it, so ``TOLK_PLUGINS=`` (no plugins) still leaves a working Tolk.
+Its priority is the lowest, so it is the default only when no other device is available.
+"""
+from __future__ import annotations
+
+from tolk_core.plugins.hookspecs import hookimpl
+from tolk_core.plugins.specs import BackendSpec, Capabilities, RendererSpec
+
+NAME = "PYTHON"
+ENTRY_POINT = "python"
+PRIORITY = -100
+
+
+@hookimpl
+def tolk_backends():
+    yield BackendSpec(name=NAME, device="tolk_core.runtime.python:PythonDevice", probe=None, priority=PRIORITY,
+                      indexed=False, capabilities=Capabilities(timing=True, float64=True, half=True),
+                      docs_url="docs/plugins.md")
+
+
+@hookimpl
+def tolk_renderers():
+    yield RendererSpec(device=NAME, name="Python", renderer="tolk_core.render.python:PythonRenderer",
+                       compiler="tolk_core.runtime.python:PythonCompiler")
