@@ -1,9 +1,13 @@
 """Tolk: a small, fast, readable tensor compiler whose backends are plugins.
 
 The public face: Tensor, dtypes, Variable, jit, Device and the errors. Importing tolk_core imports no
-backend library; plugins are probed at the registry's first use.
+backend library (and not numpy): plugins are probed at the registry's first use, and the front end loads on
+first use of Tensor, jit, dtypes or Variable.
 """
+from typing import Any
+
 from tolk_core.errors import (  # noqa: F401
+    BroadcastStoreError,
     CompileError,
     DeviceMismatchError,
     DeviceUnavailableError,
@@ -13,13 +17,16 @@ from tolk_core.errors import (  # noqa: F401
     TolkError,
     UnknownDeviceError,
 )
-from tolk_core.plugins import Device  # noqa: E402,F401  (the registry face; loads plugins lazily)
+from tolk_core.plugins import Device  # noqa: F401  (the registry face; loads plugins lazily)
+from tolk_core.version import __version__  # noqa: F401
 
-__version__ = "0.1.0"
+_LAZY = {"Tensor": ("tolk_core.frontend.tensor", "Tensor"), "jit": ("tolk_core.frontend.jit", "jit"),
+         "dtypes": ("tolk_core.ir.dtype", "dtypes"), "Variable": ("tolk_core.ir.uop", "Variable")}
 
 
-def __getattr__(name: str):
-    if name == "jit":  # the front end imports numpy: loaded on first use, so `import tolk_core` stays light
-        from tolk_core.frontend.jit import jit
-        return jit
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'tolk_core' has no attribute {name!r}")

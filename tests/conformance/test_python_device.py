@@ -16,9 +16,9 @@ from tolk_core.ir.dtype import dtypes
 from tolk_core.plugins import BackendSpec, Device, PluginWarning, get_registry, hookimpl, register
 from tolk_core.runtime import Buffer
 from tolk_core.runtime.python import KernelRuntimeError, parse_module
-from tolk_core.testing.programs import Case, run_cases
+from tolk_core.testing.programs import run_cases
 
-PARITY = {n: Case(c.shapes, c.fn, c.ref, c.dtype, c.low, c.high) for n, c in test_parity.CASES.items()}
+PARITY = test_parity.CASES
 _RESULTS: dict[str, object] = {}
 
 

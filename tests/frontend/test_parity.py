@@ -8,26 +8,14 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from tests.frontend.helpers import close
-from tolk_core.frontend.tensor import Tensor
+from tolk_core.testing.programs import Case, run_cases
 
 BIG = (257, 263)  # 67591 elements: past 2^16, odd in both axes, so every remainder path runs
-
-
-@dataclass
-class Case:
-    shapes: list[tuple[int, ...]]
-    fn: Callable                 # applied to Tensors
-    ref: Callable | None = None  # applied to numpy arrays; defaults to fn
-    dtype: type = np.float32
-    low: float = -3.0
-    high: float = 3.0
 
 
 def np_softmax(x, axis=-1):
@@ -126,17 +114,9 @@ def _inputs(name: str, case: Case) -> list[np.ndarray]:
 
 
 def _results(device: str) -> dict[str, object]:
-    """Build every case on `device` and realize them all at once (one compile per device)."""
+    """Every case built on `device` and realized together (one compile per device), memoised."""
     if device not in DEVICE_RESULTS:
-        built: dict[str, object] = {}
-        for name, case in CASES.items():
-            try:
-                built[name] = case.fn(*(Tensor(x, device=device) for x in _inputs(name, case)))
-            except Exception as e:  # noqa: BLE001 - reported by the case's own test
-                built[name] = e
-        tensors = [t for t in built.values() if isinstance(t, Tensor)]
-        tensors[0].realize(*tensors[1:])
-        DEVICE_RESULTS[device] = built
+        DEVICE_RESULTS[device] = run_cases(device, CASES, _inputs)
     return DEVICE_RESULTS[device]
 
 

@@ -259,7 +259,7 @@ def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, A
         rec = PluginRecord(ep.name, dist, version, ep.value, "loaded", import_s=time.perf_counter() - t0)
         records.append(rec)
         loaded.append((rec, obj))
-    from tolk_core import __version__  # the package root is initialized by now; avoids an import cycle
+    from tolk_core.version import __version__
     rec = PluginRecord(builtin.ENTRY_POINT, "tolk-core", __version__, builtin.__name__, "loaded")
     records.append(rec)
     loaded.append((rec, builtin))
