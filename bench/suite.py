@@ -167,9 +167,14 @@ def jit_replay(device: str, reps: int, peers: dict[str, bool]) -> dict[str, Any]
     import tolk_core
     if (jit := getattr(tolk_core, "jit", None)) is not None:
         from tolk_core.frontend.tensor import Tensor
+        from tolk_core.plugins import Device
         ts = [Tensor(v, device=device).realize() for v in inp.values()]
-        f = jit(lambda *a: _mlp(*a))
-        rec["times"]["tolk"] = best_time(lambda: f(*ts), reps)
+        f, dev = jit(lambda *a: _mlp(*a)), Device[ts[0].device]
+        want = _mlp(*inp.values())
+        for _ in range(3):  # warm-up, capture, first replay: each must compute the forward
+            got = f(*ts).numpy()
+            rec["ok"] = bool(np.allclose(got, want, rtol=1e-3, atol=1e-3))
+        rec["times"]["tolk"] = best_time(lambda: (f(*ts), dev.synchronize()), reps)
     else:
         rec["tolk"] = "n/a (no JIT yet)"
     if peers["tinygrad"]:
@@ -233,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{verdict}", flush=True)
     if args.only is None:
         jr = jit_replay(args.device, reps * 10, peers)
+        failed |= not jr.get("ok", True)
         results.append(jr)
         print("jitted MLP replay (ms): " + (jr.get("tolk") or "") +
               "  ".join(f"{k}={v * 1e3:.3f}" for k, v in jr["times"].items()), flush=True)
