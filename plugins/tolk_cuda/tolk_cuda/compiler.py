@@ -35,6 +35,17 @@ def find_nvrtc() -> str | None:
     return ctypes.util.find_library("nvrtc")
 
 
+def find_cuda_include() -> str | None:
+    """A directory holding the CUDA headers kernels include (cuda_fp16.h, cuda_bf16.h): NVRTC has no default
+    search path. CUDA_HOME, the pip wheels' include folders, then the usual toolkit location."""
+    roots = [os.path.join(home, "include")] if (home := os.environ.get("CUDA_HOME")) else []
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        roots += sorted(glob.glob(os.path.join(base, "*", "include")))
+    roots.append("/usr/local/cuda/include")
+    return next((r for r in roots if os.path.exists(os.path.join(r, "cuda_fp16.h"))), None)
+
+
 def find_nvcc() -> str | None:
     return shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None)
 
@@ -83,6 +94,7 @@ class CUDACompiler(Compiler):
         self.arch = arch or config.get("CUDA_ARCH")
         self.nvrtc: NVRTC | None = None
         self.nvcc: str | None = None
+        self.include = find_cuda_include()
         if use in (None, "nvrtc") and (path := find_nvrtc()) is not None:
             self.nvrtc = NVRTC(path)
         elif use in (None, "nvcc"):
@@ -98,11 +110,12 @@ class CUDACompiler(Compiler):
         ver = ""
         if self.nvrtc is None and self.nvcc:
             ver = subprocess.run([self.nvcc, "--version"], capture_output=True, text=True).stdout.strip()[-60:]
-        return f"{self.tool} {ver} arch={self.arch} flags={' '.join(FLAGS)}"
+        return f"{self.tool} {ver} arch={self.arch} flags={' '.join(FLAGS)} include={self.include}"
 
     def compile(self, src: str) -> bytes:
         if self.nvrtc is not None:
-            return self.nvrtc.compile(src, [f"--gpu-architecture={self.arch}", "-default-device", *FLAGS])
+            include = [f"--include-path={self.include}"] if self.include else []
+            return self.nvrtc.compile(src, [f"--gpu-architecture={self.arch}", "-default-device", *include, *FLAGS])
         if self.nvcc is None:
             raise CompileError("no CUDA compiler: install NVRTC (pip install 'tolk-cuda[nvrtc]') or the CUDA toolkit "
                                "(nvcc)", src)
