@@ -2,13 +2,15 @@
 
 Each throughput row prints Tolk's number, every importable peer's, and the ratio Tolk/peer (> 1: Tolk is
 faster). Memory-bound rows also print the fraction of the bandwidth baseline: `np.copyto` of an output-sized
-array, measured in this run. numpy runs in a child process without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (see
-bench.numpy_child), which also records the BLAS kernel. Process rows (first call cold and warm, schedule
+array, measured in this run. Each peer runs in its own child process (bench.peer_child: no thread pool of one
+library spins on the cores while another is timed); numpy's runs without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
+and records the BLAS kernel. Process rows (first call cold and warm, schedule
 time) run in child processes. The exit status is 1 when Tolk's result differs from numpy's on any row.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,11 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _have(mod: str) -> bool:
-    try:
-        __import__(mod)
-    except Exception:  # noqa: BLE001 - any failure to import means the peer is absent
-        return False
-    return True
+    """Whether `mod` is installed (not imported here: a peer's thread pools stay out of this process)."""
+    return importlib.util.find_spec(mod) is not None
 
 
 def _peer_env() -> dict[str, str]:
@@ -39,11 +38,12 @@ def _peer_env() -> dict[str, str]:
     return env
 
 
-def numpy_peer(names: list[str], reps: int, min_total: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "bench.numpy_child", str(reps), str(min_total), *names],
+def peer_times(peer: str, names: list[str], reps: int, min_total: float) -> dict[str, Any]:
+    """Run bench.peer_child for `peer` over the rows `names`; its JSON result."""
+    proc = subprocess.run([sys.executable, "-m", "bench.peer_child", peer, str(reps), str(min_total), *names],
                           capture_output=True, text=True, env=_peer_env(), cwd=ROOT)
     if proc.returncode != 0:
-        raise RuntimeError(f"numpy child failed:\n{proc.stderr}")
+        raise RuntimeError(f"{peer} child failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -58,7 +58,8 @@ def _result(fn) -> np.ndarray:
     return np.asarray(out.numpy() if hasattr(out, "numpy") else out, dtype=np.float64)
 
 
-def run_row(row: Row, device: str, reps: int, min_total: float, peers: dict[str, bool]) -> dict[str, Any]:
+def run_row(row: Row, reps: int, min_total: float) -> dict[str, Any]:
+    """Tolk's result (checked against numpy's) and best time on one row."""
     inp = row.setup(np.random.default_rng(0))
     want = np.asarray(row.numpy(inp)(), dtype=np.float64)
     rec: dict[str, Any] = {"row": row.name, "unit": row.unit, "work": row.work, "times": {}}
@@ -67,12 +68,6 @@ def run_row(row: Row, device: str, reps: int, min_total: float, peers: dict[str,
     err = float(np.max(np.abs(got - want) / (np.abs(want) + 1))) if want.size else 0.0
     rec["max_rel_error"], rec["ok"] = err, bool(got.shape == want.shape and err <= row.rtol)
     rec["times"]["tolk"] = best_time(tolk_fn, reps, min_total)
-    for name, impl in (("torch", row.torch), ("tinygrad", row.tinygrad)):
-        if impl is not None and peers[name]:
-            try:
-                rec["times"][name] = best_time(impl(inp), reps, min_total)
-            except Exception as e:  # noqa: BLE001 - a peer's failure is reported, not fatal
-                rec.setdefault("peer_errors", {})[name] = f"{type(e).__name__}: {e}"[:200]
     return rec
 
 
@@ -127,9 +122,7 @@ ws = [(rng.standard_normal((64, 64)).astype(np.float32) * 0.1, rng.standard_norm
       for _ in range(layers)]
 if who == "tolk":
     from tolk_core.frontend.tensor import Tensor
-    from tolk_core.engine import buffers
-    from tolk_core.ir.uop import prod
-    from tolk_core.schedule.linear import create_linear
+    from tolk_core.engine.realize import schedule
     mk = lambda a: Tensor(a, device=device)
 else:
     from tinygrad import Tensor
@@ -139,8 +132,7 @@ for w, b in ws:
     x = (x @ mk(w) + mk(b)).relu()
 st = time.perf_counter()
 if who == "tolk":
-    nb = lambda v: buffers.new_buffer(device, prod(v.shape), v.dtype)
-    n = len(create_linear([(x.uop, nb(x.uop))], nb).src)
+    n = len(schedule(device, [x.uop])[0].src)
 else:
     n = len(x.schedule_linear().src)
 print(json.dumps({"schedule_s": time.perf_counter() - st, "kernels": n}))
@@ -206,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     selected = [r for r in rows(args.device) if (r.quick or not args.quick) and
                 (args.only is None or args.only in r.name)]
     started = time.perf_counter()
-    np_peer = numpy_peer([r.name for r in selected], reps, min_total)
+    names = [r.name for r in selected]
+    timed = {p: peer_times(p, names, reps, min_total) for p in ("numpy", *(p for p, ok in peers.items() if ok))}
+    np_peer = timed["numpy"]
     load = os.getloadavg()
     print(f"tolk bench on {args.device}; load average {load[0]:.1f} on {os.cpu_count()} cpus; "
           f"peers: numpy (BLAS {np_peer['blas']}), "
@@ -217,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     copy_cache: dict[int, float] = {}
     for row in selected:
-        rec = run_row(row, args.device, reps, min_total, peers)
-        if (t := np_peer["times"].get(row.name)) is not None:
-            rec["times"]["numpy"] = t
+        rec = run_row(row, reps, min_total)
+        for p, res in timed.items():
+            if (t := res["times"].get(row.name)) is not None:
+                rec["times"][p] = t
+            if (err := res["errors"].get(row.name)) is not None:
+                rec.setdefault("peer_errors", {})[p] = err
         rates = {w: _rate(rec, w) for w in ("tolk", "numpy", "torch", "tinygrad")}
         rec["rates"] = rates
         if row.out_elems:
