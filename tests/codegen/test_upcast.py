@@ -61,3 +61,29 @@ def test_cpu_exp2_matches_libm_and_keeps_special_values():
     np.testing.assert_allclose(got[:len(grid)], np.exp2(grid * np.float32(1.4426950216293335)), rtol=4e-7)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(got[len(grid):], np.exp(special))
+
+
+def test_long_scalar_reduction_splits_across_threads():
+    """Without the two-kernel split, one long sum is one loop that OpenMP splits across threads
+    (`parallel reduce`): the partial sums meet at the end."""
+    from tolk_core import config
+    x = np.random.default_rng(1).standard_normal(1 << 16).astype(np.float32)
+    with config.override(SPLIT_REDUCEOP=0):
+        t = Tensor(x, device="CPU") * 3
+        linear, _, _ = schedule("CPU", [t.sum().uop])
+        src = generate(linear.src[0].src[0], Device["CPU"].renderer).source
+        got = t.sum().numpy()
+    assert "#pragma omp parallel for simd reduction(+:acc" in src
+    np.testing.assert_allclose(got, (x.astype(np.float64) * 3).sum(), rtol=1e-5)
+
+
+def test_matmul_in_every_lane_and_narrow_dtype():
+    """Vector lanes cover 32- and 64-bit dtypes; half, bfloat16 and 8-bit kernels keep scalar loops. Small
+    integers make every product and sum exact in each dtype."""
+    rng = np.random.default_rng(2)
+    a, b = rng.integers(-3, 3, (32, 48)).astype(np.float32), rng.integers(-3, 3, (48, 64)).astype(np.float32)
+    names = ("float16", "bfloat16", "int8", "int32", "float64", "int64")
+    outs = [(Tensor(a, device="CPU").cast(n) @ Tensor(b, device="CPU").cast(n)).cast("float32") for n in names]
+    outs[0].realize(*outs[1:])
+    for name, got in zip(names, outs, strict=True):
+        np.testing.assert_array_equal(got.numpy(), a @ b, err_msg=name)

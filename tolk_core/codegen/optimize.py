@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.upcast import hoist_range, lanes_are_contiguous, split_lanes, unroll_output, vectorize_lanes
-from tolk_core.ir.dtype import AddrSpace, dtypes
+from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
 
@@ -40,6 +40,10 @@ GROUP_SIZE = 64
 GPU_BLOCK = 8                 # a GPU work item of a reduction kernel computes up to GPU_BLOCK^2 outputs
 GPU_LOCAL = 256               # work items per group of a one-item-per-output launch
 MAX_ACCUMULATORS = 16         # vector accumulators of a register block (AVX-512 has 32 registers)
+# dtypes vector lanes are planned for: C vector-extension element types computed natively (half and bfloat16 are
+# stored narrow and computed or rounded through float, which the lane renderer does not do)
+_LANE_DTYPES = frozenset({dtypes.void, dtypes.bool, dtypes.index, dtypes.int32, dtypes.uint32, dtypes.int64,
+                          dtypes.uint64, dtypes.float32, dtypes.float64})
 
 
 @dataclass
@@ -144,7 +148,8 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
     """`ast` register-blocked over its output axes (see the module docstring), or unchanged when its innermost
     output axis is not a whole number of vectors or some access would not be contiguous in the lanes."""
     stores = [u for u in ast.toposort() if u.op is Op.STORE]
-    if not outs or len(stores) != 1 or any(r.src[0].op is not Op.CONST for r in outs):
+    if not outs or len(stores) != 1 or any(r.src[0].op is not Op.CONST for r in outs) or \
+            any(u.dtype.scalar() not in _LANE_DTYPES for u in ast.toposort() if not isinstance(u.dtype, PtrDType)):
         return ast
     width = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4)
     inner = outs[-1]
