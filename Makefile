@@ -36,6 +36,8 @@ $(STAMP): $(BIN)/python pyproject.toml plugins/tolk_cpu/pyproject.toml plugins/t
 	$(BIN)/pip install -q -e 'plugins/tolk_cuda[nvrtc]' || { \
 	  echo "tolk: NVRTC wheel unavailable; installing tolk-cuda without it (nvcc is used when present)"; \
 	  $(BIN)/pip install -q -e plugins/tolk_cuda; }
+	# the gradient tests compare with torch 2.13.0 (CPU build; on these machines pip takes it from local disk)
+	$(BIN)/pip install -q torch==2.13.0 || echo "tolk: torch 2.13.0 unavailable: the torch comparisons will skip"
 	touch $@
 
 # the training demo's extra (scikit-learn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import tolk_core
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
@@ -132,3 +133,25 @@ def test_input_without_backing_buffer_raises(device) -> None:
     run(xs), run(xs)
     with pytest.raises(JitError, match="JIT input 0 .* has no backing buffer"):
         j.call([buffers.new_buffer(Device.canonicalize(device), 32, dtypes.float32)], {}, buffers=lambda u: None)
+
+
+def test_capture_compiles_in_a_lineage_of_its_own(monkeypatch) -> None:
+    from tolk_core.schedule import placements
+    forks: list = []
+    original = placements.Lineage.fork
+
+    def fork(self):
+        forks.append(original(self))
+        return forks[-1]
+
+    monkeypatch.setattr(placements.Lineage, "fork", fork)
+    x = Tensor(np.arange(32, dtype=np.float32).reshape(4, 8)).realize()
+
+    @tolk_core.jit
+    def f(t: Tensor) -> Tensor:
+        return (t * 2 + 1).sum(axis=1)
+
+    outs = [f(x).numpy() for _ in range(4)]
+    assert len(forks) == 1  # the capture (call 2) forks; warmup and replays do not schedule in a new lineage
+    for out in outs:
+        np.testing.assert_array_equal(out, (np.arange(32, dtype=np.float32).reshape(4, 8) * 2 + 1).sum(1))

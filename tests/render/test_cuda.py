@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.frontend import test_dtypes, test_parity
+from tests.frontend import test_dtypes, test_ops_dtypes, test_ops_parity, test_parity
 from tests.render.kernels import kernel_asts
 from tolk_core.codegen import generate
 from tolk_core.frontend.tensor import Tensor
@@ -29,7 +29,9 @@ def suite_tensors() -> list[Tensor]:
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy overflow in the float16 inputs, intended
         for name, case in test_parity.CASES.items():
             out.append(case.fn(*(Tensor(x, device="CPU") for x in test_parity._inputs(name, case))))
-        for case in test_dtypes.CASES.values():
+        for name, case in test_ops_parity.CASES.items():
+            out.append(case.fn(*(Tensor(x, device="CPU") for x in test_ops_parity._inputs(name, case))))
+        for case in (*test_dtypes.CASES.values(), *test_ops_dtypes.CASES.values()):
             got = case.fn(*(Tensor(x, device="CPU") for x in case.inputs))
             out.extend(got if isinstance(got, tuple) else (got,))
     return out
@@ -49,7 +51,7 @@ def test_every_parity_kernel_compiles_to_an_sm90_cubin(cuda_sources) -> None:
         pytest.skip("neither NVRTC nor nvcc is installed: CUDA C cannot be compiled here")
     assert compiler.arch == "sm_90"
     names = sorted(cuda_sources)
-    assert len(names) > 400  # both suites: the test_parity cases and the dtype matrix
+    assert len(names) > 600  # the parity suites of the core ops, the full op surface and the dtype matrix
     renderer = Device.renderer_for("CUDA")
     for start in range(0, len(names), BATCH):
         batch = names[start:start + BATCH]

@@ -14,6 +14,7 @@ never planned into arenas. Reading tensor data during capture raises `JitError` 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import weakref
@@ -28,6 +29,7 @@ from tolk_core.frontend import tensor as tensor_mod
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp
+from tolk_core.schedule import placements
 
 R = TypeVar("R")
 _SCALARS = (int, float, bool, str, bytes, type(None), complex)
@@ -142,8 +144,12 @@ class TolkJit(Generic[R]):
         if phase >= 2:
             self._validate(signature)
         uops = [_base(t.uop) for _, t in inputs]
+        # the capture compiles in a lineage of its own (a fork of the current one): its placement decisions
+        # are hermetic, and the lineage it was called from is left as it was
+        lineage = placements.current().fork() if phase == 1 else contextlib.nullcontext()
         try:
-            ret = self._engine.call(uops, var_vals, held_buffers=_held_buffers if phase == 1 else None)
+            with lineage:
+                ret = self._engine.call(uops, var_vals, held_buffers=_held_buffers if phase == 1 else None)
         finally:
             self._current = ((), {})
         self.calls += 1
