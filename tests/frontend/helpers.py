@@ -1,6 +1,8 @@
 """Numerical helpers shared by the front-end tests: numpy comparison and numpy references."""
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 
@@ -23,3 +25,14 @@ def np_attention(q, k, v):
     s = (q @ k.transpose(0, 2, 1)) / 8
     e = np.exp(s - s.max(-1, keepdims=True))
     return (e / e.sum(-1, keepdims=True)) @ v
+
+
+def seeded_inputs(name: str, case) -> list[np.ndarray]:
+    """A parity case's inputs (`case.shapes`, `case.dtype`, uniform in [`case.low`, `case.high`]), seeded by
+    the case's name: the same in every process, unlike hash()."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    if case.dtype in (bool, np.bool_):
+        return [rng.integers(0, 2, size=s).astype(bool) for s in case.shapes]
+    if np.issubdtype(case.dtype, np.integer):
+        return [rng.integers(int(case.low), int(case.high) + 1, size=s).astype(case.dtype) for s in case.shapes]
+    return [rng.uniform(case.low, case.high, size=s).astype(case.dtype) for s in case.shapes]

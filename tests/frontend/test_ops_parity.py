@@ -11,14 +11,13 @@ odd sizes, and once on 2^16+ elements.
 """
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 
-from tests.frontend.helpers import close
+from tests.frontend.helpers import close, seeded_inputs
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.testing.programs import run_cases
 
@@ -379,13 +378,7 @@ add("conv2d_empty_batch", (0, 2, 5, 5), (3, 2, 3, 3), fn=lambda x, w: x.conv2d(w
 DEVICE_RESULTS: dict[str, dict[str, object]] = {}
 
 
-def _inputs(name: str, case: Case) -> list[np.ndarray]:
-    rng = np.random.default_rng(zlib.crc32(name.encode()))
-    if case.dtype is BOOL:
-        return [rng.integers(0, 2, size=s).astype(bool) for s in case.shapes]
-    if np.issubdtype(case.dtype, np.integer):
-        return [rng.integers(int(case.low), int(case.high) + 1, size=s).astype(case.dtype) for s in case.shapes]
-    return [rng.uniform(case.low, case.high, size=s).astype(case.dtype) for s in case.shapes]
+_inputs = seeded_inputs
 
 
 def _results(device: str) -> dict[str, object]:

@@ -7,12 +7,11 @@ its own test with its own failure message.
 from __future__ import annotations
 
 import math
-import zlib
 
 import numpy as np
 import pytest
 
-from tests.frontend.helpers import close
+from tests.frontend.helpers import close, seeded_inputs
 from tolk_core.testing.programs import Case, run_cases
 
 BIG = (257, 263)  # 67591 elements: past 2^16, odd in both axes, so every remainder path runs
@@ -106,11 +105,7 @@ add("chain_of_views", (8, 9), fn=lambda a: (a.T[1:, ::2].flip(1).pad(((1, 0), (0
 DEVICE_RESULTS: dict[str, dict[str, object]] = {}
 
 
-def _inputs(name: str, case: Case) -> list[np.ndarray]:
-    rng = np.random.default_rng(zlib.crc32(name.encode()))  # stable across processes, unlike hash()
-    if np.issubdtype(case.dtype, np.integer):
-        return [rng.integers(int(case.low), int(case.high) + 1, size=s).astype(case.dtype) for s in case.shapes]
-    return [rng.uniform(case.low, case.high, size=s).astype(case.dtype) for s in case.shapes]
+_inputs = seeded_inputs
 
 
 def _results(device: str) -> dict[str, object]:
