@@ -213,9 +213,14 @@ class MathMixin:
 
     # ---- reinterpretation ----
     def bitcast(self: Tensor, dtype: Any) -> Tensor:
-        """The same bits read as `dtype`, which must have the element size of this tensor's dtype."""
+        """The same bits read as `dtype` (numpy's `.view`). To a type of another size the last axis is rescaled,
+        lanes least significant first, so its bytes must divide evenly (a 0-d tensor needs equal sizes)."""
         dt = dtypes.parse(dtype)
-        if dt.itemsize != self.dtype.itemsize or dtypes.is_bool(dt) or dtypes.is_bool(self.dtype):
-            raise DTypeError(f"bitcast from {self.dtype.name} to {dt.name}: element sizes must match "
-                             f"({self.dtype.itemsize} vs {dt.itemsize} bytes) and bool cannot be bitcast")
+        if dtypes.is_bool(dt) or dtypes.is_bool(self.dtype):
+            raise DTypeError(f"bitcast from {self.dtype.name} to {dt.name}: bool cannot be bitcast")
+        if dt.itemsize != self.dtype.itemsize:
+            last = self.shape[-1] * self.dtype.itemsize if self.shape else 0
+            if not isinstance(last, int) or last % dt.itemsize:
+                raise DTypeError(f"bitcast from {self.dtype.name} to {dt.name} of shape {self.shape}: the last axis "
+                                 f"holds {last} bytes, not a whole number of {dt.itemsize}-byte elements")
         return self if dt == self.dtype else type(self)(UOp(Op.BITCAST, dt, (self.uop,)), self.device)
