@@ -341,6 +341,54 @@ def test_unbind_refuses_two_values() -> None:
         unbind(sink)
 
 
+# ---------------------------------------------------------------- copies
+def _copy(x: UOp, device: str) -> UOp:
+    return UOp(Op.COPY, x.dtype, (x, UOp(Op.DEVICE, dtypes.void, (), device)))
+
+
+def test_copy_to_the_value_s_own_device_is_the_value() -> None:
+    x = _buf(4)
+    assert _prepared_store(_buf(4), UOp(Op.NEG, dtypes.float32, (_copy(x, "CPU"),))).src[1].src[0] is x
+    scalar = UOp(Op.RESHAPE, dtypes.float32, (_copy(UOp.const(dtypes.float32, 2.0), "OPENCL"),), (1,))
+    assert _prepared_store(_buf(1), scalar).src[1].src[0].op is Op.CONST  # a constant is on every device
+
+
+def test_copies_across_devices_are_lazy_and_fuse(kernels) -> None:
+    from tests.conftest import _available
+    ok, why = _available("OPENCL")
+    if not ok:
+        pytest.skip(why)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    moved = (Tensor(a, device="CPU") * 2).to("OPENCL")
+    with kernels() as k:
+        out = (moved + 1).sum(axis=1)
+    assert k.count == 0 and out.device.startswith("OPENCL")  # nothing ran yet
+    with kernels() as k:
+        got = out.numpy()
+    assert k.count == 2  # a*2 on CPU, then one fused kernel on OPENCL reading the copied bytes
+    close(got, (a * 2 + 1).sum(1))
+    round_trip = Tensor(a, device="OPENCL").to("CPU").to("OPENCL").to("CPU") + 1
+    close(round_trip.numpy(), a + 1)
+
+
+def test_a_cross_device_copy_inside_a_capture_is_refused() -> None:
+    import tolk_core
+    from tests.conftest import _available
+    from tolk_core.errors import JitError
+    ok, why = _available("OPENCL")
+    if not ok:
+        pytest.skip(why)
+
+    @tolk_core.jit
+    def f(x: Tensor) -> Tensor:
+        return x.to("OPENCL") * 2
+
+    x = Tensor(np.ones(4, np.float32), device="CPU").realize()
+    close(f(x).numpy(), np.full(4, 2, np.float32))  # the first call runs eagerly
+    with pytest.raises(JitError, match="a copy from CPU to OPENCL:0 inside a jitted function"):
+        f(x)
+
+
 # ---------------------------------------------------------------- every rule fired
 def test_every_rule_fired_in_this_module() -> None:
     names = {r.name for r in prepare.pm_prepare.rules} | {r.name for r in prepare.pm_outputs_in_place.rules} | \

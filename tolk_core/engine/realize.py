@@ -25,10 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from tolk_core import config
 from tolk_core.codegen import KernelSource, generate
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
+from tolk_core.errors import JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
@@ -148,6 +151,7 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
     if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
         sink = sink.substitute(known)
+    sink = _copy_across_devices(sink)
     linear, outs, var_vals = schedule(device, sink.src)
     run_linear(linear, var_vals=var_vals)
     for (orig, ts), buf in zip(todo.items(), outs, strict=True):
@@ -158,13 +162,42 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
             t.uop = view
 
 
+def _copy_across_devices(sink: UOp) -> UOp:
+    """Every COPY of a value living on another device, done: the value is computed on its own device and its
+    bytes copied into new storage on the COPY's device (seed 001: "any other copy stores the value into new
+    storage on the copy's device"). A COPY to the value's own device is the value (a prepare_rangeify rule)."""
+    done: dict[UOp, UOp] = {}
+    for u in sink.toposort():
+        if u.op is not Op.COPY:
+            continue
+        src, target = u.src[0].substitute(done) if done else u.src[0], u.src[1].arg
+        if src.device in (None, target):
+            continue
+        if capturing:
+            raise JitError(f"a copy from {src.device} to {target} inside a jitted function: the JIT captures "
+                           "kernels of one device; copy the input before calling the jitted function")
+        linear, (buf,), var_vals = schedule(src.device, [src]) if buffers.base_buffer(src) is None else \
+            (None, (buffers.base_buffer(src),), {})
+        if linear is not None:
+            run_linear(linear, var_vals=var_vals)
+        host = np.empty(buf.arg * buf.dtype.itemsize, np.uint8)
+        if host.size:
+            buffers.runtime_buffer(buf).copyout(memoryview(host))
+        copied = buffers.new_buffer(target, buf.arg, buf.dtype)
+        if host.size:
+            buffers.runtime_buffer(copied).copyin(memoryview(host))
+        done[u] = buffers.view_as(copied, tuple(_concrete(s, var_vals) for s in src.shape))
+    return sink.substitute(done) if done else sink
+
+
 def realize_assign(device: str, target: UOp, value: UOp) -> None:
     """Store `value` into the storage that `target` views (a BUFFER seen through movements and bitcasts).
 
     prepare_rangeify refuses broadcast destinations and materialises a value that reads the destination
     through another view first. Cached results that read the storage are forgotten.
     """
-    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
+    sink = _copy_across_devices(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
+    sink, var_vals = unbind(sink)
 
     def new_buffer(v: UOp) -> UOp:
         return buffers.new_buffer(device, _concrete(prod(v.shape), var_vals), v.dtype)

@@ -246,10 +246,11 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         self[index].assign(value)
 
     def to(self, device: str) -> Tensor:
+        """This tensor on `device`, lazily: the copy happens when the result is realized (a COPY node)."""
         device = _resolve_device(device)
         if device == self.device:
             return self
-        return Tensor(storage.from_numpy(self.numpy(), self.dtype, device), device)
+        return Tensor(UOp(Op.COPY, self.dtype, (self.uop, UOp(Op.DEVICE, dtypes.void, (), device))), device)
 
     # ---- movement ----
     def _mop(self, op: Op, arg: Any) -> Tensor:

@@ -81,6 +81,11 @@ def store_in_place(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     return store.replace(src=(dest, value.src[0])) if value.op is Op.CONTIGUOUS else None
 
 
+def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
+    """A copy to the device the value is on is the value (a value on no device, a constant, is on every one)."""
+    return x if x.device in (None, dev.arg) else None
+
+
 def drop_detach(x: UOp, u: UOp) -> UOp:
     """DETACH and CONTIGUOUS_BACKWARD are their source."""
     return x
@@ -323,6 +328,8 @@ pm_prepare = PatternMatcher([
     (UPat(Op.STORE, src=(UPat(Op.BITCAST, name="bc"), UPat.var("value")), name="store"),
      *reversed(_counted("store_into_bitcast", store_into_bitcast))),
     (_STORE, *reversed(_counted("store_hazard", store_hazard))),
+    (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev"))),
+     *reversed(_counted("copy_to_own_device", copy_to_own_device))),
     (UPat((Op.DETACH, Op.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),), name="u"),
      *reversed(_counted("drop_detach", drop_detach))),
     (UPat(Op.SINK, name="sink"), *reversed(_counted("sink_sources_lose_movements", sink_sources_lose_movements))),
