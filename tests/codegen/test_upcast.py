@@ -67,7 +67,7 @@ def test_long_scalar_reduction_splits_across_threads():
     """Without the two-kernel split, one long sum is one loop that OpenMP splits across threads
     (`parallel reduce`): the partial sums meet at the end."""
     from tolk_core import config
-    x = np.random.default_rng(1).standard_normal(1 << 16).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal(1 << 20).astype(np.float32)
     with config.override(SPLIT_REDUCEOP=0):
         t = Tensor(x, device="CPU") * 3
         linear, _, _ = schedule("CPU", [t.sum().uop])
