@@ -30,7 +30,8 @@ from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
 
-PARALLEL_MIN_WORK = 1 << 20   # element-operations below which waking a thread team (passive OpenMP wait) costs more than it saves
+# element-operations below which waking a thread team (passive OpenMP wait) costs more than it saves
+PARALLEL_MIN_WORK = 1 << 20
 UNROLL_MAX = 16
 GROUP_MAX_OUTPUTS = 1024      # a group reduction pays off when outputs are too few to fill the device
 GROUP_MIN_REDUCE = 256        # ... and the reduction is long enough to share
