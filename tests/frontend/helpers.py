@@ -36,3 +36,20 @@ def seeded_inputs(name: str, case) -> list[np.ndarray]:
     if np.issubdtype(case.dtype, np.integer):
         return [rng.integers(int(case.low), int(case.high) + 1, size=s).astype(case.dtype) for s in case.shapes]
     return [rng.uniform(case.low, case.high, size=s).astype(case.dtype) for s in case.shapes]
+
+
+_REALIZED: dict[tuple[int, str], dict] = {}
+
+
+def realized_case(cases: dict, device: str, name: str, inputs=seeded_inputs):
+    """Case `name` of `cases` computed on `device`: every case of that dict is built (`inputs(name, case)`
+    gives its arrays) and realized together the first time any is asked for, so each suite compiles once per
+    device. Raises the case's own error if it failed to build or run."""
+    from tolk_core.testing.programs import run_cases
+    key = (id(cases), device)
+    if key not in _REALIZED:
+        _REALIZED[key] = run_cases(device, cases, inputs)
+    got = _REALIZED[key][name]
+    if isinstance(got, Exception):
+        raise got
+    return got

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from tolk_core.frontend.tensor import Tensor
+from tests.frontend.helpers import realized_case
 from tolk_core.ir.dtype import DType, dtypes
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
@@ -102,30 +102,10 @@ add("xor_bool", dtypes.bool, lambda x, y: x ^ y, lambda x, y: x ^ y, (5, 7), (5,
 add("invert_bool", dtypes.bool, lambda x: ~x, np.invert)
 add("any_bool", dtypes.bool, lambda x: x.any(axis=0), lambda x: x.any(axis=0))
 
-_RESULTS: dict[str, dict[str, Tensor | Exception]] = {}
-
-
-def _results(device: str) -> dict[str, Tensor | Exception]:
-    """Every case built on `device` (skipping dtypes the device does not have) and realized together."""
-    if device not in _RESULTS:
-        built: dict[str, Tensor | Exception] = {}
-        for name, case in CASES.items():
-            try:
-                built[name] = case.fn(*(Tensor(x, device=device) for x in case.inputs))
-            except Exception as e:  # noqa: BLE001 - reported by the case's own test
-                built[name] = e
-        live = [t for t in built.values() if isinstance(t, Tensor)]
-        live[0].realize(*live[1:])
-        _RESULTS[device] = built
-    return _RESULTS[device]
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_over_dtype(device: str, name: str) -> None:
     case = CASES[name]
-    got = _results(device)[name]
-    if isinstance(got, Exception):
-        raise got
+    got = realized_case(CASES, device, name, inputs=lambda _, c: c.inputs)
     wide = [x.astype(np.float64) if dtypes.is_float(case.dtype) else x for x in case.inputs]
     with np.errstate(all="ignore"):
         want = np.asarray(case.ref(*wide))

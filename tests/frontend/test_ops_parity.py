@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from tests.frontend.helpers import close, seeded_inputs
+from tests.frontend.helpers import close, realized_case, seeded_inputs
 from tolk_core.frontend.tensor import Tensor
-from tolk_core.testing.programs import run_cases
 
 BIG = (257, 263)  # 67591 elements: past 2^16, odd in both axes
 F32, I32, BOOL = np.float32, np.int32, np.bool_
@@ -375,25 +374,13 @@ add("conv2d_big", (2, 8, 66, 66), (8, 8, 3, 3), fn=lambda x, w: x.conv2d(w, padd
     ref=lambda x, w: np_conv2d(x, w, padding=((1, 1), (1, 1))), low=-1, high=1, atol=1e-3)
 add("conv2d_empty_batch", (0, 2, 5, 5), (3, 2, 3, 3), fn=lambda x, w: x.conv2d(w), ref=np_conv2d)
 
-DEVICE_RESULTS: dict[str, dict[str, object]] = {}
-
-
-_inputs = seeded_inputs
-
-
-def _results(device: str) -> dict[str, object]:
-    """Every case built on `device` and realized together (one compile per device), memoised."""
-    if device not in DEVICE_RESULTS:
-        DEVICE_RESULTS[device] = run_cases(device, CASES, _inputs)
-    return DEVICE_RESULTS[device]
+_inputs = seeded_inputs  # other suites (conformance, CUDA render) rebuild these cases
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_ops_parity(device: str, name: str) -> None:
     case = CASES[name]
-    got = _results(device)[name]
-    if isinstance(got, Exception):
-        raise got
+    got = realized_case(CASES, device, name)
     with np.errstate(all="ignore"):
         want = np.asarray(case.ref(*_inputs(name, case)))
     out = got.numpy()

@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.frontend.helpers import close, seeded_inputs
-from tolk_core.testing.programs import Case, run_cases
+from tests.frontend.helpers import close, realized_case, seeded_inputs
+from tolk_core.testing.programs import Case
 
 BIG = (257, 263)  # 67591 elements: past 2^16, odd in both axes, so every remainder path runs
 
@@ -102,25 +102,13 @@ add("softmax_axis0", (31, 5), fn=lambda a: a.softmax(axis=0), ref=lambda a: np_s
 add("chain_of_views", (8, 9), fn=lambda a: (a.T[1:, ::2].flip(1).pad(((1, 0), (0, 2))) * 2).sum(axis=0),
     ref=lambda a: (np.pad(np.flip(a.T[1:, ::2], 1), ((1, 0), (0, 2))) * 2).sum(0))
 
-DEVICE_RESULTS: dict[str, dict[str, object]] = {}
-
-
-_inputs = seeded_inputs
-
-
-def _results(device: str) -> dict[str, object]:
-    """Every case built on `device` and realized together (one compile per device), memoised."""
-    if device not in DEVICE_RESULTS:
-        DEVICE_RESULTS[device] = run_cases(device, CASES, _inputs)
-    return DEVICE_RESULTS[device]
+_inputs = seeded_inputs  # other suites (conformance, CUDA render) rebuild these cases
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_parity(device: str, name: str) -> None:
     case = CASES[name]
-    got = _results(device)[name]
-    if isinstance(got, Exception):
-        raise got
+    got = realized_case(CASES, device, name)
     want = (case.ref or case.fn)(*_inputs(name, case))
     close(got.numpy(), np.asarray(want))
 
