@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import shutil
 import subprocess
@@ -32,12 +33,20 @@ def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
             return f.read()
 
 
+_loaded: dict[str, ctypes.CDLL] = {}
+
+
 def load_shared(lib: bytes) -> ctypes.CDLL:
-    """Load shared-object bytes with ctypes (written to a temporary file that is removed once loaded)."""
+    """Load shared-object bytes with ctypes, once per distinct binary in the process (written to a temporary
+    file that is removed once loaded; later calls with the same bytes return the same library)."""
+    key = hashlib.sha256(lib).hexdigest()
+    if (dll := _loaded.get(key)) is not None:
+        return dll
     fd, path = tempfile.mkstemp(prefix="tolk-", suffix=".so")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(lib)
-        return ctypes.CDLL(path)
+        dll = _loaded[key] = ctypes.CDLL(path)
+        return dll
     finally:
         os.unlink(path)

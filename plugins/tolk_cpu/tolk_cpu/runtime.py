@@ -113,7 +113,7 @@ void tolk_smoke(float* restrict out, const float* restrict a, const float* restr
 
 
 class CPUDevice(CompiledDevice):
-    """The host CPU. One loaded library per distinct binary."""
+    """The host CPU."""
 
     def __init__(self, name: str = "CPU"):
         # OpenMP threads that spin after a parallel loop steal the core a descheduled teammate needs: on a busy
@@ -122,13 +122,9 @@ class CPUDevice(CompiledDevice):
         # in the environment still win.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         super().__init__(name, CPUAllocator(), CPUCompiler(), CPUProgram)
-        self._libs: dict[str, ctypes.CDLL] = {}
 
     def load(self, lib: bytes) -> ctypes.CDLL:
-        key = hashlib.sha256(lib).hexdigest()
-        if (dll := self._libs.get(key)) is None:
-            dll = self._libs[key] = load_shared(lib)
-        return dll
+        return load_shared(lib)  # loaded once per distinct binary
 
     def self_test(self) -> str:
         return run_smoke(self, SMOKE)
