@@ -180,7 +180,7 @@ def test_naming_a_device_probes_only_that_backend(tolk_env):
 
     register(plugin("lazy", [BackendSpec("LAZYA", device=object, probe=probe("LAZYA")),
                              BackendSpec("LAZYB", device=object, probe=probe("LAZYB"))]))
-    assert Device.check("lazya") == "LAZYA" and probed == ["LAZYA"]
+    assert Device.check("lazya") == "LAZYA:0" and probed == ["LAZYA"]
     assert get_registry().get("LAZYA").state == "available" and probed == ["LAZYA"]  # asked once per snapshot
     assert "LAZYB" in {b.name for b in get_registry().available()} and sorted(probed) == ["LAZYA", "LAZYB"]
 
