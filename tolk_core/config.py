@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +132,8 @@ def _project_candidates() -> list[Path]:
 
 def _read_table(path: Path, kind: str) -> dict[str, Any] | None:
     """The tolk table of `path`, or None when the file does not configure tolk."""
+    import tomllib  # only where a candidate file exists
+
     try:
         data = tomllib.loads(path.read_text())
     except OSError:

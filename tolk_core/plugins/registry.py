@@ -15,7 +15,6 @@ for (naming a device probes that backend only; the default device, `tolk devices
 from __future__ import annotations
 
 import difflib
-import importlib.metadata as md
 import os
 import threading
 import time
@@ -30,7 +29,7 @@ import pluggy
 
 from tolk_core import config
 from tolk_core.errors import ConfigError, PluginError
-from tolk_core.plugins import builtin
+from tolk_core.plugins import builtin, entry_points
 from tolk_core.plugins.hookspecs import PROJECT, TolkHookSpecs
 from tolk_core.plugins.specs import (
     API_VERSION,
@@ -206,12 +205,12 @@ def reset() -> None:
     config.reset()
 
 
-def get_registry() -> Registry:
-    """The current snapshot, loading plugins and probing backends on first use."""
+def get_registry(fresh: bool = False) -> Registry:
+    """The current snapshot, loading plugins on first use (`fresh`: bypassing the entry-point cache)."""
     global _snapshot
     with _lock:
         if _snapshot is None:
-            _snapshot = build_registry()
+            _snapshot = build_registry(fresh)
             for p in _snapshot.plugins:
                 if p.state == "broken":
                     fix = (f"unregister it with tolk_core.plugins.unregister({p.name!r})" if p.dist == "<runtime>"
@@ -222,11 +221,11 @@ def get_registry() -> Registry:
 
 
 def refresh() -> Registry:
-    """Rebuild the snapshot from the installed entry points (keeps runtime registrations)."""
+    """Rebuild the snapshot from the installed distributions' metadata (keeps runtime registrations)."""
     global _snapshot
     with _lock:
         _snapshot = None
-        return get_registry()
+        return get_registry(fresh=True)
 
 
 # ---------------------------------------------------------------- gates
@@ -253,13 +252,9 @@ def _check_gate_names(names: list[str], known: set[str], var: str) -> None:
 # ---------------------------------------------------------------- loading
 
 
-def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, Any]]]:
-    eps = list(md.entry_points(group=GROUP))
-    known = set()
-    for ep in eps:
-        known.add(ep.name)
-        if ep.dist is not None:
-            known.add(ep.dist.name)
+def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tuple[PluginRecord, Any]]]:
+    eps = entry_points.installed(GROUP, fresh)
+    known = {ep.name for ep in eps} | {ep.dist for ep in eps}
     allow = _split(config.get("PLUGINS"))
     if allow is None and os.environ.get("TOLK_PLUGINS") == "":  # set but empty: no plugins (config ignores "")
         allow = []
@@ -272,9 +267,8 @@ def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, A
     records: list[PluginRecord] = []
     loaded: list[tuple[PluginRecord, Any]] = []
     seen: set[tuple[str, str]] = set()
-    for ep in sorted(eps, key=lambda e: (e.dist.name if e.dist else "", e.name)):
-        dist = ep.dist.name if ep.dist is not None else "?"
-        version = ep.dist.version if ep.dist is not None else ""
+    for ep in sorted(eps, key=lambda e: (e.dist, e.name)):
+        dist, version = ep.dist, ep.version
         if (dist, ep.name) in seen:  # the same distribution found twice on the path
             continue
         seen.add((dist, ep.name))
@@ -374,9 +368,10 @@ def run_probe(ref: Any, timeout: float) -> Availability:
     return res
 
 
-def build_registry() -> Registry:
-    """Load every plugin and build a fresh snapshot (does not touch the cached one); probes run lazily."""
-    records, loaded = _load_entry_points()
+def build_registry(fresh: bool = False) -> Registry:
+    """Load every plugin and build a fresh snapshot (does not touch the cached one); probes run lazily.
+    `fresh`: read the installed distributions' metadata rather than the entry-point cache."""
+    records, loaded = _load_entry_points(fresh)
     final_plugins: list[PluginRecord] = [r for r in records if r.state != "loaded"]
     backends: list[tuple[BackendSpec, PluginRecord]] = []
     graphs: list[ProvidedSpec] = []
