@@ -422,6 +422,8 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
 
     def minimum(self, other: Any) -> Tensor:
         a, b = self._coerce(other)
+        if dtypes.is_float(a.dtype):  # through MAX, which keeps a NaN of either operand; negation is exact
+            return -((-a)._alu(Op.MAX, -b))
         return (a < b).where(a, b)
 
     def logical_and(self, other: Any) -> Tensor:

@@ -97,6 +97,11 @@ def _fdiv(a: float, b: float) -> float:
     return a / b
 
 
+def _nan_max(a: Any, b: Any) -> Any:
+    """MAX as the renderers compute it: NaN in either operand is the result (numpy's `maximum`)."""
+    return b if a < b or b != b else a
+
+
 # Python semantics of each ALU op on scalars; the result is then wrapped to the dtype by `exec_alu`.
 python_alu: dict[Op, Callable[..., Any]] = {
     Op.EXP2: lambda x: math.inf if x > 1024 else 2.0 ** x, Op.LOG2: lambda x: math.log2(x) if x > 0 else
@@ -105,7 +110,7 @@ python_alu: dict[Op, Callable[..., Any]] = {
     Op.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Op.TRUNC: lambda x: x if not math.isfinite(x) else
     float(math.trunc(x)),
     Op.ADD: lambda a, b: a + b, Op.SUB: lambda a, b: a - b, Op.MUL: lambda a, b: a * b, Op.FDIV: _fdiv,
-    Op.IDIV: _trunc_div, Op.MOD: _trunc_mod, Op.MAX: max, Op.POW: lambda a, b: a ** b,
+    Op.IDIV: _trunc_div, Op.MOD: _trunc_mod, Op.MAX: _nan_max, Op.POW: lambda a, b: a ** b,
     Op.CMPLT: lambda a, b: a < b, Op.CMPNE: lambda a, b: a != b, Op.CMPEQ: lambda a, b: a == b,
     Op.AND: lambda a, b: a & b, Op.OR: lambda a, b: a | b, Op.XOR: lambda a, b: a ^ b,
     Op.SHL: lambda a, b: a << b, Op.SHR: lambda a, b: a >> b,

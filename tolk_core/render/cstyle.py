@@ -88,8 +88,8 @@ class CStyleRenderer:
         Op.IDIV: _c_binop("/"), Op.MOD: _c_binop("%"), Op.CMPLT: _c_binop("<"), Op.CMPNE: _c_binop("!="),
         Op.CMPEQ: _c_binop("=="), Op.AND: _c_binop("&"), Op.OR: _c_binop("|"), Op.XOR: _c_binop("^"),
         Op.SHL: _c_binop("<<"), Op.SHR: _c_binop(">>"),
-        # NaN in the first operand propagates, as relu(nan) = nan in numpy and torch
-        Op.MAX: lambda a, b: f"(({a}<{b})?{b}:{a})",
+        # NaN in either operand is the result, as in numpy's maximum and max (operands are names or constants)
+        Op.MAX: lambda a, b: f"(({a}<{b}||{b}!={b})?{b}:{a})",
     }
 
     def __init__(self, device: object = None):
@@ -210,9 +210,9 @@ class CStyleRenderer:
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no GPU index specials")
 
-    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str]]) -> str | None:
-        """A line before a loop: `kind` is optimize's annotation; `folds` are the (op, accumulator) pairs an
-        innermost loop folds into (empty for other loops)."""
+    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
+        """A line before a loop: `kind` is optimize's annotation; `folds` are the (op, accumulator, its dtype)
+        triples an innermost loop folds into (empty for other loops)."""
         return None
 
     def param_decl(self, p: KernelParam) -> str:
@@ -264,7 +264,7 @@ class CStyleRenderer:
                 loop_folds = folds.get(u, ())
                 # OpenMP folds scalars only: a loop folding vector accumulators already runs lanes in parallel
                 fold_names = [] if any(reg.dtype.count > 1 for _, reg in loop_folds) else \
-                    [(op, names[reg]) for op, reg in loop_folds]
+                    [(op, names[reg], reg.dtype) for op, reg in loop_folds]
                 if (pragma := self.loop_pragma(loop_kinds.get(u, ""), fold_names)) is not None:
                     lines.append(f"{pad}{pragma}")
                 lines.append(f"{pad}for (int {rn} = 0; {rn} < {ref(u.src[0])}; {rn}++) {{")

@@ -16,11 +16,11 @@ The kernel text format, one instruction per line (leading spaces are indentation
 
 Operands are values ``vK``, buffers ``bS``, variables ``$name`` and constants ``DTYPE:VALUE``.
 
-Semantics are the C renderers' (loops run in order, integer division truncates, ``MAX(a, b)`` is
-``a < b ? b : a``), but execution is vectorized: every loop is an axis of a numpy array, every value an array
-broadcast over the loops it depends on, a reduction a numpy reduce over its loop axes, and a store one fancy
-assignment (in loop order, so a later iteration's write wins). A kernel that reads, within one launch, what it
-wrote in an earlier iteration is outside that model; Tolk's kernels never do. Indices are bounds-checked: an
+Semantics are the C renderers' (loops run in order, integer division truncates, ``MAX(a, b)`` is ``a < b || b != b ?
+b : a``: NaN in either operand wins), but execution is vectorized: every loop is an axis of a numpy array, every
+value an array broadcast over the loops it depends on, a reduction a numpy reduce over its loop axes, and a store
+one fancy assignment (in loop order, so a later iteration's write wins). A kernel that reads, within one launch,
+what it wrote in an earlier iteration is outside that model; Tolk's kernels never do. Indices are bounds-checked: an
 out-of-range access raises instead of reading or writing memory it does not own.
 """
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _idiv(a: Any, b: Any) -> Any:
 
 _ALU: dict[str, Callable[..., Any]] = {
     "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "FDIV": np.true_divide, "IDIV": _idiv, "MOD": np.fmod,
-    "MAX": lambda a, b: np.where(a < b, b, a), "POW": np.power, "CMPLT": np.less, "CMPNE": np.not_equal,
+    "MAX": lambda a, b: np.where((a < b) | (b != b), b, a), "POW": np.power, "CMPLT": np.less, "CMPNE": np.not_equal,
     "CMPEQ": np.equal, "AND": np.bitwise_and, "OR": np.bitwise_or, "XOR": np.bitwise_xor,
     "SHL": np.left_shift, "SHR": np.right_shift, "WHERE": np.where, "MULACC": lambda a, b, c: a * b + c,
     "EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "TRUNC": np.trunc,

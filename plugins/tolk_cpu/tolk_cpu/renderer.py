@@ -13,6 +13,11 @@ from tolk_core.ir.ops import Op
 from tolk_core.render.cstyle import CStyleRenderer
 
 _FOLD_OPS = {Op.ADD: "+", Op.MUL: "*", Op.MAX: "max"}
+_FLOAT_MAX = "tolk_max"  # an OpenMP reduction declared per float type by the prelude (`_declare_float_max`)
+
+
+def _fold_op(op: Op, dt: DType) -> str:
+    return _FLOAT_MAX if op is Op.MAX and dtypes.is_float(dt) else _FOLD_OPS[op]
 
 # float32 2^x as arithmetic the C compiler vectorizes (libm's exp2f is a scalar call): 2^x = 2^n * 2^f with
 # n = min(rint(x), 127), f in [-1/2, 1], 2^f by its Taylor series in f*ln2 to degree 9 (truncation < 1e-8
@@ -45,12 +50,13 @@ class CRenderer(CStyleRenderer):
                 "parallel simd": "#pragma omp parallel for simd", "unroll": "#pragma GCC unroll 16",
                 "unroll4": "#pragma GCC unroll 4"}
 
-    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str]]) -> str | None:
-        if folds and kind not in ("unroll", "unroll4") and all(op in _FOLD_OPS for op, _ in folds):
+    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
+        if folds and kind not in ("unroll", "unroll4") and all(op in _FOLD_OPS for op, _, _ in folds):
             # lanes (and, for `parallel reduce`, threads) fold separately and meet at the end: the only
-            # reordering of float sums we allow
+            # reordering of float sums we allow. OpenMP's own `max` drops NaN where lanes meet: floats fold with
+            # tolk_max, declared by the prelude with the NaN-keeping MAX.
             head = "#pragma omp parallel for simd " if kind == "parallel reduce" else "#pragma omp simd "
-            return head + " ".join(f"reduction({_FOLD_OPS[op]}:{acc})" for op, acc in folds)
+            return head + " ".join(f"reduction({_fold_op(op, dt)}:{acc})" for op, acc, dt in folds)
         return self._pragmas.get(kind)
 
     def unary(self, op: Op, x: str, dt: DType) -> str:
@@ -63,6 +69,10 @@ class CRenderer(CStyleRenderer):
         head = "#include <math.h>\n\n" if any("NAN" in s or "INFINITY" in s for s in sources) else ""
         if any("tolk_exp2f(" in s for s in sources):
             head += _EXP2F + "\n"
+        if any(f"reduction({_FLOAT_MAX}:" in s for s in sources):
+            head += "".join(f"#pragma omp declare reduction({_FLOAT_MAX} : {t} : omp_out = (omp_out<omp_in||omp_in!="
+                            f"omp_in)?omp_in:omp_out) initializer(omp_priv = -({t})__builtin_inf())\n"
+                            for t in ("float", "double", "_Float16"))
         vecs = sorted({m.groups() for s in sources for m in _VEC.finditer(s)})
         for scalar, lanes in vecs:
             ctype = "signed char" if scalar == "_Bool" else scalar.replace("_", " ")
