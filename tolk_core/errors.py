@@ -66,3 +66,8 @@ class SpecError(TolkError, AssertionError):
 
 class BufferSizeError(TolkError, ValueError):
     """A copy or view whose byte size does not match the buffer's."""
+
+
+class DiskError(TolkError, ValueError):
+    """A disk device (``DISK:<path>``, copy-only) asked to do more than be copied, viewed or bitcast, or a
+    file that does not hold the storage asked of it. Names the device and the operation."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tolk_core import config
-from tolk_core.errors import BroadcastStoreError, ShapeError
+from tolk_core.errors import BroadcastStoreError, DiskError, ShapeError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
@@ -26,6 +26,10 @@ from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements
 
 rule_fires: Counter[str] = Counter()
+
+# which device names are disks (capabilities say `disk`): the engine registers the device registry's answer,
+# which this layer cannot import
+disk_checks: list[Callable[[str], bool]] = []
 
 _VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
@@ -36,6 +40,12 @@ def storage_base(u: UOp) -> UOp:
     while u.op in _VIEW_OPS:
         u = u.src[0]
     return u
+
+
+def on_disk(u: UOp) -> bool:
+    """Whether `u` lives on a disk device (a device whose capabilities say `disk`: copy-only, no kernels)."""
+    dev = u.device
+    return isinstance(dev, str) and any(check(dev) for check in disk_checks)
 
 
 def identity_element(op: Op, dt: DType) -> int | float | bool:
@@ -84,6 +94,57 @@ def store_in_place(store: UOp, dest: UOp, value: UOp) -> UOp | None:
 def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
     """A copy to the device the value is on is the value (a value on no device, a constant, is on every one)."""
     return x if x.device in (None, dev.arg) else None
+
+
+def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp) -> UOp | None:
+    """Step 2: the movements and bitcasts of a copy from a disk move to the copy's result. The copy reads one
+    run of the file's bytes (`disk_run`): the highest view of the source that is a run of the storage's
+    elements (contiguous_view), reinterpreted as the type of a bitcast directly above it when its bytes are
+    whole elements of that type; the other views are applied after the copy, on the target device. A disk
+    value that is computed, not viewed, raises DiskError naming the device and the operation."""
+    if not on_disk(x) or x.op not in _VIEW_OPS:
+        return None
+    if not resolve(prod(x.shape) != 0, True):
+        return _filled(0, x.dtype, tuple(x.shape))  # nothing to read
+    chain, base = [], x
+    while base.op in _VIEW_OPS:
+        chain.append(base)
+        base = base.src[0]
+    if base.op is not Op.BUFFER:
+        raise DiskError(f"{x.device} is a disk: a disk value can only be copied, viewed or bitcast, but "
+                        f"{base.op.name} computes on it; copy it to another device first (.to(...))")
+    top, off = len(chain), 0
+    for i, v in enumerate(chain):
+        if (cv := contiguous_view(v)) is not None and cv[0] is base and isinstance(cv[1], int):
+            top, off = i, cv[1]
+            break
+    run_view = chain[top] if top < len(chain) else base
+    n = prod(run_view.shape)
+    run = base if (off, n) == (0, base.arg) else UOp(Op.SHRINK, base.dtype, (base,), ((off, off + n),))
+    dt, shape = run_view.dtype, tuple(run_view.shape)
+    if top > 0 and (bc := chain[top - 1]).op is Op.BITCAST and (n * base.dtype.itemsize) % bc.dtype.itemsize == 0:
+        top, dt, shape = top - 1, bc.dtype, tuple(bc.shape)  # a size-changing bitcast reinterprets the bytes
+    src = run if dt == base.dtype else UOp(Op.BITCAST, dt, (run,))
+    out = UOp(Op.COPY, dt, (src, dev))
+    if tuple(out.shape) != shape:
+        out = UOp(Op.RESHAPE, dt, (out,), shape)
+    for v in reversed(chain[:top]):
+        out = v.replace(src=(out,))
+    return None if out is copy else out
+
+
+def disk_run(src: UOp) -> tuple[UOp, int, int, DType] | None:
+    """(storage, byte offset, byte count, type) of the bytes a copy from a disk reads, when `src` is in the form
+    `disk_copy_views_move_to_result` leaves: storage, or one run of it (a SHRINK), possibly bitcast."""
+    dt = src.dtype
+    if src.op is Op.BITCAST:
+        src = src.src[0]
+    if src.op is Op.BUFFER:
+        return src, 0, src.arg * src.dtype.itemsize, dt
+    if src.op is Op.SHRINK and src.src[0].op is Op.BUFFER and all(isinstance(a, int) for a in src.arg[0]):
+        (lo, hi), size = src.arg[0], src.dtype.itemsize
+        return src.src[0], lo * size, (hi - lo) * size, dt
+    return None
 
 
 def drop_detach(x: UOp, u: UOp) -> UOp:
@@ -254,7 +315,7 @@ def expand_bitcast(bc: UOp) -> UOp | None:
     """A BITCAST to a type of another size as shifts and casts of unsigned integers, lane by lane along the
     last axis, least significant first; None where the sizes are equal (or on a disk, which has no kernels)."""
     x, new, old = bc.src[0], bc.dtype, bc.src[0].dtype
-    if new.itemsize == old.itemsize or not x.shape:
+    if new.itemsize == old.itemsize or not x.shape or on_disk(x):
         return None
     ux, unew = _bits(x, _uint(old.itemsize)), _uint(new.itemsize)
     *lead, last = x.shape
@@ -319,6 +380,11 @@ def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
 _STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
 # step 1: outputs stored in place
 pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
+# step 2: disk copies read runs of bytes
+pm_disk_copies = PatternMatcher([
+    (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev")), name="copy"),
+     *reversed(_counted("disk_copy_views_move_to_result", disk_copy_views_move_to_result))),
+])
 # step 3: from the leaves up
 pm_prepare = PatternMatcher([
     (_STORE, *reversed(_counted("refuse_broadcast_store", refuse_broadcast_store))),
@@ -343,6 +409,7 @@ def prepare_rangeify(sink: UOp) -> UOp:
     """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring)."""
     before = Counter(rule_fires)
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
+    out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2")
     out = _split_reductions(out)
     out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
