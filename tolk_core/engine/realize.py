@@ -34,11 +34,11 @@ from tolk_core.engine import buffers
 from tolk_core.errors import DiskError, JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.schedule import placements as pm
-from tolk_core.schedule.linear import create_linear
-from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.schedule import prepare
+from tolk_core.schedule.linear import create_linear
 from tolk_core.schedule.prepare import prepare_rangeify, storage_base, unbind
 
 if TYPE_CHECKING:
@@ -65,12 +65,8 @@ def _device(name: str):
 
 
 def _is_disk(name: str) -> bool:
-    return _device_face().is_disk(name)
-
-
-def _device_face():
     from tolk_core.plugins import Device
-    return Device
+    return Device.is_disk(name)
 
 
 prepare.disk_checks.append(_is_disk)

@@ -113,22 +113,27 @@ def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp) -> UOp | None:
     if base.op is not Op.BUFFER:
         raise DiskError(f"{x.device} is a disk: a disk value can only be copied, viewed or bitcast, but "
                         f"{base.op.name} computes on it; copy it to another device first (.to(...))")
-    top, off = len(chain), 0
-    for i, v in enumerate(chain):
-        if (cv := contiguous_view(v)) is not None and cv[0] is base and isinstance(cv[1], int):
-            top, off = i, cv[1]
+    size = base.dtype.itemsize
+    root, rest, offset, nbytes, dt, shape = base, chain, 0, base.arg * size, base.dtype, (base.arg,)
+    while True:  # the highest run of root's elements, then a bitcast of its bytes above it becomes the root
+        run = next(((i, cv[1]) for i, v in enumerate(rest) if (cv := contiguous_view(v)) is not None
+                    and cv[0] is root and isinstance(cv[1], int)), None)
+        if run is None:
             break
-    run_view = chain[top] if top < len(chain) else base
-    n = prod(run_view.shape)
-    run = base if (off, n) == (0, base.arg) else UOp(Op.SHRINK, base.dtype, (base,), ((off, off + n),))
-    dt, shape = run_view.dtype, tuple(run_view.shape)
-    if top > 0 and (bc := chain[top - 1]).op is Op.BITCAST and (n * base.dtype.itemsize) % bc.dtype.itemsize == 0:
-        top, dt, shape = top - 1, bc.dtype, tuple(bc.shape)  # a size-changing bitcast reinterprets the bytes
-    src = run if dt == base.dtype else UOp(Op.BITCAST, dt, (run,))
-    out = UOp(Op.COPY, dt, (src, dev))
+        i, off = run
+        v, start = rest[i], offset + off * root.dtype.itemsize
+        if start % size or (prod(v.shape) * v.dtype.itemsize) % size:
+            break  # the run does not start and end on whole elements of the storage
+        offset, nbytes, dt, shape, rest = start, prod(v.shape) * v.dtype.itemsize, v.dtype, tuple(v.shape), rest[:i]
+        if not rest or rest[-1].op is not Op.BITCAST or nbytes % rest[-1].dtype.itemsize:
+            break
+        root, dt, shape, rest = rest[-1], rest[-1].dtype, tuple(rest[-1].shape), rest[:-1]
+    src = base if nbytes == base.arg * size else \
+        UOp(Op.SHRINK, base.dtype, (base,), ((offset // size, (offset + nbytes) // size),))
+    out = UOp(Op.COPY, dt, (src if dt == base.dtype else UOp(Op.BITCAST, dt, (src,)), dev))
     if tuple(out.shape) != shape:
         out = UOp(Op.RESHAPE, dt, (out,), shape)
-    for v in reversed(chain[:top]):
+    for v in reversed(rest):
         out = v.replace(src=(out,))
     return None if out is copy else out
 
