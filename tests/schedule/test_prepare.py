@@ -389,10 +389,28 @@ def test_a_cross_device_copy_inside_a_capture_is_refused() -> None:
         f(x)
 
 
+# ---------------------------------------------------------------- step 2
+def test_an_inline_call_is_its_body() -> None:
+    x = _buf(6)
+    param = UOp(Op.PARAM, dtypes.float32, (), (0, (6,)))
+    call = UOp(Op.CALL, dtypes.float32, (UOp(Op.NEG, dtypes.float32, (param,)), x), prepare.InlineCall("neg"))
+    assert _prepared_store(_buf(6), call).src[1] is UOp(Op.NEG, dtypes.float32, (x,))
+
+
+def test_a_disk_copy_reads_a_run(tmp_path) -> None:
+    from tolk_core.engine import realize  # noqa: F401 - registers the registry's disk check
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(16)))
+    disk = Tensor.empty(16, dtype=dtypes.uint8, device=f"DISK:{path}")
+    value = _prepared_store(_buf(2, 1), _copy(disk[4:12].bitcast(dtypes.float32).reshape(2, 1).uop, "CPU")).src[1]
+    assert value.op is Op.RESHAPE and value.src[0].op is Op.COPY  # the reshape moved past the copy
+    assert prepare.disk_run(value.src[0].src[0])[1:] == (4, 8, dtypes.float32)
+
+
 # ---------------------------------------------------------------- every rule fired
 def test_every_rule_fired_in_this_module() -> None:
-    names = {r.name for r in prepare.pm_prepare.rules} | {r.name for r in prepare.pm_outputs_in_place.rules} | \
-        {"split_reduceop"}
+    names = {r.name for pm in (prepare.pm_prepare, prepare.pm_outputs_in_place, prepare.pm_inline_calls,
+                               prepare.pm_disk_copies) for r in pm.rules} | {"split_reduceop"}
     # refuse_broadcast_store raises instead of rewriting; it is covered by the refusal tests above
     missing = {n for n in names - {"refuse_broadcast_store"} if rule_fires[n] == 0}
     assert not missing, f"rules that never fired: {sorted(missing)}"

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tolk_core import config
-from tolk_core.errors import BroadcastStoreError, DiskError, ShapeError
+from tolk_core.errors import BroadcastStoreError, CallArgumentError, DiskError, ShapeError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
@@ -150,6 +151,54 @@ def disk_run(src: UOp) -> tuple[UOp, int, int, DType] | None:
         (lo, hi), size = src.arg[0], src.dtype.itemsize
         return src.src[0], lo * size, (hi - lo) * size, dt
     return None
+
+
+@dataclass(frozen=True)
+class InlineCall:
+    """The arg of a CALL to a function without its own compilation (`is_inline_call`): `CALL(body, *args)`,
+    the body reading its parameters as `PARAM` nodes of arg `(slot, shape)`: shape `(size,)` for storage
+    (the argument's elements, flat), `()` for a scalar."""
+    name: str
+
+
+def is_inline_call(u: UOp) -> bool:
+    """Whether `u` is a call prepare_rangeify replaces by its body (Ops.is_inline_call)."""
+    return u.op is Op.CALL and isinstance(u.arg, InlineCall)
+
+
+def inline_call(call: UOp) -> UOp | None:
+    """Step 2: an inline call is its body, each parameter bound to its argument viewed as flat storage (a
+    scalar parameter to the 0-d argument itself). The body's local storage needs no renaming here: new storage
+    is a CONTIGUOUS the scheduler gives fresh storage per distinct (argument-bound) node, and a BUFFER in a
+    body is read-only data the body closed over. An argument that does not fit its parameter raises
+    CallArgumentError naming the call, the argument and the parameter."""
+    if not is_inline_call(call):
+        return None
+    body, args = call.src[0], call.src[1:]
+    binding: dict[UOp, UOp] = {}
+    for p in (u for u in body.toposort() if u.op is Op.PARAM):
+        slot, shape = p.arg[0], tuple(p.arg[1])
+        where = f"call of {call.arg.name}: PARAM {slot}"
+        if slot >= len(args):
+            raise CallArgumentError(f"{where} has no argument (the call passes {len(args)})")
+        a = args[slot]
+        if a.dtype != p.dtype:
+            raise CallArgumentError(f"{where} is {p.dtype.name}, its argument {a.op.name} is {a.dtype.name}")
+        if shape == ():
+            if tuple(a.shape) != ():
+                raise CallArgumentError(f"{where} is a scalar, its argument {a.op.name} has shape {_fmt(a.shape)}")
+            binding[p] = a
+        elif not resolve(prod(a.shape) == shape[0], False):
+            raise CallArgumentError(f"{where} is storage of {shape[0]} elements, its argument {a.op.name} of "
+                                    f"shape {_fmt(a.shape)} has {prod(a.shape)}")
+        else:
+            binding[p] = a if tuple(a.shape) == shape else UOp(Op.RESHAPE, a.dtype, (a,), shape)
+    out = body.substitute(binding)
+    outside = {u for a in args for u in a.toposort()}
+    for u in out.toposort():  # the body's materialisations keep their intent (it was declared on the traced nodes)
+        if u.op is Op.CONTIGUOUS and u not in outside:
+            placements.seed_contiguous(u)
+    return out
 
 
 def drop_detach(x: UOp, u: UOp) -> UOp:
@@ -385,7 +434,8 @@ def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
 _STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
 # step 1: outputs stored in place
 pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
-# step 2: disk copies read runs of bytes
+# step 2: inline calls inlined; disk copies read runs of bytes
+pm_inline_calls = PatternMatcher([(UPat(Op.CALL, name="call"), *reversed(_counted("inline_call", inline_call)))])
 pm_disk_copies = PatternMatcher([
     (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev")), name="copy"),
      *reversed(_counted("disk_copy_views_move_to_result", disk_copy_views_move_to_result))),
@@ -414,7 +464,8 @@ def prepare_rangeify(sink: UOp) -> UOp:
     """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring)."""
     before = Counter(rule_fires)
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
-    out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2")
+    out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
+    out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2: disk copies")
     out = _split_reductions(out)
     out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
