@@ -351,6 +351,86 @@ def _filled(value: Any, dt: DType, shape: tuple[sint, ...]) -> UOp:
     return UOp(Op.EXPAND, dt, (UOp(Op.RESHAPE, dt, (c,), (1,) * len(shape)),), tuple(shape)) if shape else c
 
 
+# ---------------------------------------------------------------- pm_mops
+# The INDEX form pm_mops rewrites: `INDEX(x, *idxs)` reads x at one index expression per axis of x (arg None);
+# `INDEX(x, *idxs, gate)` with arg "gated" is valid only where `gate` holds. A selection `WHERE(c, index, 0)` is
+# what a padded view makes. rangeify's _Lowerer walks the same form procedurally: it calls
+# `index_through_movement` for every movement it indexes (bullet 1, counted as index_of_movement) and
+# `store_target` gates a store through a padded view by the same validity (bullet 3). The forms of bullets 2, 4
+# and 5 do not arise there today (every index has one expression per axis, tensor graphs hold no AFTER and ENDs
+# are kernel-level); their rules are exercised on INDEX-form graphs built by hand.
+def is_gather(idxs: tuple[UOp, ...]) -> bool:
+    """An index by a value with axes (Indexing.is_gather): left whole by pm_mops."""
+    return any(i.shape is not None and len(i.shape) > 0 for i in idxs)
+
+
+def index_through_movement(m: UOp, idxs: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp | None]:
+    """pm_mops bullet 1: the indices of movement `m`'s source that `idxs` of its output map to, and the condition
+    under which they read it (None: always). Counted as index_of_movement; the lowerer calls it too."""
+    rule_fires["index_of_movement"] += 1
+    return apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, idxs)
+
+
+def index_of_movement(idx: UOp, m: UOp) -> UOp | None:
+    """An INDEX of a movement indexes the movement's source; a padded read is a selection of it and of 0."""
+    idxs, gate = idx.src[1:], None
+    if idx.arg == "gated":
+        idxs, gate = idxs[:-1], idxs[-1]
+    if len(idxs) != len(m.shape) or is_gather(idxs):
+        return None
+    src_idxs, valid = index_through_movement(m, tuple(idxs))
+    if valid is not None and gate is not None:
+        valid = gate.alu(Op.AND, valid)
+    gated = valid if valid is not None else gate
+    out = UOp(Op.INDEX, idx.dtype, (m.src[0], *src_idxs) + ((gated,) if gated is not None else ()),
+              "gated" if gated is not None else None)
+    return out if valid is None else UOp(Op.WHERE, idx.dtype, (valid, out, UOp.const(idx.dtype, 0)))
+
+
+def index_reshape_fewer_indices(idx: UOp, r: UOp) -> UOp | None:
+    """An index with fewer indices than reshape `r` has axes (the trailing axes left whole) indexes r's source,
+    when the reshape leaves those trailing axes alone."""
+    idxs, x = idx.src[1:], r.src[0]
+    k = len(r.shape) - len(idxs)
+    if idx.arg is not None or k <= 0 or is_gather(idxs) or len(x.shape) < k or \
+            tuple(x.shape[len(x.shape) - k:]) != tuple(r.shape[len(r.shape) - k:]):
+        return None
+    lead_in, lead_out = tuple(x.shape[:len(x.shape) - k]), tuple(r.shape[:len(idxs)])
+    src_idxs, _ = apply_movement_op(Op.RESHAPE, lead_in, lead_out, tuple(idxs))
+    return UOp(Op.INDEX, idx.dtype, (x, *src_idxs))
+
+
+def store_through_selection(store: UOp, sel: UOp, value: UOp) -> UOp | None:
+    """A store through a selection of an index and of 0 (a padded view) stores through the index made valid
+    only where the selection's conditions hold; a selection of such a selection gates on both conditions."""
+    conds, u = [], sel
+    while u.op is Op.WHERE and u.src[2].op is Op.CONST and u.src[2].arg == 0:
+        conds.append(u.src[0])
+        u = u.src[1]
+    if u.op is not Op.INDEX or not conds:
+        return None
+    idxs = u.src[1:]
+    if u.arg == "gated":
+        conds.append(idxs[-1])
+        idxs = idxs[:-1]
+    gate = conds[0]
+    for c in conds[1:]:
+        gate = gate.alu(Op.AND, c)
+    return store.replace(src=(UOp(Op.INDEX, u.dtype, (u.src[0], *idxs, gate), "gated"), value))
+
+
+def movement_after_effects(m: UOp, a: UOp) -> UOp | None:
+    """A movement or an index of storage ordered after effects (AFTER) is the movement or index of its source
+    ordered after them; an index of a value ordered after effects is the index of the value, ordered after."""
+    moved = m.replace(src=(a.src[0], *m.src[1:]))
+    return UOp(Op.AFTER, moved.dtype, (moved, *a.src[1:]))
+
+
+def end_of_movement(end: UOp, m: UOp) -> UOp:
+    """An END of a movement is the end of the movement's source."""
+    return end.replace(src=(m.src[0], *end.src[1:]))
+
+
 # ---------------------------------------------------------------- expand_bitcast
 def _uint(itemsize: int) -> DType:
     return {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[itemsize]
@@ -434,6 +514,19 @@ def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
 _STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
 # step 1: outputs stored in place
 pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
+# pm_mops: movements move towards storage (over the INDEX form above)
+pm_mops = PatternMatcher([
+    (UPat(Op.INDEX, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="idx"), index_of_movement,
+     "index_of_movement"),  # counted by index_through_movement
+    (UPat(Op.INDEX, src=(UPat(Op.RESHAPE, name="r"),), allow_any_len=True, name="idx"),
+     *reversed(_counted("index_reshape_fewer_indices", index_reshape_fewer_indices))),
+    (UPat(Op.STORE, src=(UPat(Op.WHERE, name="sel"), UPat.var("value")), name="store"),
+     *reversed(_counted("store_through_selection", store_through_selection))),
+    (UPat(GroupOp.Movement | {Op.INDEX}, src=(UPat(Op.AFTER, name="a"),), allow_any_len=True, name="m"),
+     *reversed(_counted("movement_after_effects", movement_after_effects))),
+    (UPat(Op.END, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="end"),
+     *reversed(_counted("end_of_movement", end_of_movement))),
+])
 # step 2: inline calls inlined; disk copies read runs of bytes
 pm_inline_calls = PatternMatcher([(UPat(Op.CALL, name="call"), *reversed(_counted("inline_call", inline_call)))])
 pm_disk_copies = PatternMatcher([
