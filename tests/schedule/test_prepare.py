@@ -62,6 +62,44 @@ def test_contiguous_output_is_one_kernel(device, kernels) -> None:
     close(got, a * 2)
 
 
+# ---------------------------------------------------------------- stages (CONTIGUOUS) and new storage
+def test_a_stage_of_storage_or_of_a_copy_is_its_source() -> None:
+    b = _buf(2, 3)
+    for x in (b, _copy(b, "OPENCL")):
+        value = UOp(Op.NEG, dtypes.float32, (UOp(Op.CONTIGUOUS, dtypes.float32, (x,)),))
+        assert _prepared_store(_buf(2, 3), value).src[1].src[0] is (b if x is b else x)
+    strided = UOp(Op.PERMUTE, dtypes.float32, (b,), (1, 0))  # a view that reorders: stays materialised
+    value = UOp(Op.NEG, dtypes.float32, (UOp(Op.CONTIGUOUS, dtypes.float32, (strided,)),))
+    assert _prepared_store(_buf(3, 2), value).src[1].src[0].op is Op.CONTIGUOUS
+
+
+def test_a_stage_of_storage_runs_no_copy_kernel(device, kernels) -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = Tensor(a, device=device).realize()
+    with kernels() as k:
+        got = (t.contiguous() * 2).numpy()
+    assert k.count == 1
+    close(got, a * 2)
+
+
+def test_storage_phase() -> None:
+    t = _t().reshape(4, 6)
+    assert prepare.storage_phase(t.uop) == 0 and prepare.storage_phase(t[2].uop) == 12
+    assert prepare.storage_phase(t[:, 1:3].uop) is None  # not a run
+    assert prepare.storage_phase((t + 1)[1].uop) is None  # a run of a computed value, not of storage
+    b = UOp.new_buffer("CPU", 8, dtypes.float32)
+    after = UOp(Op.AFTER, dtypes.float32, (b, UOp(Op.STORE, dtypes.void, (b, UOp.const(dtypes.float32, 0.0)))))
+    assert prepare.storage_phase(UOp(Op.SHRINK, dtypes.float32, (after,), ((3, 8),))) == 3  # a state of storage
+
+
+def test_reads_storage_written() -> None:
+    x, y = _t(), _t()
+    read = (x.reshape(4, 6).T + y.reshape(6, 4)).uop
+    assert prepare.reads_storage_written(read, (x[2:4].uop,))
+    assert prepare.reads_storage_written(read, (UOp(Op.BITCAST, dtypes.int32, (y.uop,)),))
+    assert not prepare.reads_storage_written(read, (_t().uop,))
+
+
 # ---------------------------------------------------------------- step 3 rules
 def test_detach_and_contiguous_backward_are_their_source() -> None:
     x = _buf(3)
@@ -482,8 +520,9 @@ def test_a_disk_copy_reads_a_run(tmp_path) -> None:
 
 # ---------------------------------------------------------------- every rule fired
 def test_every_rule_fired_in_this_module() -> None:
-    names = {r.name for pm in (prepare.pm_prepare, prepare.pm_outputs_in_place, prepare.pm_inline_calls,
-                               prepare.pm_disk_copies, prepare.pm_mops) for r in pm.rules} | {"split_reduceop"}
+    matchers = (prepare.pm_prepare, prepare.pm_outputs_in_place, prepare.pm_inline_calls, prepare.pm_disk_copies,
+                prepare.pm_mops, prepare.pm_stage)
+    names = {r.name for pm in matchers for r in pm.rules} | {"split_reduceop"}
     # refuse_broadcast_store raises instead of rewriting; it is covered by the refusal tests above
     missing = {n for n in names - {"refuse_broadcast_store"} if rule_fires[n] == 0}
     assert not missing, f"rules that never fired: {sorted(missing)}"

@@ -77,6 +77,28 @@ def _reads_storage_other_than(value: UOp, base: UOp, dest: UOp) -> bool:
     return bool(views - {dest})
 
 
+def storage_phase(u: UOp) -> sint | None:
+    """Shape.storage_phase: the element of its storage at which view `u` starts, when `u` is a run of the
+    storage's elements (contiguous_view onto storage, or onto storage ordered after effects); None otherwise.
+    A parameter assumes phase 0: its argument starts at the first element of its storage."""
+    cv = contiguous_view(u)
+    if cv is None:
+        return None
+    b = cv[0].src[0] if cv[0].op is Op.AFTER else cv[0]
+    return cv[1] if b.op is Op.BUFFER else None
+
+
+def reads_storage_written(read: UOp, writes: tuple[UOp, ...]) -> bool:
+    """Shape.reads_storage_written: whether the value `read` reads storage that one of the store destinations
+    `writes` writes (a view of the same storage, through movements, bitcasts and AFTERs)."""
+    def base(u: UOp) -> UOp:
+        while u.op in _VIEW_OPS or u.op is Op.AFTER:
+            u = u.src[0]
+        return u
+    written = {base(w) for w in writes}
+    return any(u in written for u in read.toposort() if u.op is Op.BUFFER)
+
+
 # ---------------------------------------------------------------- the rules
 def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..., UOp | None]]:
     def rule(**kw: Any) -> UOp | None:
@@ -88,8 +110,20 @@ def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..
 
 
 def store_in_place(store: UOp, dest: UOp, value: UOp) -> UOp | None:
-    """Step 1: an output whose value is materialised (CONTIGUOUS) stores the value into the output directly."""
+    """Step 1: an output whose value is materialised (a STAGE: CONTIGUOUS here, whose new storage, the seed's
+    ALLOC, the scheduler would make) stores the value into the output's storage directly."""
     return store.replace(src=(dest, value.src[0])) if value.op is Op.CONTIGUOUS else None
+
+
+def stage_of_storage_or_copy(stage: UOp, x: UOp) -> UOp | None:
+    """A materialisation (STAGE: CONTIGUOUS) of storage (seen whole and in order: reshapes of a BUFFER) or of a
+    copy is its source: both are in storage already. (Any other materialisation in global memory is stored
+    into new storage, an ALLOC, by the scheduler: placements declare a CONTIGUOUS On_device and rangeify gives
+    it a new BUFFER.)"""
+    u = x
+    while u.op is Op.RESHAPE:
+        u = u.src[0]
+    return x if u.op is Op.BUFFER or x.op is Op.COPY else None
 
 
 def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
@@ -514,6 +548,10 @@ def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
 _STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
 # step 1: outputs stored in place
 pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
+# step 3, first: materialisations of storage or of copies are their source (before the store-hazard rule adds
+# its own materialisations, which must stay)
+pm_stage = PatternMatcher([(UPat(Op.CONTIGUOUS, src=(UPat.var("x"),), name="stage"),
+                            *reversed(_counted("stage_of_storage_or_copy", stage_of_storage_or_copy)))])
 # pm_mops: movements move towards storage (over the INDEX form above)
 pm_mops = PatternMatcher([
     (UPat(Op.INDEX, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="idx"), index_of_movement,
@@ -560,6 +598,7 @@ def prepare_rangeify(sink: UOp) -> UOp:
     out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
     out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2: disk copies")
     out = _split_reductions(out)
+    out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages")
     out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
