@@ -3,11 +3,26 @@
 Input and output: `SINK(STORE(destination, value), ...)`. A destination is storage (a BUFFER) or a view of
 one through movements and equal-size bitcasts; a value is any tensor-level graph. Each rule below is named
 after the seed's bullet it implements; `rule_fires` counts how often each fired (DEBUG>=3 prints the counts of
-one call). What the seed describes that this pipeline has no node for yet (inline CALLs, STAGE/ALLOC, COPY
-and disks) has no rule here.
+one call). The seed's nodes in this IR: Stage is CONTIGUOUS, Alloc is the new BUFFER the scheduler makes for a
+value placed On_device, a call to a function without its own compilation is `CALL(body, *args)` with an
+`InlineCall` arg (`tolk_core.function` builds it), a disk is a device whose capabilities say `disk`
+(`DISK:<path>`, runtime/disk.py; the engine registers the check in `disk_checks`).
+
+Rules, in the seed's order:
+- step 1 `store_in_place`;
+- step 2 `inline_call` (refusals: CallArgumentError), `disk_copy_views_move_to_result` (also run by the engine
+  before it performs copies; `disk_run` reads its normal form). `pm_mops` (below) is the INDEX-form matcher;
+  rangeify's lowerer indexes every movement through its first rule (`index_through_movement`);
+- step 3 `split_reduceop`, `stage_of_storage_or_copy` (a pass of its own, before the store-hazard rule adds
+  materialisations that must stay), then `pm_prepare`: `refuse_broadcast_store`, `drop_self_store`,
+  `store_reshape_pair`, `store_into_bitcast`, `store_hazard` (no seed bullet: reference/tolk.md §3.2),
+  `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`, `expand_bitcast`, `fold_empty`.
+Not here: calls compiled on their own (no such node yet); cross-device copies are performed by the engine
+(`realize._copy_across_devices`), which stores the value into new storage on the copy's device.
 
 Also here: `unbind` (bound Variables leave the graph for var_vals), `contiguous_view`, `expand_bitcast`, and the
-seed's helpers `storage_base`, `identity_element`, `is_broadcast`.
+seed's helpers `storage_base`, `identity_element`, `is_broadcast`, `storage_phase`, `reads_storage_written`,
+`is_inline_call`, `is_gather`, `on_disk`.
 """
 from __future__ import annotations
 
