@@ -337,6 +337,15 @@ CONTIGUOUS_VIEWS = [
     ("a read within one copy of an expanded value (a seed miss, found here)",
      lambda: _t(6).reshape(1, 6).expand(2, 6)[1], ("BUFFER", 0)),
     ("two copies of an expanded value repeat", lambda: _t(6).reshape(1, 6).expand(2, 6), None),
+    # bitcasts: equal sizes are looked through; other sizes where the run starts and ends on whole elements
+    ("an equal-size bitcast", lambda: _t().bitcast(dtypes.int32).reshape(4, 6)[1], ("BUFFER", 6)),
+    ("bytes of whole elements", lambda: _t().bitcast(dtypes.uint8)[8:16], ("BUFFER", 2)),
+    ("halves of whole elements, reshaped", lambda: _t().bitcast(dtypes.int16).reshape(4, 12)[1], ("BUFFER", 6)),
+    ("bytes that split elements", lambda: _t().bitcast(dtypes.uint8)[6:10], ("BITCAST", 6)),
+    ("wide elements of narrow storage", lambda: Tensor(np.arange(32, dtype=np.uint8)).bitcast(dtypes.int32)[2:4],
+     ("BUFFER", 8)),
+    ("a bitcast of a run of a bitcast", lambda: _t()[2:6].bitcast(dtypes.uint8)[4:8].bitcast(dtypes.float32),
+     ("BUFFER", 3)),
 ]
 
 

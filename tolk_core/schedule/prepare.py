@@ -148,9 +148,9 @@ def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
 
 def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp) -> UOp | None:
     """Step 2: the movements and bitcasts of a copy from a disk move to the copy's result. The copy reads one
-    run of the file's bytes (`disk_run`): the highest view of the source that is a run of the storage's
-    elements (contiguous_view), reinterpreted as the type of a bitcast directly above it when its bytes are
-    whole elements of that type; the other views are applied after the copy, on the target device. A disk
+    run of the file's bytes (`disk_run`): the highest view of the source that is a run of whole elements of the
+    storage (contiguous_view), its bytes reinterpreted as the view's type (a size-changing bitcast on a disk is
+    a byte reinterpretation); the other views are applied after the copy, on the target device. A disk
     value that is computed, not viewed, raises DiskError naming the device and the operation."""
     if not on_disk(x) or x.op not in _VIEW_OPS:
         return None
@@ -164,20 +164,13 @@ def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp) -> UOp | None:
         raise DiskError(f"{x.device} is a disk: a disk value can only be copied, viewed or bitcast, but "
                         f"{base.op.name} computes on it; copy it to another device first (.to(...))")
     size = base.dtype.itemsize
-    root, rest, offset, nbytes, dt, shape = base, chain, 0, base.arg * size, base.dtype, (base.arg,)
-    while True:  # the highest run of root's elements, then a bitcast of its bytes above it becomes the root
-        run = next(((i, cv[1]) for i, v in enumerate(rest) if (cv := contiguous_view(v)) is not None
-                    and cv[0] is root and isinstance(cv[1], int)), None)
-        if run is None:
+    top, offset, nbytes, dt, shape = len(chain), 0, base.arg * size, base.dtype, (base.arg,)
+    for i, v in enumerate(chain):  # the highest view that is a run of whole elements of the storage
+        if (cv := contiguous_view(v)) is not None and cv[0] is base and isinstance(cv[1], int):
+            top, offset, nbytes = i, cv[1] * size, prod(v.shape) * v.dtype.itemsize
+            dt, shape = v.dtype, tuple(v.shape)
             break
-        i, off = run
-        v, start = rest[i], offset + off * root.dtype.itemsize
-        if start % size or (prod(v.shape) * v.dtype.itemsize) % size:
-            break  # the run does not start and end on whole elements of the storage
-        offset, nbytes, dt, shape, rest = start, prod(v.shape) * v.dtype.itemsize, v.dtype, tuple(v.shape), rest[:i]
-        if not rest or rest[-1].op is not Op.BITCAST or nbytes % rest[-1].dtype.itemsize:
-            break
-        root, dt, shape, rest = rest[-1], rest[-1].dtype, tuple(rest[-1].shape), rest[:-1]
+    rest = chain[:top]
     src = base if nbytes == base.arg * size else \
         UOp(Op.SHRINK, base.dtype, (base,), ((offset // size, (offset + nbytes) // size),))
     out = UOp(Op.COPY, dt, (src if dt == base.dtype else UOp(Op.BITCAST, dt, (src,)), dev))
@@ -524,13 +517,28 @@ def expand_bitcast(bc: UOp) -> UOp | None:
 # ---------------------------------------------------------------- contiguous_view
 def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
     """(b, offset) when the elements of `u`, in row-major order, are the elements of `b` from `offset` on, in
-    order, where `u` is `b` viewed through movements and equal-size bitcasts that neither reorder, skip, repeat
-    nor pad elements; None otherwise, and when `u` is empty or its size symbolic.
+    order, where `u` is `b` viewed through movements and bitcasts that neither reorder, skip, repeat nor pad
+    elements; None otherwise, and when `u` is empty or its size symbolic. `offset` counts elements of b's type.
+    A bitcast between types of different sizes is looked through only where the run starts and ends on whole
+    elements of its source at a constant offset; otherwise b is that bitcast.
 
     Found by indexing the flattened view with one range over its elements, pushing the index through the
     movements and reading off `range + offset`; an index the simplifier leaves with divisions it does not
     recombine is a miss (the seed lists such cases), and the caller treats `u` as a value of its own.
     """
+    n, found = prod(u.shape), _run(u)
+    while found is not None and (b := found[0]).op is Op.BITCAST and isinstance(off := found[1], int):
+        new, old, src = b.dtype.itemsize, b.src[0].dtype.itemsize, b.src[0]
+        if (off * new) % old or (n * new) % old:
+            break  # the run splits elements of the bitcast's source
+        n, start = n * new // old, off * new // old
+        flat = src if len(src.shape) == 1 else UOp(Op.RESHAPE, src.dtype, (src,), (prod(src.shape),))
+        found = _run(UOp(Op.SHRINK, src.dtype, (flat,), ((start, start + n),)))
+    return found
+
+
+def _run(u: UOp) -> tuple[UOp, sint] | None:
+    """contiguous_view through movements and equal-size bitcasts only (b stops at any other bitcast)."""
     n = prod(u.shape)
     if not isinstance(n, int) or n == 0:
         return None
