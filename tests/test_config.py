@@ -52,6 +52,14 @@ def test_pyproject_without_tool_tolk_is_skipped(tolk_env, tmp_path, monkeypatch)
     assert config.get("CC") == "clang"
 
 
+@pytest.mark.parametrize("text", ['[tool]\ntolk = { cc = "tcc" }\n', 'tool.tolk.cc = "tcc"\n',
+                                  '[ tool . "tolk" ]\ncc = "tcc"\n'])
+def test_pyproject_tool_tolk_in_any_toml_spelling(tolk_env, text):
+    # the pre-check that skips the TOML parser for pyproject files without a tolk table must not miss these
+    write(tolk_env / "pyproject.toml", text + '[project]\nname = "tolk-user"\n')  # top-level keys come first
+    assert config.get("CC") == "tcc"
+
+
 def test_tolk_toml_wins_within_one_directory(tolk_env):
     write(tolk_env / "pyproject.toml", '[tool.tolk]\ncc = "from-pyproject"\n')
     write(tolk_env / "tolk.toml", 'cc = "from-tolk-toml"\n')

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
-import tomllib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,12 +131,23 @@ def _project_candidates() -> list[Path]:
     return out
 
 
+# a [tool.tolk] table in any TOML spelling: a `tool.tolk` key path (headers, dotted keys, quotes, spaces) or a
+# bare [tool] table whose keys may include tolk
+_MAY_HAVE_TOOL_TOLK = re.compile(r"""\btool["']?\s*\.\s*["']?tolk\b|^\s*\[\s*["']?tool["']?\s*\]""", re.M)
+
+
 def _read_table(path: Path, kind: str) -> dict[str, Any] | None:
     """The tolk table of `path`, or None when the file does not configure tolk."""
     try:
-        data = tomllib.loads(path.read_text())
+        text = path.read_text()
     except OSError:
         return None
+    if path.name == "pyproject.toml" and not _MAY_HAVE_TOOL_TOLK.search(text):  # skip the TOML parser
+        return None
+    import tomllib  # only for a file that may configure tolk: the import is ~5 ms of a start-up
+
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{kind} file {path}: invalid TOML: {e}") from None
     if path.name == "pyproject.toml":

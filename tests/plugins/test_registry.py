@@ -172,6 +172,19 @@ def test_entry_point_modules_are_import_light():
 
 
 @pytest.mark.filterwarnings("ignore::tolk_core.plugins.PluginWarning")
+def test_naming_a_device_probes_only_that_backend(tolk_env):
+    probed: list[str] = []
+
+    def probe(name):
+        return lambda: probed.append(name) or Availability(True, name, 1)
+
+    register(plugin("lazy", [BackendSpec("LAZYA", device=object, probe=probe("LAZYA")),
+                             BackendSpec("LAZYB", device=object, probe=probe("LAZYB"))]))
+    assert Device.check("lazya") == "LAZYA:0" and probed == ["LAZYA"]
+    assert get_registry().get("LAZYA").state == "available" and probed == ["LAZYA"]  # asked once per snapshot
+    assert "LAZYB" in {b.name for b in get_registry().available()} and sorted(probed) == ["LAZYA", "LAZYB"]
+
+
 def test_fixture_device_plugin_appears_and_works(fixture_plugins):
     rec = get_registry().get("FIXTURE")
     assert rec.state == "available" and rec.plugin.dist == "tolk-fixture-device" and rec.plugin.version == "0.1.0"

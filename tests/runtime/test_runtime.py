@@ -276,5 +276,24 @@ def test_two_processes_compiling_the_same_source_share_one_entry(tmp_path):
     outs = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert sorted(int(o[0]) for o in outs) == [0, 1]  # one compiled, the other waited and read its entry
-    entries = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".lock"]
+    entries = [p for p in (tmp_path / "compile").rglob("*") if p.is_file() and p.suffix != ".lock"]
     assert len(entries) == 1 and entries[0].read_bytes()[:4] == b"\x7fELF"
+
+
+def test_compiler_identity_is_remembered_per_facts(tmp_path):
+    from tolk_core.runtime import remembered_identity
+    asked: list[str] = []
+
+    def ask(answer):
+        return lambda: asked.append(answer) or answer
+    with config.override(CACHE_DIR=str(tmp_path)):
+        assert remembered_identity("gcc 12 -O2", ask("A")) == "A"
+        assert remembered_identity("gcc 12 -O2", ask("B")) == "A"  # remembered: not asked again
+        assert remembered_identity("gcc 13 -O2", ask("C")) == "C"  # other facts (an upgraded compiler)
+        assert remembered_identity(None, ask("D")) == "D" and remembered_identity(None, ask("E")) == "E"
+    assert asked == ["A", "C", "D", "E"]
+    # the CPU compiler's remembered identity equals the one it asks gcc for
+    from tolk_cpu.runtime import CPUCompiler
+    cc = CPUCompiler(flags=["-O2"])
+    with config.override(CACHE_DIR=str(tmp_path)):
+        assert cc.identity() == cc.identity() == cc._ask_compiler()

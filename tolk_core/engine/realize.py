@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tolk_core import config
-from tolk_core.codegen import KernelSource, generate
+from tolk_core.codegen import KernelSource
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
+from tolk_core.engine.source_cache import generate_cached
 from tolk_core.errors import DiskError, JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -292,7 +293,7 @@ def to_program(ast: UOp, device: str) -> UOp:
 def _compile_together(dev: str, asts: list[UOp]) -> None:
     device = _device(dev)
     renderer = device.renderer
-    sources = [generate(ast, renderer) for ast in asts]
+    sources = [generate_cached(ast, renderer) for ast in asts]
     unique = {ks.name: ks for ks in sources}
     module = renderer.render_module([ks.source for ks in unique.values()])
     if config.get("DEBUG") >= 4:

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from tolk_core.errors import DTypeError
@@ -97,7 +96,7 @@ class PtrDType(DType):
 _NP_NAMES: dict[str, Any] = {
     "bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-    "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32, "float64": np.float64,
+    "float16": np.float16, "float32": np.float32, "float64": np.float64,
     "index": np.int64,
 }
 
@@ -185,9 +184,12 @@ class dtypes:
     @staticmethod
     def to_np(dt: DType) -> np.dtype:
         """The numpy dtype of a scalar dtype (bfloat16 -> ml_dtypes.bfloat16, index -> int64)."""
-        if (t := _NP_NAMES.get(dt.name)) is None or dt.count != 1 or isinstance(dt, PtrDType):
+        if dt.count != 1 or isinstance(dt, PtrDType) or (dt.name not in _NP_NAMES and dt.name != "bfloat16"):
             raise DTypeError(f"{dt!r} has no numpy equivalent")
-        return np.dtype(t)
+        if dt.name == "bfloat16":  # imported on first use: ml_dtypes costs ~5 ms of every process's start-up
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(_NP_NAMES[dt.name])
 
     @staticmethod
     def from_np(npdt: Any) -> DType:
@@ -196,7 +198,7 @@ class dtypes:
             d = np.dtype(npdt)
         except TypeError:
             raise DTypeError(f"{npdt!r} is not a numpy dtype") from None
-        if (r := _FROM_NP.get(d)) is None:
+        if (r := _FROM_NP.get(d, dtypes.bfloat16 if d.name == "bfloat16" else None)) is None:
             raise DTypeError(f"numpy dtype {d} is not supported; supported: {', '.join(x.name for x in dtypes.all)}")
         return r
 
@@ -223,7 +225,7 @@ class dtypes:
                              "such as 'float32'") from None
 
 
-_FROM_NP: dict[np.dtype, DType] = {np.dtype(_NP_NAMES[d.name]): d for d in dtypes.all}
+_FROM_NP: dict[np.dtype, DType] = {np.dtype(_NP_NAMES[d.name]): d for d in dtypes.all if d.name in _NP_NAMES}
 _ALIASES: dict[str, DType] = {d.name: d for d in dtypes.all} | {
     "half": dtypes.float16, "float": dtypes.float32, "double": dtypes.float64, "bf16": dtypes.bfloat16,
     "char": dtypes.int8, "short": dtypes.int16, "int": dtypes.int32, "long": dtypes.int64,

@@ -2,7 +2,8 @@
 
 Loading happens at the first registry use (never at ``import tolk_core``). Each entry point of the group
 ``tolk.backends`` is imported on its own; any failure becomes a recorded ``broken`` state with its traceback.
-Every backend then gets exactly one state with a reason:
+Every backend then gets exactly one state with a reason; a backend's probe runs when its state is first asked
+for (naming a device probes that backend only; the default device, `tolk devices` and `available()` probe all):
 
   available     the probe said ok
   unavailable   the probe said why not (or raised, or timed out)
@@ -14,7 +15,6 @@ Every backend then gets exactly one state with a reason:
 from __future__ import annotations
 
 import difflib
-import importlib.metadata as md
 import os
 import threading
 import time
@@ -29,7 +29,7 @@ import pluggy
 
 from tolk_core import config
 from tolk_core.errors import ConfigError, PluginError
-from tolk_core.plugins import builtin
+from tolk_core.plugins import builtin, entry_points
 from tolk_core.plugins.hookspecs import PROJECT, TolkHookSpecs
 from tolk_core.plugins.specs import (
     API_VERSION,
@@ -77,18 +77,58 @@ class ProvidedSpec:
     reason: str = ""
 
 
+class _Status:
+    """A backend's state, reason, hint and availability: fixed when known at load time (conflict,
+    incompatible), else its probe's answer, asked once on first use (a process that names its device probes
+    only that one). Thread-safe; the probe runs at most once per snapshot."""
+
+    def __init__(self, state: str = "", reason: str = "", hint: str = "", probe: Any = None,
+                 timeout: float = 0.0, install_hint: str = ""):
+        self._fixed = (state, reason, hint, None) if state else None
+        self._probe, self._timeout, self._install_hint = probe, timeout, install_hint
+        self._lock = threading.Lock()
+
+    @property
+    def probed(self) -> bool:
+        return self._fixed is not None
+
+    def get(self) -> tuple[str, str, str, Availability | None]:
+        if self._fixed is None:
+            with self._lock:
+                if self._fixed is None:
+                    a = run_probe(self._probe, self._timeout)
+                    self._fixed = (("available", a.reason, "", a) if a.ok else
+                                   ("unavailable", a.reason or "probe said not available",
+                                    a.hint or self._install_hint, a))
+        return self._fixed
+
+
 @dataclass(frozen=True)
 class BackendRecord:
-    """One declared backend, its provider, its state and reason, and what other plugins attach to it."""
+    """One declared backend, its provider, its state and reason, and what other plugins attach to it.
+    `state`, `reason`, `hint` and `availability` run the backend's probe on first access (see `_Status`)."""
     name: str
     spec: BackendSpec
     plugin: PluginRecord
-    state: str
-    reason: str = ""
-    hint: str = ""
-    availability: Availability | None = None
+    status: _Status = field(repr=False, compare=False)
     graph: ProvidedSpec | None = None
     renderers: tuple[ProvidedSpec, ...] = ()
+
+    @property
+    def state(self) -> str:
+        return self.status.get()[0]
+
+    @property
+    def reason(self) -> str:
+        return self.status.get()[1]
+
+    @property
+    def hint(self) -> str:
+        return self.status.get()[2]
+
+    @property
+    def availability(self) -> Availability | None:
+        return self.status.get()[3]
 
     @property
     def priority(self) -> int:
@@ -165,12 +205,12 @@ def reset() -> None:
     config.reset()
 
 
-def get_registry() -> Registry:
-    """The current snapshot, loading plugins and probing backends on first use."""
+def get_registry(fresh: bool = False) -> Registry:
+    """The current snapshot, loading plugins on first use (`fresh`: bypassing the entry-point cache)."""
     global _snapshot
     with _lock:
         if _snapshot is None:
-            _snapshot = build_registry()
+            _snapshot = build_registry(fresh)
             for p in _snapshot.plugins:
                 if p.state == "broken":
                     fix = (f"unregister it with tolk_core.plugins.unregister({p.name!r})" if p.dist == "<runtime>"
@@ -181,11 +221,11 @@ def get_registry() -> Registry:
 
 
 def refresh() -> Registry:
-    """Rebuild the snapshot from the installed entry points (keeps runtime registrations)."""
+    """Rebuild the snapshot from the installed distributions' metadata (keeps runtime registrations)."""
     global _snapshot
     with _lock:
         _snapshot = None
-        return get_registry()
+        return get_registry(fresh=True)
 
 
 # ---------------------------------------------------------------- gates
@@ -212,13 +252,9 @@ def _check_gate_names(names: list[str], known: set[str], var: str) -> None:
 # ---------------------------------------------------------------- loading
 
 
-def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, Any]]]:
-    eps = list(md.entry_points(group=GROUP))
-    known = set()
-    for ep in eps:
-        known.add(ep.name)
-        if ep.dist is not None:
-            known.add(ep.dist.name)
+def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tuple[PluginRecord, Any]]]:
+    eps = entry_points.installed(GROUP, fresh)
+    known = {ep.name for ep in eps} | {ep.dist for ep in eps}
     allow = _split(config.get("PLUGINS"))
     if allow is None and os.environ.get("TOLK_PLUGINS") == "":  # set but empty: no plugins (config ignores "")
         allow = []
@@ -231,9 +267,8 @@ def _load_entry_points() -> tuple[list[PluginRecord], list[tuple[PluginRecord, A
     records: list[PluginRecord] = []
     loaded: list[tuple[PluginRecord, Any]] = []
     seen: set[tuple[str, str]] = set()
-    for ep in sorted(eps, key=lambda e: (e.dist.name if e.dist else "", e.name)):
-        dist = ep.dist.name if ep.dist is not None else "?"
-        version = ep.dist.version if ep.dist is not None else ""
+    for ep in sorted(eps, key=lambda e: (e.dist, e.name)):
+        dist, version = ep.dist, ep.version
         if (dist, ep.name) in seen:  # the same distribution found twice on the path
             continue
         seen.add((dist, ep.name))
@@ -333,9 +368,10 @@ def run_probe(ref: Any, timeout: float) -> Availability:
     return res
 
 
-def build_registry() -> Registry:
-    """Load every plugin and build a fresh snapshot (does not touch the cached one)."""
-    records, loaded = _load_entry_points()
+def build_registry(fresh: bool = False) -> Registry:
+    """Load every plugin and build a fresh snapshot (does not touch the cached one); probes run lazily.
+    `fresh`: read the installed distributions' metadata rather than the entry-point cache."""
+    records, loaded = _load_entry_points(fresh)
     final_plugins: list[PluginRecord] = [r for r in records if r.state != "loaded"]
     backends: list[tuple[BackendSpec, PluginRecord]] = []
     graphs: list[ProvidedSpec] = []
@@ -384,22 +420,18 @@ def build_registry() -> Registry:
         if len(claimants) > 1:
             who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
             for s, rec in claimants:
-                out.append(BackendRecord(name, s, rec, "conflict", f"{name} is claimed by {who}",
-                                         "uninstall one of them or disable one with TOLK_DISABLE_PLUGINS=<name>",
-                                         **common))
+                out.append(BackendRecord(name, s, rec, _Status(
+                    "conflict", f"{name} is claimed by {who}",
+                    "uninstall one of them or disable one with TOLK_DISABLE_PLUGINS=<name>"), **common))
             continue
         s, rec = claimants[0]
         if (why := _incompatible(s.api_version)) is not None:
-            out.append(BackendRecord(name, s, rec, "incompatible", why,
-                                     f"install a version of {rec.dist} built for tolk plugin API {API_VERSION[0]}.x",
-                                     **common))
+            out.append(BackendRecord(name, s, rec, _Status(
+                "incompatible", why, f"install a version of {rec.dist} built for tolk plugin API {API_VERSION[0]}.x"),
+                **common))
             continue
-        avail = run_probe(s.probe, timeout)
-        if avail.ok:
-            out.append(BackendRecord(name, s, rec, "available", avail.reason, "", avail, **common))
-        else:
-            out.append(BackendRecord(name, s, rec, "unavailable", avail.reason or "probe said not available",
-                                     avail.hint or s.install_hint, avail, **common))
+        out.append(BackendRecord(name, s, rec, _Status(probe=s.probe, timeout=timeout, install_hint=s.install_hint),
+                                 **common))
     by_name: dict[str, list[BackendRecord]] = {}
     for b in out:
         by_name.setdefault(b.name, []).append(b)

@@ -5,8 +5,6 @@ import ctypes
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 
 from tolk_core.errors import CompileError
 
@@ -20,6 +18,9 @@ def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
     if shutil.which(cc) is None:
         raise CompileError(f"C compiler {cc!r} not found; install gcc or clang, or set CC in the tolk config "
                            f"(TOLK_CC)", src)
+    import subprocess  # noqa: I001 - deferred: a process whose kernels all come from the cache never needs them
+    import tempfile
+
     args = [cc, *flags, *(f for f in _ALWAYS if f not in flags)]
     with tempfile.TemporaryDirectory(prefix="tolk-cc-") as d:
         c_path, so_path = os.path.join(d, "kernel.c"), os.path.join(d, "kernel.so")
@@ -37,12 +38,15 @@ _loaded: dict[str, ctypes.CDLL] = {}
 
 
 def load_shared(lib: bytes) -> ctypes.CDLL:
-    """Load shared-object bytes with ctypes, once per distinct binary in the process (written to a temporary
-    file that is removed once loaded; later calls with the same bytes return the same library)."""
+    """Load shared-object bytes with ctypes, once per distinct binary in the process (later calls with the same
+    bytes return the same library). The bytes go to a file named by their digest and the process id in the
+    temporary directory, removed once loaded (a name of its own per binary: the loader treats a name it has
+    loaded before as the same library)."""
     key = hashlib.sha256(lib).hexdigest()
     if (dll := _loaded.get(key)) is not None:
         return dll
-    fd, path = tempfile.mkstemp(prefix="tolk-", suffix=".so")
+    path = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"tolk-{os.getpid()}-{key[:32]}.so")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(lib)

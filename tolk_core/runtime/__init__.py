@@ -2,9 +2,10 @@
 Graph."""
 from tolk_core.runtime.allocator import Allocator
 from tolk_core.runtime.buffer import Buffer
-from tolk_core.runtime.compiler import Compiler, cache_dir
+from tolk_core.runtime.compiler import Compiler, cache_dir, remembered_identity
 from tolk_core.runtime.device import CompiledDevice
 from tolk_core.runtime.program import Graph, Launch, Program
 from tolk_core.runtime.smoke import run_smoke
 
-__all__ = ["Allocator", "Buffer", "CompiledDevice", "Compiler", "Graph", "Launch", "Program", "cache_dir", "run_smoke"]
+__all__ = ["Allocator", "Buffer", "CompiledDevice", "Compiler", "Graph", "Launch", "Program", "cache_dir",
+           "remembered_identity", "run_smoke"]

@@ -5,7 +5,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tolk_core import config
@@ -17,6 +17,24 @@ def cache_dir() -> Path:
     if d := config.get("CACHE_DIR"):
         return Path(d).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tolk"
+
+
+def remembered_identity(facts: str | None, compute: Callable[[], str]) -> str:
+    """`compute()` (a compiler identity that costs subprocess calls), remembered on disk under a digest of `facts`:
+    everything the identity depends on that is cheap to read (the compiler binary's path, size and modification
+    time, flags, the CPU). `facts` None: compute every time."""
+    if facts is None or config.get("DISABLE_COMPILER_CACHE"):
+        return compute()
+    path = cache_dir() / "identity" / hashlib.sha256(facts.encode()).hexdigest()
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        return path.read_text()
+    ident = compute()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(ident)
+        os.replace(tmp, path)
+    return ident
 
 
 class Compiler:
@@ -96,6 +114,8 @@ class Compiler:
             if (lib := self._read_entry(path)) is not None:
                 return lib  # another process wrote it while we waited
             lib = self._compile_counted(src)
+            import tempfile  # on a cache miss only: its import costs ~4 ms of a warm start
+
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
