@@ -21,6 +21,7 @@ from tolk_core.plugins import Device  # noqa: F401  (the registry face; loads pl
 from tolk_core.version import __version__  # noqa: F401
 
 _LAZY = {"Tensor": ("tolk_core.frontend.tensor", "Tensor"), "jit": ("tolk_core.frontend.jit", "jit"),
+         "function": ("tolk_core.frontend.function", "function"),
          "dtypes": ("tolk_core.ir.dtype", "dtypes"), "Variable": ("tolk_core.ir.uop", "Variable")}
 
 

@@ -66,3 +66,13 @@ class SpecError(TolkError, AssertionError):
 
 class BufferSizeError(TolkError, ValueError):
     """A copy or view whose byte size does not match the buffer's."""
+
+
+class DiskError(TolkError, ValueError):
+    """A disk device (``DISK:<path>``, copy-only) asked to do more than be copied, viewed or bitcast, or a
+    file that does not hold the storage asked of it. Names the device and the operation."""
+
+
+class CallArgumentError(TolkError, ValueError):
+    """An inline call's argument that does not fit its parameter (seed 001): a storage parameter's size, a
+    scalar parameter's shape, or the data type. Names the call, the argument and the parameter."""

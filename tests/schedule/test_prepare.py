@@ -11,6 +11,7 @@ from tolk_core.errors import BroadcastStoreError, ShapeError, TolkError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp, Variable
 from tolk_core.schedule import prepare
 from tolk_core.schedule.prepare import (
@@ -59,6 +60,44 @@ def test_contiguous_output_is_one_kernel(device, kernels) -> None:
         got = (Tensor(a, device=device) * 2).contiguous().numpy()
     assert k.count == 1
     close(got, a * 2)
+
+
+# ---------------------------------------------------------------- stages (CONTIGUOUS) and new storage
+def test_a_stage_of_storage_or_of_a_copy_is_its_source() -> None:
+    b = _buf(2, 3)
+    for x in (b, _copy(b, "OPENCL")):
+        value = UOp(Op.NEG, dtypes.float32, (UOp(Op.CONTIGUOUS, dtypes.float32, (x,)),))
+        assert _prepared_store(_buf(2, 3), value).src[1].src[0] is (b if x is b else x)
+    strided = UOp(Op.PERMUTE, dtypes.float32, (b,), (1, 0))  # a view that reorders: stays materialised
+    value = UOp(Op.NEG, dtypes.float32, (UOp(Op.CONTIGUOUS, dtypes.float32, (strided,)),))
+    assert _prepared_store(_buf(3, 2), value).src[1].src[0].op is Op.CONTIGUOUS
+
+
+def test_a_stage_of_storage_runs_no_copy_kernel(device, kernels) -> None:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = Tensor(a, device=device).realize()
+    with kernels() as k:
+        got = (t.contiguous() * 2).numpy()
+    assert k.count == 1
+    close(got, a * 2)
+
+
+def test_storage_phase() -> None:
+    t = _t().reshape(4, 6)
+    assert prepare.storage_phase(t.uop) == 0 and prepare.storage_phase(t[2].uop) == 12
+    assert prepare.storage_phase(t[:, 1:3].uop) is None  # not a run
+    assert prepare.storage_phase((t + 1)[1].uop) is None  # a run of a computed value, not of storage
+    b = UOp.new_buffer("CPU", 8, dtypes.float32)
+    after = UOp(Op.AFTER, dtypes.float32, (b, UOp(Op.STORE, dtypes.void, (b, UOp.const(dtypes.float32, 0.0)))))
+    assert prepare.storage_phase(UOp(Op.SHRINK, dtypes.float32, (after,), ((3, 8),))) == 3  # a state of storage
+
+
+def test_reads_storage_written() -> None:
+    x, y = _t(), _t()
+    read = (x.reshape(4, 6).T + y.reshape(6, 4)).uop
+    assert prepare.reads_storage_written(read, (x[2:4].uop,))
+    assert prepare.reads_storage_written(read, (UOp(Op.BITCAST, dtypes.int32, (y.uop,)),))
+    assert not prepare.reads_storage_written(read, (_t().uop,))
 
 
 # ---------------------------------------------------------------- step 3 rules
@@ -298,6 +337,15 @@ CONTIGUOUS_VIEWS = [
     ("a read within one copy of an expanded value (a seed miss, found here)",
      lambda: _t(6).reshape(1, 6).expand(2, 6)[1], ("BUFFER", 0)),
     ("two copies of an expanded value repeat", lambda: _t(6).reshape(1, 6).expand(2, 6), None),
+    # bitcasts: equal sizes are looked through; other sizes where the run starts and ends on whole elements
+    ("an equal-size bitcast", lambda: _t().bitcast(dtypes.int32).reshape(4, 6)[1], ("BUFFER", 6)),
+    ("bytes of whole elements", lambda: _t().bitcast(dtypes.uint8)[8:16], ("BUFFER", 2)),
+    ("halves of whole elements, reshaped", lambda: _t().bitcast(dtypes.int16).reshape(4, 12)[1], ("BUFFER", 6)),
+    ("bytes that split elements", lambda: _t().bitcast(dtypes.uint8)[6:10], ("BITCAST", 6)),
+    ("wide elements of narrow storage", lambda: Tensor(np.arange(32, dtype=np.uint8)).bitcast(dtypes.int32)[2:4],
+     ("BUFFER", 8)),
+    ("a bitcast of a run of a bitcast", lambda: _t()[2:6].bitcast(dtypes.uint8)[4:8].bitcast(dtypes.float32),
+     ("BUFFER", 3)),
 ]
 
 
@@ -389,10 +437,101 @@ def test_a_cross_device_copy_inside_a_capture_is_refused() -> None:
         f(x)
 
 
+# ---------------------------------------------------------------- pm_mops (over the INDEX form)
+def _i(v: int) -> UOp:
+    return UOp.const(dtypes.index, v)
+
+
+def _index(x: UOp, *idxs: UOp) -> UOp:
+    return UOp(Op.INDEX, x.dtype, (x, *idxs))
+
+
+def _mops(u: UOp) -> UOp:
+    return graph_rewrite(UOp(Op.SINK, dtypes.void, (u,)), prepare.pm_mops).src[0]
+
+
+def test_pm_mops_index_of_a_movement_indexes_its_source() -> None:
+    b = UOp.new_buffer("CPU", 12, dtypes.float32)
+    view = UOp(Op.PERMUTE, dtypes.float32, (UOp(Op.RESHAPE, dtypes.float32, (b,), (3, 4)),), (1, 0))
+    before = rule_fires["index_of_movement"]
+    out = _mops(_index(view, _i(2), _i(1)))  # element [2, 1] of the transpose is b[1*4 + 2]
+    assert out is _index(b, _i(6)) and rule_fires["index_of_movement"] == before + 2
+    # rangeify's lowerer indexes movements through the same rule
+    _fires("index_of_movement", lambda: (Tensor(np.ones((2, 3), np.float32), device="CPU").T + 1).realize())
+    padded = _mops(_index(UOp(Op.PAD, dtypes.float32, (b,), ((1, 1),)), _i(0)))  # a padded read: a selection of 0
+    assert padded.op is Op.WHERE and padded.src[2].arg == 0 and padded.src[1].arg == "gated"
+
+
+def test_pm_mops_a_gather_is_left_whole() -> None:
+    b = UOp(Op.RESHAPE, dtypes.float32, (UOp.new_buffer("CPU", 12, dtypes.float32),), (3, 4))
+    by_value = UOp.new_buffer("CPU", 5, dtypes.index)  # an index with axes
+    idx = _index(UOp(Op.PERMUTE, dtypes.float32, (b,), (1, 0)), by_value, _i(0))
+    assert _mops(idx) is idx
+
+
+def test_pm_mops_reshape_with_fewer_indices() -> None:
+    x = UOp(Op.RESHAPE, dtypes.float32, (UOp.new_buffer("CPU", 24, dtypes.float32),), (6, 4))
+    r = UOp(Op.RESHAPE, dtypes.float32, (x,), (2, 3, 4))  # trailing axis 4 left alone
+    before = rule_fires["index_reshape_fewer_indices"]
+    assert _mops(_index(r, _i(1), _i(2))) is _index(x, _i(5))  # row [1, 2] of (2, 3) rows is row 5 of 6
+    assert rule_fires["index_reshape_fewer_indices"] == before + 1
+    other = UOp(Op.RESHAPE, dtypes.float32, (x,), (3, 8))  # trailing axis changed: left alone
+    assert _mops(_index(other, _i(1))).src[0] is other
+
+
+def test_pm_mops_store_through_a_selection_is_gated() -> None:
+    b = UOp.new_buffer("CPU", 8, dtypes.float32)
+    r = UOp(Op.RANGE, dtypes.index, (_i(8),), (0, "loop"))
+    c1, c2 = r.alu(Op.CMPLT, _i(5)), _i(2).alu(Op.CMPLT, r)
+    sel = UOp(Op.WHERE, dtypes.float32, (c1, _index(b, r), UOp.const(dtypes.float32, 0)))
+    v = UOp.const(dtypes.float32, 1.0)
+    store = _mops(UOp(Op.STORE, dtypes.void, (sel, v)))
+    assert store.src[0] is UOp(Op.INDEX, dtypes.float32, (b, r, c1), "gated") and store.src[1] is v
+    twice = UOp(Op.WHERE, dtypes.float32, (c2, sel, UOp.const(dtypes.float32, 0)))
+    store = _mops(UOp(Op.STORE, dtypes.void, (twice, v)))
+    assert store.src[0].arg == "gated" and store.src[0].src[-1] is c2.alu(Op.AND, c1)  # gated on both
+
+
+def test_pm_mops_movements_of_storage_after_effects() -> None:
+    b = UOp.new_buffer("CPU", 6, dtypes.float32)
+    effect = UOp(Op.STORE, dtypes.void, (b, UOp(Op.NEG, dtypes.float32, (b,))))
+    after = UOp(Op.AFTER, dtypes.float32, (b, effect))
+    out = _mops(UOp(Op.RESHAPE, dtypes.float32, (after,), (2, 3)))
+    assert out.op is Op.AFTER and out.src[0] is UOp(Op.RESHAPE, dtypes.float32, (b,), (2, 3)) and out.src[1] is effect
+    idx = _mops(_index(after, _i(4)))
+    assert idx.op is Op.AFTER and idx.src[0] is _index(b, _i(4))
+
+
+def test_pm_mops_end_of_a_movement() -> None:
+    b = UOp.new_buffer("CPU", 6, dtypes.float32)
+    r = UOp(Op.RANGE, dtypes.index, (_i(6),), (0, "loop"))
+    end = UOp(Op.END, dtypes.void, (UOp(Op.RESHAPE, dtypes.float32, (b,), (2, 3)), r))
+    assert _mops(end) is UOp(Op.END, dtypes.void, (b, r))
+
+
+# ---------------------------------------------------------------- step 2
+def test_an_inline_call_is_its_body() -> None:
+    x = _buf(6)
+    param = UOp(Op.PARAM, dtypes.float32, (), (0, (6,)))
+    call = UOp(Op.CALL, dtypes.float32, (UOp(Op.NEG, dtypes.float32, (param,)), x), prepare.InlineCall("neg"))
+    assert _prepared_store(_buf(6), call).src[1] is UOp(Op.NEG, dtypes.float32, (x,))
+
+
+def test_a_disk_copy_reads_a_run(tmp_path) -> None:
+    from tolk_core.engine import realize  # noqa: F401 - registers the registry's disk check
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(16)))
+    disk = Tensor.empty(16, dtype=dtypes.uint8, device=f"DISK:{path}")
+    value = _prepared_store(_buf(2, 1), _copy(disk[4:12].bitcast(dtypes.float32).reshape(2, 1).uop, "CPU")).src[1]
+    # the reshape moved past the copy (and the store of a reshape into a reshape then stored the sources)
+    assert value.op is Op.COPY and prepare.disk_run(value.src[0])[1:] == (4, 8, dtypes.float32)
+
+
 # ---------------------------------------------------------------- every rule fired
 def test_every_rule_fired_in_this_module() -> None:
-    names = {r.name for r in prepare.pm_prepare.rules} | {r.name for r in prepare.pm_outputs_in_place.rules} | \
-        {"split_reduceop"}
+    matchers = (prepare.pm_prepare, prepare.pm_outputs_in_place, prepare.pm_inline_calls, prepare.pm_disk_copies,
+                prepare.pm_mops, prepare.pm_stage)
+    names = {r.name for pm in matchers for r in pm.rules} | {"split_reduceop"}
     # refuse_broadcast_store raises instead of rewriting; it is covered by the refusal tests above
     missing = {n for n in names - {"refuse_broadcast_store"} if rule_fires[n] == 0}
     assert not missing, f"rules that never fired: {sorted(missing)}"

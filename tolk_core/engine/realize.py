@@ -32,11 +32,13 @@ from tolk_core.codegen import KernelSource
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
-from tolk_core.errors import JitError
+from tolk_core.errors import DiskError, JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.schedule import placements as pm
+from tolk_core.schedule import prepare
 from tolk_core.schedule.linear import create_linear
 from tolk_core.schedule.prepare import prepare_rangeify, storage_base, unbind
 
@@ -61,6 +63,21 @@ _schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], list[int]]] = {}
 def _device(name: str):
     from tolk_core.plugins import Device
     return Device[name]
+
+
+def _is_disk(name: str) -> bool:
+    from tolk_core.plugins import Device
+    return Device.is_disk(name)
+
+
+prepare.disk_checks.append(_is_disk)
+
+
+def _refuse_disk(device: str, u: UOp) -> None:
+    """A disk runs no kernels: computing `u` there raises DiskError naming the device and the operation."""
+    if _is_disk(device):
+        raise DiskError(f"{device} is a disk: a disk value can only be copied to another device (.to(...)), "
+                        f"viewed or bitcast, but {u.op.name} was asked to be computed on it")
 
 
 def _local_arrays(device: str) -> bool:
@@ -153,6 +170,8 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
     if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
         sink = sink.substitute(known)
     sink = _copy_across_devices(sink)
+    for u in sink.src:
+        _refuse_disk(device, u)
     linear, outs, var_vals = schedule(device, sink.src)
     run_linear(linear, var_vals=var_vals)
     for (orig, ts), buf in zip(todo.items(), outs, strict=True):
@@ -166,7 +185,10 @@ def _realize_on(device: str, todo: dict[UOp, list[Tensor]]) -> None:
 def _copy_across_devices(sink: UOp) -> UOp:
     """Every COPY of a value living on another device, done: the value is computed on its own device and its
     bytes copied into new storage on the COPY's device (seed 001: "any other copy stores the value into new
-    storage on the copy's device"). A COPY to the value's own device is the value (a prepare_rangeify rule)."""
+    storage on the copy's device"). A COPY to the value's own device is the value (a prepare_rangeify rule).
+    A copy from a disk reads one run of the file's bytes; its views are applied on the target (prepare's
+    disk rule, applied here first)."""
+    sink = graph_rewrite(sink, prepare.pm_disk_copies, name="disk copies")
     done: dict[UOp, UOp] = {}
     for u in sink.toposort():
         if u.op is not Op.COPY:
@@ -177,14 +199,22 @@ def _copy_across_devices(sink: UOp) -> UOp:
         if capturing:
             raise JitError(f"a copy from {src.device} to {target} inside a jitted function: the JIT captures "
                            "kernels of one device; copy the input before calling the jitted function")
-        linear, (buf,), var_vals = schedule(src.device, [src]) if buffers.base_buffer(src) is None else \
-            (None, (buffers.base_buffer(src),), {})
-        if linear is not None:
-            run_linear(linear, var_vals=var_vals)
-        host = np.empty(buf.arg * buf.dtype.itemsize, np.uint8)
-        if host.size:
-            buffers.runtime_buffer(buf).copyout(memoryview(host))
-        copied = buffers.new_buffer(target, buf.arg, buf.dtype)
+        if (run := prepare.disk_run(src)) is not None and _is_disk(src.device):
+            disk, offset, nbytes, dt = run
+            host, var_vals = np.empty(nbytes, np.uint8), {}
+            if nbytes:
+                buffers.runtime_buffer(disk).allocate().view(nbytes, dtypes.uint8, offset).copyout(memoryview(host))
+            copied = buffers.new_buffer(target, nbytes // dt.itemsize, dt)
+        else:
+            _refuse_disk(src.device, src)
+            linear, (buf,), var_vals = schedule(src.device, [src]) if buffers.base_buffer(src) is None else \
+                (None, (buffers.base_buffer(src),), {})
+            if linear is not None:
+                run_linear(linear, var_vals=var_vals)
+            host = np.empty(buf.arg * buf.dtype.itemsize, np.uint8)
+            if host.size:
+                buffers.runtime_buffer(buf).copyout(memoryview(host))
+            copied = buffers.new_buffer(target, buf.arg, buf.dtype)
         if host.size:
             buffers.runtime_buffer(copied).copyin(memoryview(host))
         done[u] = buffers.view_as(copied, tuple(_concrete(s, var_vals) for s in src.shape))
@@ -197,6 +227,7 @@ def realize_assign(device: str, target: UOp, value: UOp) -> None:
     prepare_rangeify refuses broadcast destinations and materialises a value that reads the destination
     through another view first. Cached results that read the storage are forgotten.
     """
+    _refuse_disk(device, value)
     sink = _copy_across_devices(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
     sink, var_vals = unbind(sink)
 

@@ -20,6 +20,7 @@ Tensor-level conventions (what `shape` and `device` read):
   * REDUCE_AXIS arg = (Op, axes): the reduced axes are kept with size 1.
   * ALU, CAST: the shape of the sources, which must agree. Kernel-level nodes (RANGE, INDEX, ...) have
     shape None, and so does any ALU over them.
+  * CALL(body, *args): the body's shape; an inline call's body reads PARAM (slot, shape) placeholders.
   * device: the arg of a DEVICE source, else the first device among the sources.
 """
 from __future__ import annotations
@@ -515,6 +516,8 @@ def _compute_shape(u: UOp) -> tuple | None:
         return (u.arg,)
     if op is Op.PARAM:
         return tuple(u.arg[1]) if isinstance(u.arg, tuple) else None
+    if op is Op.CALL:  # a tensor-level call has its body's shape (a kernel CALL's SINK has none)
+        return u.src[0]._shape
     if op is Op.REDUCE_AXIS:
         ins = u.src[0]._shape
         if ins is None:

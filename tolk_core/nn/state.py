@@ -107,16 +107,25 @@ def safe_save(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dic
 
 
 def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
-    """Read a safetensors file into Tensors on `device` (in the file's order)."""
-    data = np.fromfile(path, dtype=np.uint8)
-    if data.size < 8:
+    """Read a safetensors file into Tensors on `device` (in the file's order), realized.
+
+    The file is a DISK tensor of bytes: each entry is a shrink of it, bitcast to its dtype and reshaped, copied
+    to `device`; a copy reads only the entry's bytes (prepare_rangeify's disk rule). Booleans are read as
+    bytes and compared with 0. Realized at once, so the file may be rewritten afterwards.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int(struct.unpack("<Q", head)[0]) if len(head) == 8 else 0
+        raw = f.read(n)
+    if len(head) < 8:
         raise StateDictError(f"{os.fspath(path)} is not a safetensors file: shorter than its 8-byte header size")
-    n = int(struct.unpack("<Q", data[:8].tobytes())[0])
     try:
-        header = json.loads(data[8:8 + n].tobytes())
+        header = json.loads(raw)
     except ValueError as e:
         raise StateDictError(f"{os.fspath(path)} is not a safetensors file: its header is not JSON ({e})") from e
-    body = data[8 + n:]
+    disk = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{os.fspath(path)}")
+    body = 8 + n
     out: dict[str, Tensor] = {}
     for name, info in header.items():
         if name == "__metadata__":
@@ -125,10 +134,15 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
             raise StateDictError(f"{os.fspath(path)}: tensor {name!r} has unsupported dtype {info['dtype']}")
         dt = dtypes.parse(dt_name)
         start, end = info["data_offsets"]
-        if end > body.size:
+        if body + end > size:
             raise StateDictError(f"{os.fspath(path)}: tensor {name!r} reaches past the end of the file")
-        arr = body[start:end].view(dtypes.to_np(dt)).reshape(info["shape"])
-        out[name] = Tensor(arr, device=device, dtype=dt)
+        raw_bytes = disk[body + start:body + end]
+        if dtypes.is_bool(dt):
+            out[name] = raw_bytes.reshape(info["shape"]).to(device) != 0
+        else:
+            out[name] = raw_bytes.bitcast(dt).reshape(info["shape"]).to(device)
+    if out:
+        Tensor.realize(*out.values())
     return out
 
 

@@ -20,7 +20,8 @@ from typing import Any
 from tolk_core import config
 from tolk_core.errors import ConfigError, DeviceUnavailableError, PluginError, UnknownDeviceError
 from tolk_core.plugins.registry import BackendRecord, Registry, get_registry
-from tolk_core.plugins.specs import RendererSpec, resolve_ref
+from tolk_core.plugins.specs import Capabilities, RendererSpec, resolve_ref
+from tolk_core.runtime import disk
 from tolk_core.runtime.compiler import Compiler
 from tolk_core.runtime.device import CompiledDevice
 
@@ -106,11 +107,15 @@ class DeviceFace:
 
     def canonicalize(self, name: str) -> str:
         """Canonical ``NAME`` or ``NAME:index``; raises UnknownDeviceError for names no plugin provides."""
+        if disk.is_disk_name(name):
+            return disk.canonical(name)
         rec, idx = _record(name, self.registry)
         return _canonical(rec, idx, name)
 
     def check(self, name: str) -> str:
         """Canonical name of a demanded device; raises unless it is available."""
+        if disk.is_disk_name(name):
+            return disk.canonical(name)
         rec, idx = _record(name, self.registry)
         canon = _canonical(rec, idx, name)
         if (why := _why_unusable(rec, idx)) is not None:
@@ -121,6 +126,9 @@ class DeviceFace:
         canon = self.check(name)
         with self._lock:
             if (dev := self._opened.get(canon)) is not None:
+                return dev
+            if disk.is_disk_name(canon):  # core's file device, opened per path outside the registry
+                dev = self._opened[canon] = disk.DiskDevice(canon)
                 return dev
             rec = self.registry.get(canon.partition(":")[0])
             assert rec is not None
@@ -134,6 +142,16 @@ class DeviceFace:
             if config.get("DEBUG") >= 1:
                 print(f"opened device {canon} from {rec.plugin.provider} ({type(dev).__name__})")
             return dev
+
+    def capabilities(self, name: str) -> Capabilities:
+        """The capability flags of device `name` (its backend's spec; a disk's own)."""
+        if disk.is_disk_name(name):
+            return disk.CAPABILITIES
+        return _record(name, self.registry)[0].spec.capabilities
+
+    def is_disk(self, name: str) -> bool:
+        """Whether device `name` is a disk: copy-only, its values only copied, viewed or bitcast."""
+        return bool(self.capabilities(name).extras.get("disk", False))
 
     def _renderer_spec(self, name: str) -> RendererSpec:
         rec, _ = _record(name, self.registry)

@@ -3,21 +3,37 @@
 Input and output: `SINK(STORE(destination, value), ...)`. A destination is storage (a BUFFER) or a view of
 one through movements and equal-size bitcasts; a value is any tensor-level graph. Each rule below is named
 after the seed's bullet it implements; `rule_fires` counts how often each fired (DEBUG>=3 prints the counts of
-one call). What the seed describes that this pipeline has no node for yet (inline CALLs, STAGE/ALLOC, COPY
-and disks) has no rule here.
+one call). The seed's nodes in this IR: Stage is CONTIGUOUS, Alloc is the new BUFFER the scheduler makes for a
+value placed On_device, a call to a function without its own compilation is `CALL(body, *args)` with an
+`InlineCall` arg (`tolk_core.function` builds it), a disk is a device whose capabilities say `disk`
+(`DISK:<path>`, runtime/disk.py; the engine registers the check in `disk_checks`).
+
+Rules, in the seed's order:
+- step 1 `store_in_place`;
+- step 2 `inline_call` (refusals: CallArgumentError), `disk_copy_views_move_to_result` (also run by the engine
+  before it performs copies; `disk_run` reads its normal form). `pm_mops` (below) is the INDEX-form matcher;
+  rangeify's lowerer indexes every movement through its first rule (`index_through_movement`);
+- step 3 `split_reduceop`, `stage_of_storage_or_copy` (a pass of its own, before the store-hazard rule adds
+  materialisations that must stay), then `pm_prepare`: `refuse_broadcast_store`, `drop_self_store`,
+  `store_reshape_pair`, `store_into_bitcast`, `store_hazard` (no seed bullet: reference/tolk.md §3.2),
+  `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`, `expand_bitcast`, `fold_empty`.
+Not here: calls compiled on their own (no such node yet); cross-device copies are performed by the engine
+(`realize._copy_across_devices`), which stores the value into new storage on the copy's device.
 
 Also here: `unbind` (bound Variables leave the graph for var_vals), `contiguous_view`, `expand_bitcast`, and the
-seed's helpers `storage_base`, `identity_element`, `is_broadcast`.
+seed's helpers `storage_base`, `identity_element`, `is_broadcast`, `storage_phase`, `reads_storage_written`,
+`is_inline_call`, `is_gather`, `on_disk`.
 """
 from __future__ import annotations
 
 import math
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tolk_core import config
-from tolk_core.errors import BroadcastStoreError, ShapeError
+from tolk_core.errors import BroadcastStoreError, CallArgumentError, DiskError, ShapeError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
@@ -26,6 +42,10 @@ from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements
 
 rule_fires: Counter[str] = Counter()
+
+# which device names are disks (capabilities say `disk`): the engine registers the device registry's answer,
+# which this layer cannot import
+disk_checks: list[Callable[[str], bool]] = []
 
 _VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
@@ -36,6 +56,12 @@ def storage_base(u: UOp) -> UOp:
     while u.op in _VIEW_OPS:
         u = u.src[0]
     return u
+
+
+def on_disk(u: UOp) -> bool:
+    """Whether `u` lives on a disk device (a device whose capabilities say `disk`: copy-only, no kernels)."""
+    dev = u.device
+    return isinstance(dev, str) and any(check(dev) for check in disk_checks)
 
 
 def identity_element(op: Op, dt: DType) -> int | float | bool:
@@ -66,6 +92,28 @@ def _reads_storage_other_than(value: UOp, base: UOp, dest: UOp) -> bool:
     return bool(views - {dest})
 
 
+def storage_phase(u: UOp) -> sint | None:
+    """Shape.storage_phase: the element of its storage at which view `u` starts, when `u` is a run of the
+    storage's elements (contiguous_view onto storage, or onto storage ordered after effects); None otherwise.
+    A parameter assumes phase 0: its argument starts at the first element of its storage."""
+    cv = contiguous_view(u)
+    if cv is None:
+        return None
+    b = cv[0].src[0] if cv[0].op is Op.AFTER else cv[0]
+    return cv[1] if b.op is Op.BUFFER else None
+
+
+def reads_storage_written(read: UOp, writes: tuple[UOp, ...]) -> bool:
+    """Shape.reads_storage_written: whether the value `read` reads storage that one of the store destinations
+    `writes` writes (a view of the same storage, through movements, bitcasts and AFTERs)."""
+    def base(u: UOp) -> UOp:
+        while u.op in _VIEW_OPS or u.op is Op.AFTER:
+            u = u.src[0]
+        return u
+    written = {base(w) for w in writes}
+    return any(u in written for u in read.toposort() if u.op is Op.BUFFER)
+
+
 # ---------------------------------------------------------------- the rules
 def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..., UOp | None]]:
     def rule(**kw: Any) -> UOp | None:
@@ -77,13 +125,122 @@ def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..
 
 
 def store_in_place(store: UOp, dest: UOp, value: UOp) -> UOp | None:
-    """Step 1: an output whose value is materialised (CONTIGUOUS) stores the value into the output directly."""
+    """Step 1: an output whose value is materialised (a STAGE: CONTIGUOUS here, whose new storage, the seed's
+    ALLOC, the scheduler would make) stores the value into the output's storage directly."""
     return store.replace(src=(dest, value.src[0])) if value.op is Op.CONTIGUOUS else None
+
+
+def stage_of_storage_or_copy(stage: UOp, x: UOp) -> UOp | None:
+    """A materialisation (STAGE: CONTIGUOUS) of storage (seen whole and in order: reshapes of a BUFFER) or of a
+    copy is its source: both are in storage already. (Any other materialisation in global memory is stored
+    into new storage, an ALLOC, by the scheduler: placements declare a CONTIGUOUS On_device and rangeify gives
+    it a new BUFFER.)"""
+    u = x
+    while u.op is Op.RESHAPE:
+        u = u.src[0]
+    return x if u.op is Op.BUFFER or x.op is Op.COPY else None
 
 
 def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
     """A copy to the device the value is on is the value (a value on no device, a constant, is on every one)."""
     return x if x.device in (None, dev.arg) else None
+
+
+def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp) -> UOp | None:
+    """Step 2: the movements and bitcasts of a copy from a disk move to the copy's result. The copy reads one
+    run of the file's bytes (`disk_run`): the highest view of the source that is a run of whole elements of the
+    storage (contiguous_view), its bytes reinterpreted as the view's type (a size-changing bitcast on a disk is
+    a byte reinterpretation); the other views are applied after the copy, on the target device. A disk
+    value that is computed, not viewed, raises DiskError naming the device and the operation."""
+    if not on_disk(x) or x.op not in _VIEW_OPS:
+        return None
+    if not resolve(prod(x.shape) != 0, True):
+        return _filled(0, x.dtype, tuple(x.shape))  # nothing to read
+    chain, base = [], x
+    while base.op in _VIEW_OPS:
+        chain.append(base)
+        base = base.src[0]
+    if base.op is not Op.BUFFER:
+        raise DiskError(f"{x.device} is a disk: a disk value can only be copied, viewed or bitcast, but "
+                        f"{base.op.name} computes on it; copy it to another device first (.to(...))")
+    size = base.dtype.itemsize
+    top, offset, nbytes, dt, shape = len(chain), 0, base.arg * size, base.dtype, (base.arg,)
+    for i, v in enumerate(chain):  # the highest view that is a run of whole elements of the storage
+        if (cv := contiguous_view(v)) is not None and cv[0] is base and isinstance(cv[1], int):
+            top, offset, nbytes = i, cv[1] * size, prod(v.shape) * v.dtype.itemsize
+            dt, shape = v.dtype, tuple(v.shape)
+            break
+    rest = chain[:top]
+    src = base if nbytes == base.arg * size else \
+        UOp(Op.SHRINK, base.dtype, (base,), ((offset // size, (offset + nbytes) // size),))
+    out = UOp(Op.COPY, dt, (src if dt == base.dtype else UOp(Op.BITCAST, dt, (src,)), dev))
+    if tuple(out.shape) != shape:
+        out = UOp(Op.RESHAPE, dt, (out,), shape)
+    for v in reversed(rest):
+        out = v.replace(src=(out,))
+    return None if out is copy else out
+
+
+def disk_run(src: UOp) -> tuple[UOp, int, int, DType] | None:
+    """(storage, byte offset, byte count, type) of the bytes a copy from a disk reads, when `src` is in the form
+    `disk_copy_views_move_to_result` leaves: storage, or one run of it (a SHRINK), possibly bitcast."""
+    dt = src.dtype
+    if src.op is Op.BITCAST:
+        src = src.src[0]
+    if src.op is Op.BUFFER:
+        return src, 0, src.arg * src.dtype.itemsize, dt
+    if src.op is Op.SHRINK and src.src[0].op is Op.BUFFER and all(isinstance(a, int) for a in src.arg[0]):
+        (lo, hi), size = src.arg[0], src.dtype.itemsize
+        return src.src[0], lo * size, (hi - lo) * size, dt
+    return None
+
+
+@dataclass(frozen=True)
+class InlineCall:
+    """The arg of a CALL to a function without its own compilation (`is_inline_call`): `CALL(body, *args)`,
+    the body reading its parameters as `PARAM` nodes of arg `(slot, shape)`: shape `(size,)` for storage
+    (the argument's elements, flat), `()` for a scalar."""
+    name: str
+
+
+def is_inline_call(u: UOp) -> bool:
+    """Whether `u` is a call prepare_rangeify replaces by its body (Ops.is_inline_call)."""
+    return u.op is Op.CALL and isinstance(u.arg, InlineCall)
+
+
+def inline_call(call: UOp) -> UOp | None:
+    """Step 2: an inline call is its body, each parameter bound to its argument viewed as flat storage (a
+    scalar parameter to the 0-d argument itself). The body's local storage needs no renaming here: new storage
+    is a CONTIGUOUS the scheduler gives fresh storage per distinct (argument-bound) node, and a BUFFER in a
+    body is read-only data the body closed over. An argument that does not fit its parameter raises
+    CallArgumentError naming the call, the argument and the parameter."""
+    if not is_inline_call(call):
+        return None
+    body, args = call.src[0], call.src[1:]
+    binding: dict[UOp, UOp] = {}
+    for p in (u for u in body.toposort() if u.op is Op.PARAM):
+        slot, shape = p.arg[0], tuple(p.arg[1])
+        where = f"call of {call.arg.name}: PARAM {slot}"
+        if slot >= len(args):
+            raise CallArgumentError(f"{where} has no argument (the call passes {len(args)})")
+        a = args[slot]
+        if a.dtype != p.dtype:
+            raise CallArgumentError(f"{where} is {p.dtype.name}, its argument {a.op.name} is {a.dtype.name}")
+        if shape == ():
+            if tuple(a.shape) != ():
+                raise CallArgumentError(f"{where} is a scalar, its argument {a.op.name} has shape {_fmt(a.shape)}")
+            binding[p] = a
+        elif not resolve(prod(a.shape) == shape[0], False):
+            raise CallArgumentError(f"{where} is storage of {shape[0]} elements, its argument {a.op.name} of "
+                                    f"shape {_fmt(a.shape)} has {prod(a.shape)}")
+        else:
+            binding[p] = a if tuple(a.shape) == shape else UOp(Op.RESHAPE, a.dtype, (a,), shape)
+    out = body.substitute(binding)
+    outside = {u for a in args for u in a.toposort()}
+    for u in out.toposort():  # the body's materialisations keep their intent (it was declared on the traced nodes)
+        if u.op is Op.CONTIGUOUS and u not in outside:
+            placements.seed_contiguous(u)
+    return out
 
 
 def drop_detach(x: UOp, u: UOp) -> UOp:
@@ -236,6 +393,86 @@ def _filled(value: Any, dt: DType, shape: tuple[sint, ...]) -> UOp:
     return UOp(Op.EXPAND, dt, (UOp(Op.RESHAPE, dt, (c,), (1,) * len(shape)),), tuple(shape)) if shape else c
 
 
+# ---------------------------------------------------------------- pm_mops
+# The INDEX form pm_mops rewrites: `INDEX(x, *idxs)` reads x at one index expression per axis of x (arg None);
+# `INDEX(x, *idxs, gate)` with arg "gated" is valid only where `gate` holds. A selection `WHERE(c, index, 0)` is
+# what a padded view makes. rangeify's _Lowerer walks the same form procedurally: it calls
+# `index_through_movement` for every movement it indexes (bullet 1, counted as index_of_movement) and
+# `store_target` gates a store through a padded view by the same validity (bullet 3). The forms of bullets 2, 4
+# and 5 do not arise there today (every index has one expression per axis, tensor graphs hold no AFTER and ENDs
+# are kernel-level); their rules are exercised on INDEX-form graphs built by hand.
+def is_gather(idxs: tuple[UOp, ...]) -> bool:
+    """An index by a value with axes (Indexing.is_gather): left whole by pm_mops."""
+    return any(i.shape is not None and len(i.shape) > 0 for i in idxs)
+
+
+def index_through_movement(m: UOp, idxs: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp | None]:
+    """pm_mops bullet 1: the indices of movement `m`'s source that `idxs` of its output map to, and the condition
+    under which they read it (None: always). Counted as index_of_movement; the lowerer calls it too."""
+    rule_fires["index_of_movement"] += 1
+    return apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, idxs)
+
+
+def index_of_movement(idx: UOp, m: UOp) -> UOp | None:
+    """An INDEX of a movement indexes the movement's source; a padded read is a selection of it and of 0."""
+    idxs, gate = idx.src[1:], None
+    if idx.arg == "gated":
+        idxs, gate = idxs[:-1], idxs[-1]
+    if len(idxs) != len(m.shape) or is_gather(idxs):
+        return None
+    src_idxs, valid = index_through_movement(m, tuple(idxs))
+    if valid is not None and gate is not None:
+        valid = gate.alu(Op.AND, valid)
+    gated = valid if valid is not None else gate
+    out = UOp(Op.INDEX, idx.dtype, (m.src[0], *src_idxs) + ((gated,) if gated is not None else ()),
+              "gated" if gated is not None else None)
+    return out if valid is None else UOp(Op.WHERE, idx.dtype, (valid, out, UOp.const(idx.dtype, 0)))
+
+
+def index_reshape_fewer_indices(idx: UOp, r: UOp) -> UOp | None:
+    """An index with fewer indices than reshape `r` has axes (the trailing axes left whole) indexes r's source,
+    when the reshape leaves those trailing axes alone."""
+    idxs, x = idx.src[1:], r.src[0]
+    k = len(r.shape) - len(idxs)
+    if idx.arg is not None or k <= 0 or is_gather(idxs) or len(x.shape) < k or \
+            tuple(x.shape[len(x.shape) - k:]) != tuple(r.shape[len(r.shape) - k:]):
+        return None
+    lead_in, lead_out = tuple(x.shape[:len(x.shape) - k]), tuple(r.shape[:len(idxs)])
+    src_idxs, _ = apply_movement_op(Op.RESHAPE, lead_in, lead_out, tuple(idxs))
+    return UOp(Op.INDEX, idx.dtype, (x, *src_idxs))
+
+
+def store_through_selection(store: UOp, sel: UOp, value: UOp) -> UOp | None:
+    """A store through a selection of an index and of 0 (a padded view) stores through the index made valid
+    only where the selection's conditions hold; a selection of such a selection gates on both conditions."""
+    conds, u = [], sel
+    while u.op is Op.WHERE and u.src[2].op is Op.CONST and u.src[2].arg == 0:
+        conds.append(u.src[0])
+        u = u.src[1]
+    if u.op is not Op.INDEX or not conds:
+        return None
+    idxs = u.src[1:]
+    if u.arg == "gated":
+        conds.append(idxs[-1])
+        idxs = idxs[:-1]
+    gate = conds[0]
+    for c in conds[1:]:
+        gate = gate.alu(Op.AND, c)
+    return store.replace(src=(UOp(Op.INDEX, u.dtype, (u.src[0], *idxs, gate), "gated"), value))
+
+
+def movement_after_effects(m: UOp, a: UOp) -> UOp | None:
+    """A movement or an index of storage ordered after effects (AFTER) is the movement or index of its source
+    ordered after them; an index of a value ordered after effects is the index of the value, ordered after."""
+    moved = m.replace(src=(a.src[0], *m.src[1:]))
+    return UOp(Op.AFTER, moved.dtype, (moved, *a.src[1:]))
+
+
+def end_of_movement(end: UOp, m: UOp) -> UOp:
+    """An END of a movement is the end of the movement's source."""
+    return end.replace(src=(m.src[0], *end.src[1:]))
+
+
 # ---------------------------------------------------------------- expand_bitcast
 def _uint(itemsize: int) -> DType:
     return {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[itemsize]
@@ -254,7 +491,7 @@ def expand_bitcast(bc: UOp) -> UOp | None:
     """A BITCAST to a type of another size as shifts and casts of unsigned integers, lane by lane along the
     last axis, least significant first; None where the sizes are equal (or on a disk, which has no kernels)."""
     x, new, old = bc.src[0], bc.dtype, bc.src[0].dtype
-    if new.itemsize == old.itemsize or not x.shape:
+    if new.itemsize == old.itemsize or not x.shape or on_disk(x):
         return None
     ux, unew = _bits(x, _uint(old.itemsize)), _uint(new.itemsize)
     *lead, last = x.shape
@@ -280,13 +517,28 @@ def expand_bitcast(bc: UOp) -> UOp | None:
 # ---------------------------------------------------------------- contiguous_view
 def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
     """(b, offset) when the elements of `u`, in row-major order, are the elements of `b` from `offset` on, in
-    order, where `u` is `b` viewed through movements and equal-size bitcasts that neither reorder, skip, repeat
-    nor pad elements; None otherwise, and when `u` is empty or its size symbolic.
+    order, where `u` is `b` viewed through movements and bitcasts that neither reorder, skip, repeat nor pad
+    elements; None otherwise, and when `u` is empty or its size symbolic. `offset` counts elements of b's type.
+    A bitcast between types of different sizes is looked through only where the run starts and ends on whole
+    elements of its source at a constant offset; otherwise b is that bitcast.
 
     Found by indexing the flattened view with one range over its elements, pushing the index through the
     movements and reading off `range + offset`; an index the simplifier leaves with divisions it does not
     recombine is a miss (the seed lists such cases), and the caller treats `u` as a value of its own.
     """
+    n, found = prod(u.shape), _run(u)
+    while found is not None and (b := found[0]).op is Op.BITCAST and isinstance(off := found[1], int):
+        new, old, src = b.dtype.itemsize, b.src[0].dtype.itemsize, b.src[0]
+        if (off * new) % old or (n * new) % old:
+            break  # the run splits elements of the bitcast's source
+        n, start = n * new // old, off * new // old
+        flat = src if len(src.shape) == 1 else UOp(Op.RESHAPE, src.dtype, (src,), (prod(src.shape),))
+        found = _run(UOp(Op.SHRINK, src.dtype, (flat,), ((start, start + n),)))
+    return found
+
+
+def _run(u: UOp) -> tuple[UOp, sint] | None:
+    """contiguous_view through movements and equal-size bitcasts only (b stops at any other bitcast)."""
     n = prod(u.shape)
     if not isinstance(n, int) or n == 0:
         return None
@@ -319,6 +571,29 @@ def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
 _STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
 # step 1: outputs stored in place
 pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
+# step 3, first: materialisations of storage or of copies are their source (before the store-hazard rule adds
+# its own materialisations, which must stay)
+pm_stage = PatternMatcher([(UPat(Op.CONTIGUOUS, src=(UPat.var("x"),), name="stage"),
+                            *reversed(_counted("stage_of_storage_or_copy", stage_of_storage_or_copy)))])
+# pm_mops: movements move towards storage (over the INDEX form above)
+pm_mops = PatternMatcher([
+    (UPat(Op.INDEX, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="idx"), index_of_movement,
+     "index_of_movement"),  # counted by index_through_movement
+    (UPat(Op.INDEX, src=(UPat(Op.RESHAPE, name="r"),), allow_any_len=True, name="idx"),
+     *reversed(_counted("index_reshape_fewer_indices", index_reshape_fewer_indices))),
+    (UPat(Op.STORE, src=(UPat(Op.WHERE, name="sel"), UPat.var("value")), name="store"),
+     *reversed(_counted("store_through_selection", store_through_selection))),
+    (UPat(GroupOp.Movement | {Op.INDEX}, src=(UPat(Op.AFTER, name="a"),), allow_any_len=True, name="m"),
+     *reversed(_counted("movement_after_effects", movement_after_effects))),
+    (UPat(Op.END, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="end"),
+     *reversed(_counted("end_of_movement", end_of_movement))),
+])
+# step 2: inline calls inlined; disk copies read runs of bytes
+pm_inline_calls = PatternMatcher([(UPat(Op.CALL, name="call"), *reversed(_counted("inline_call", inline_call)))])
+pm_disk_copies = PatternMatcher([
+    (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev")), name="copy"),
+     *reversed(_counted("disk_copy_views_move_to_result", disk_copy_views_move_to_result))),
+])
 # step 3: from the leaves up
 pm_prepare = PatternMatcher([
     (_STORE, *reversed(_counted("refuse_broadcast_store", refuse_broadcast_store))),
@@ -343,7 +618,10 @@ def prepare_rangeify(sink: UOp) -> UOp:
     """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring)."""
     before = Counter(rule_fires)
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
+    out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
+    out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2: disk copies")
     out = _split_reductions(out)
+    out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages")
     out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))

@@ -28,6 +28,7 @@ from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements as pm
+from tolk_core.schedule.prepare import index_through_movement
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -353,7 +354,7 @@ class _Lowerer:
         elif u.op is Op.CONST:
             ret = u
         elif u.op in GroupOp.Movement:
-            src_idxs, valid = apply_movement_op(u.op, tuple(u.src[0].shape), u.arg, idxs)
+            src_idxs, valid = index_through_movement(u, idxs)  # pm_mops: an INDEX of a movement
             if valid is None:
                 ret = self.lower(u.src[0], tuple(src_idxs), gate)
             else:

@@ -1,0 +1,153 @@
+"""Inline calls (seed 001, prepare step 2): `@tolk_core.function` traces a body once per signature, each call is a
+CALL node, and prepare_rangeify replaces it by the body with its parameters bound to the arguments as flat
+storage. Values against numpy on every compiled device; the normal form; each refusal's message."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tolk_core
+from tests.frontend.helpers import close
+from tolk_core.errors import CallArgumentError, TolkError
+from tolk_core.frontend.function import CallError
+from tolk_core.frontend.tensor import Tensor
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+from tolk_core.schedule.prepare import InlineCall, inline_call, is_inline_call, prepare_rangeify, rule_fires
+
+RNG = np.random.default_rng(3)
+A = RNG.standard_normal((4, 5)).astype(np.float32)
+B = RNG.standard_normal((5, 3)).astype(np.float32)
+C = np.arange(30, dtype=np.float32).reshape(6, 5) / 10
+
+
+@tolk_core.function
+def affine_relu(x: Tensor, w: Tensor, scale: Tensor) -> Tensor:
+    return (x @ w).relu() * scale + x.sum()
+
+
+@tolk_core.function
+def stats(x: Tensor) -> tuple[Tensor, Tensor]:
+    return x.max(axis=1), (x - x.mean(axis=1, keepdim=True)).contiguous().exp().sum(axis=1)
+
+
+@tolk_core.function
+def outer(x: Tensor, w: Tensor, scale: Tensor) -> Tensor:
+    return affine_relu(x, w, scale) - affine_relu(x * 2, w, scale)  # calls nested in a body
+
+
+@tolk_core.function
+def add_k(x: Tensor, k: int) -> Tensor:
+    return x + k
+
+
+def test_inline_calls_equal_numpy(device) -> None:
+    x, w = Tensor(A, device=device), Tensor(B, device=device)
+    s = Tensor(np.full((), 1.5, np.float32), device=device).reshape(())
+    f = lambda a, b: np.maximum(a @ b, 0) * 1.5 + a.sum()  # noqa: E731
+    mx, se = stats(x)
+    outs = [affine_relu(x, w, s), affine_relu(x.T.T + 1, w, s), mx, se, outer(x, w, s),
+            affine_relu(Tensor(C, device=device)[1:5], w, s),
+            affine_relu(Tensor(C, device=device)[1:5].contiguous(), w, s),
+            add_k(x, 2), add_k(x, 3), stats(x.T)[0]]
+    Tensor.realize(*outs)
+    wants = [f(A, B), f(A + 1, B), A.max(1), np.exp(A - A.mean(1, keepdims=True)).sum(1), f(A, B) - f(A * 2, B),
+             f(C[1:5], B), f(C[1:5], B), A + 2, A + 3, A.T.max(1)]
+    for got, want in zip(outs, wants, strict=True):
+        close(got.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_argument_that_is_a_view_is_read_in_order(device) -> None:
+    @tolk_core.function
+    def flat_first(x: Tensor) -> Tensor:
+        return x.reshape(-1)[:3] * 1
+
+    got = flat_first(Tensor(A, device=device).T).numpy()  # the transpose's elements in row-major order
+    close(got, A.T.reshape(-1)[:3])
+
+
+def test_traced_once_per_signature() -> None:
+    @tolk_core.function
+    def double(x: Tensor) -> Tensor:
+        return x * 2
+
+    double(Tensor(A, device="CPU"))
+    double(Tensor(A + 1, device="CPU"))
+    assert double.traces() == 1
+    double(Tensor(B, device="CPU"))
+    double(Tensor(A.astype(np.int32), device="CPU"))
+    assert double.traces() == 3
+    assert add_k(Tensor(A, device="CPU"), 5).numpy()[0, 0] == pytest.approx(A[0, 0] + 5)
+
+
+# ---------------------------------------------------------------- the normal form
+def test_prepare_inlines_a_call_with_flat_parameters() -> None:
+    x = Tensor(A, device="CPU")
+    s = Tensor(np.full((), 2.0, np.float32), device="CPU").reshape(())
+    call = affine_relu(x, Tensor(B, device="CPU"), s).uop
+    assert is_inline_call(call) and call.shape == (4, 3)
+    params = [u for u in call.src[0].toposort() if u.op is Op.PARAM]
+    assert sorted(p.arg for p in params) == [(0, (20,)), (1, (15,)), (2, ())]
+    before = rule_fires["inline_call"]
+    dest = UOp.new_buffer("CPU", 12, dtypes.float32)
+    sink = prepare_rangeify(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (dest, call)),)))
+    nodes = sink.toposort()
+    assert rule_fires["inline_call"] > before
+    assert not any(u.op in (Op.CALL, Op.PARAM) for u in nodes)
+    # the (4, 5) argument is bound as its 20 elements, flat, then viewed as (4, 5) again by the body
+    assert any(u.op is Op.RESHAPE and u.arg == (20,) and u.src[0] is x.uop for u in nodes)
+    assert s.uop in nodes  # the scalar parameter is the 0-d argument itself
+
+
+def _call(body: UOp, *args: UOp) -> UOp:
+    return UOp(Op.CALL, body.dtype, (body, *args), InlineCall("f"))
+
+
+def _param(slot: int, shape: tuple, dtype=dtypes.float32) -> UOp:
+    return UOp(Op.PARAM, dtype, (), (slot, shape))
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: _call(_param(0, (6,)) * 2, UOp.new_buffer("CPU", 5, dtypes.float32)),
+     r"call of f: PARAM 0 is storage of 6 elements, its argument BUFFER of shape \(5,\) has 5"),
+    (lambda: _call(_param(0, ()) + 1, UOp.new_buffer("CPU", 3, dtypes.float32)),
+     r"call of f: PARAM 0 is a scalar, its argument BUFFER has shape \(3,\)"),
+    (lambda: _call(_param(0, (4,)) + 1, UOp.new_buffer("CPU", 4, dtypes.int32)),
+     r"call of f: PARAM 0 is float32, its argument BUFFER is int32"),
+    (lambda: _call(_param(1, (4,)) + 1, UOp.new_buffer("CPU", 4, dtypes.float32)),
+     r"call of f: PARAM 1 has no argument \(the call passes 1\)"),
+])
+def test_an_argument_that_does_not_fit_is_refused(make, message) -> None:
+    with pytest.raises(CallArgumentError, match=message) as e:
+        inline_call(make())
+    assert isinstance(e.value, TolkError) and isinstance(e.value, ValueError)
+
+
+def test_an_argument_of_the_parameter_s_size_in_any_shape_fits() -> None:
+    arg = UOp(Op.RESHAPE, dtypes.float32, (UOp.new_buffer("CPU", 6, dtypes.float32),), (2, 3))
+    out = inline_call(_call(_param(0, (6,)) * 2, arg))
+    assert out.src[0].op is Op.RESHAPE and out.src[0].arg == (6,) and out.src[0].src[0] is arg
+
+
+# ---------------------------------------------------------------- what a traced body cannot do
+def test_a_body_that_reads_data_copies_or_returns_no_tensor_is_refused() -> None:
+    @tolk_core.function
+    def reads(x: Tensor) -> Tensor:
+        return x * float(x.sum().item())
+
+    @tolk_core.function
+    def copies(x: Tensor) -> Tensor:
+        return x.to("PYTHON") + 1
+
+    @tolk_core.function
+    def returns_a_number(x: Tensor) -> int:
+        return 3
+
+    x = Tensor(A, device="CPU")
+    with pytest.raises(CallError, match="cannot read a value computed from a function's arguments while tracing"):
+        reads(x)
+    with pytest.raises(CallError, match="copies between devices"):
+        copies(x)
+    with pytest.raises(CallError, match="must return a Tensor or a tuple of Tensors to be called inline, not int"):
+        returns_a_number(x)
