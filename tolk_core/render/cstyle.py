@@ -146,6 +146,10 @@ class CStyleRenderer:
                 Op.SQRT: f"__builtin_sqrt{f}({x})", Op.SIN: f"__builtin_sin{f}({x})",
                 Op.TRUNC: f"__builtin_trunc{f}({x})", Op.RECIPROCAL: f"(1/{x})"}[op]
 
+    def float_mod(self, a: str, b: str, dt: DType) -> str:
+        """MOD of floats: C's fmod (exact; the sign of the dividend)."""
+        return f"__builtin_fmod{self.math_suffix(dt)}({a},{b})"
+
     def inf_nan(self, v: float, dt: DType) -> str:
         """A non-finite literal."""
         if math.isnan(v):
@@ -323,6 +327,8 @@ class CStyleRenderer:
         """ALU `op` on rendered operands giving a `dt` value; emulated results are rounded to `dt`."""
         if op is Op.WHERE:
             expr = f"({args[0]}?{args[1]}:{args[2]})"
+        elif op is Op.MOD and dtypes.is_float(dt):
+            expr = self.float_mod(args[0], args[1], dt)
         elif op in self.binops:
             expr = self.binops[op](*args)
         else:

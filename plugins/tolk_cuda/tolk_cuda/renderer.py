@@ -41,6 +41,9 @@ class CUDARenderer(CStyleRenderer):
             return super().unary(op, x, dt)
         return f"{op.name.lower()}{self.math_suffix(dt)}({x})"
 
+    def float_mod(self, a: str, b: str, dt: DType) -> str:
+        return f"fmod{self.math_suffix(dt)}({a},{b})"
+
     def inf_nan(self, v: float, dt: DType) -> str:
         if self.reg_dtype(dt) == dtypes.float64:
             bits = "0x7ff8000000000000LL" if math.isnan(v) else "0x7ff0000000000000LL"

@@ -61,6 +61,9 @@ class OpenCLRenderer(CStyleRenderer):
             return super().unary(op, x, dt)
         return f"{op.name.lower()}({x})"
 
+    def float_mod(self, a: str, b: str, dt: DType) -> str:
+        return f"fmod({a},{b})"
+
     def render_const(self, value: object, dt: DType) -> str:
         text = super().render_const(value, dt)
         text = text.replace("ull", "UL").replace("ll", "L")
