@@ -98,28 +98,58 @@ def _np_softmax(a: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+# how each dialect declares the exp row: a C stack array; GPU work-group shared memory, filled by the group's
+# items together and read behind a barrier
+_LOCAL_ROW = {"CPU": (r"^\s*float loc0\[1000\];$", None),
+              "OPENCL": (r"^\s*__local float loc0\[1000\];$", "barrier(CLK_LOCAL_MEM_FENCE);"),
+              "CUDA": (r"^\s*__shared__ float loc0\[1000\];$", "__syncthreads();")}
+
+
+def _softmax_kernel(device: str, lineage: Lineage, x: Tensor):
+    """The kernels rangeify makes for softmax(x) on `device`, compiling from `lineage`."""
+    out = _softmax(x)[1]
+    with lineage:
+        return rangeify([(out.uop, UOp.new_buffer(device, 64000, dtypes.float32))],
+                        lambda v: UOp.new_buffer(device, 1, v.dtype), local_arrays=True)
+
+
 def test_softmax_is_one_kernel_with_a_local_exp_row(device, kernels) -> None:
-    """Softmax over (64,1000) with kernel-local arrays: one kernel; the exp row is a 1000-float Local array
-    (4000 bytes, under the default threshold) in the rendered source (a C stack array; OpenCL private memory).
-    Values equal numpy where it runs: on CPU. OpenCL launches one work item per output, so realize() keeps rows
-    On_device there (three kernels, equal values) until a work group can share a row."""
+    """Softmax over (64,1000): one kernel; the exp row is a 1000-float Local array (4000 bytes, under the default
+    threshold) in the rendered source: a C stack array on CPU, a `__local` array on OpenCL that one work group
+    per row fills cooperatively before a barrier (row max and sum as group reductions). Values equal numpy."""
     a = _rand(64, 1000)
     x = Tensor(a, device=device)
     ctx = Lineage()
     lineage = ctx.fork()
     e = (x - x.max(axis=-1, keepdim=True)).exp()
-    out = _softmax(x)[1]
-    with lineage:
-        ks = rangeify([(out.uop, UOp.new_buffer(device, 64000, dtypes.float32))],
-                      lambda v: UOp.new_buffer(device, 1, v.dtype), local_arrays=True)
+    ks = _softmax_kernel(device, lineage, x)
     assert len(ks) == 1
-    source = generate(ks[0].ast, Device[device].renderer).source
-    assert re.search(r"^\s*float loc0\[1000\];$", source, re.M), source
+    ksrc = generate(ks[0].ast, Device[device].renderer)
+    decl, barrier = _LOCAL_ROW[device]
+    assert re.search(decl, ksrc.source, re.M), ksrc.source
+    if barrier is not None:  # one group per row: fill, max and sum each end at a barrier
+        assert ksrc.source.count(barrier) == 3 and ksrc.global_size == (64, 1, 1), ksrc.source
     assert lineage.placements.get(e.uop) == (L, Provenance.refined(ROW_SCRATCH, KERNEL_SCRATCH))
     with ctx.fork(), kernels() as k:  # a sibling: its own decisions for this device
-        got = out.numpy()
-    assert k.count == (3 if Device[device].renderer.has_local else 1)
+        got = _softmax(x)[1].numpy()
+    assert k.count == 1
     close(got, _np_softmax(a))
+
+
+def test_softmax_row_renders_and_compiles_for_cuda() -> None:
+    """CUDA without a GPU: the same kernel declares the row `__shared__`, synchronizes with `__syncthreads()`,
+    and compiles to an sm_90 cubin where NVRTC or nvcc is installed."""
+    ks = _softmax_kernel("CPU", Lineage(), Tensor(_rand(64, 1000), device="CPU"))  # kernel ASTs are device-free
+    assert len(ks) == 1
+    ksrc = generate(ks[0].ast, Device.renderer_for("CUDA"))
+    decl, barrier = _LOCAL_ROW["CUDA"]
+    assert re.search(decl, ksrc.source, re.M) and ksrc.source.count(barrier) == 3, ksrc.source
+    assert ksrc.local_size == (256, 1, 1) and ksrc.global_size == (64, 1, 1)
+    compiler = Device.compiler_for("CUDA")
+    if compiler.tool == "none":
+        pytest.skip("neither NVRTC nor nvcc is installed: CUDA C cannot be compiled here")
+    cubin = compiler.compile_cached(Device.renderer_for("CUDA").render_module([ksrc.source]))
+    assert cubin[:4] == b"\x7fELF" and ksrc.name.encode() in cubin
 
 
 def test_row_reduction_consumed_across_rows_is_stored(device, kernels) -> None:
@@ -151,9 +181,8 @@ def test_softmax_below_the_threshold_keeps_rows_on_device(device, kernels) -> No
 
 
 def test_decide_inline_of_softmax_row_max_changes_the_kernel_count(device, kernels) -> None:
-    """The row max preferred inline is recomputed where read. With local arrays (CPU) it then cannot be fused as
-    a row, so the row sum that reads it is stored again (1 -> 2 kernels); without (OpenCL) it is no longer
-    stored (3 -> 2). Equal values either way."""
+    """The row max preferred inline is recomputed where read: it then cannot be fused as a row, so the row sum
+    that reads it is stored again (1 -> 2 kernels). Equal values."""
     a = _rand(64, 1000)
     x = Tensor(a, device=device)
     m = _softmax(x)[0]
@@ -164,12 +193,11 @@ def test_decide_inline_of_softmax_row_max_changes_the_kernel_count(device, kerne
         with lineage, kernels() as k:
             results.append(_softmax(x)[1].numpy())
         counts.append(k.count)
-    assert counts == ([3, 2] if Device[device].renderer.has_local else [1, 2])
+    assert counts == [1, 2]
     for r in results:
         close(r, _np_softmax(a))
     assert inlined.placements.raw_entry(m.uop) == (V, INLINED)
-    capped = (OD, Provenance.refined(Provenance.INLINE_REDUCTION_CAP, CROSSES_KERNEL))
-    assert plain.placements.raw_entry(m.uop) == (capped if Device[device].renderer.has_local else (V, INLINED))
+    assert plain.placements.raw_entry(m.uop) == (V, INLINED)
     assert len(ctx.placements) == 0
 
 

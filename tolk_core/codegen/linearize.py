@@ -31,7 +31,7 @@ class _Loop:
     body: list = field(default_factory=list)
 
 
-def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     deps: dict[UOp, frozenset[UOp]] = {}
     for u in sink.toposort():
         if u.op is Op.RANGE:
@@ -43,8 +43,9 @@ def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     return deps
 
 
-def _is_array(u: UOp) -> bool:
-    return u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType)
+def is_array(u: UOp) -> bool:
+    """A kernel-local array: per item (DEFINE_REG of a REG pointer) or shared by a work group (DEFINE_LOCAL)."""
+    return u.op in (Op.DEFINE_REG, Op.DEFINE_LOCAL) and isinstance(u.dtype, PtrDType)
 
 
 def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
@@ -52,7 +53,7 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
 
     With a `guard`, the program starts with `IF(guard, arg="return")`: work items where it is false stop.
     """
-    deps = _range_deps(sink)
+    deps = range_deps(sink)
     siblings: dict[tuple, list[UOp]] = {}
     for u in sink.toposort():
         # only reductions directly in output loops: inside another reduction's loop, each copy of that loop is
@@ -81,12 +82,12 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
         work = [(u, False)]
         while work:
             x, expanded = work.pop()
-            if x in placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR) or _is_array(x):
+            if x in placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR) or is_array(x):
                 continue  # (an array is declared by its fill)
             if x.op is Op.REDUCE:
                 emit_reduce(x)
                 continue
-            if x.op is Op.END or (x.op is Op.STORE and _is_array(x.src[0].src[0])):
+            if x.op is Op.END or (x.op is Op.STORE and is_array(x.src[0].src[0])):
                 emit_fill(x)
                 continue
             if not expanded:
@@ -114,13 +115,15 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
     def emit_fill(fill: UOp) -> None:
         target = block_for(fill)
         store = fill.src[0] if fill.op is Op.END else fill
-        target.append(store.src[0].src[0])
+        if (arr := store.src[0].src[0]) not in placed:  # declared where it is first filled
+            target.append(arr)
+            placed.add(arr)
         rngs = [s for s in fill.src[1:] if s.op is Op.RANGE] if fill.op is Op.END else []
         for rng in rngs:
             open_loop(rng)
         for s in store.src:
             emit(s)
-        stack[-1].body.append(store)
+        (stack[-1].body if rngs else target).append(store)
         close(len(rngs), target)
         placed.update((fill, store))
 

@@ -63,10 +63,9 @@ def _device(name: str):
 
 
 def _local_arrays(device: str) -> bool:
-    """Whether kernels on `device` loop over their outputs, so a kernel-local array serves a whole row (and
-    the renderer can declare one: `local_arrays`, default True for loop-style renderers)."""
-    renderer = _device(device).renderer
-    return not renderer.has_local and getattr(renderer, "local_arrays", True)
+    """Whether `device`'s renderer can declare kernel-local arrays (`local_arrays`, default True): a loop-style
+    kernel fills one per row, a GPU kernel one per work group (codegen.optimize)."""
+    return getattr(_device(device).renderer, "local_arrays", True)
 
 
 def _is_stored(u: UOp) -> bool:
