@@ -257,6 +257,39 @@ def test_fission_promotes_a_crossing_local_and_undoes_a_coalesced_one(device, ke
     close(y2.numpy(), want_b * want_b, rtol=1e-4)
 
 
+def test_fission_promotion_is_seen_then_undone_when_its_kernels_coalesce(device, kernels, monkeypatch) -> None:
+    """The promotion itself, observed: a (Local) is first read by the kernels of y1 and y2 (both compute b from
+    it) and is promoted On_device with the fission provenance; promoting b moves the crossing, a's readers
+    coalesce into b's kernel, and the promotion is undone. In a sibling where b is decided On_device up front
+    the split never reaches a: no promotion at all. Equal kernels and values in both."""
+    promoted: list[tuple[UOp, pm.Placement]] = []
+    real = pm.promote_crossing
+
+    def spy(p: pm.Placements, touched):
+        undo = real(p, touched)
+        promoted.extend((u, p.get(u)) for u in undo)
+        return undo
+
+    monkeypatch.setattr(pm, "promote_crossing", spy)
+    arr = _rand(5, 20)  # a shape no other test schedules: a schedule-cache hit would replay, not promote
+    want_b = np.exp(arr * 2) * 3 + 1
+    x = Tensor(arr, device=device)
+    ctx = Lineage()
+    scratch = Provenance.refined(pm.NEVER_RECOMPUTE, KERNEL_SCRATCH)
+    for lineage, b_first in ((ctx.fork(), False), (None, True)):
+        a, b, y1, y2 = _fission_program(x)
+        lineage = ctx.decide_materialized([b]) if b_first else lineage
+        promoted.clear()
+        with lineage, kernels() as k:
+            Tensor.realize(y1, y2)
+        assert k.count == 3
+        assert lineage.placements.get(a.uop) == (L, scratch)  # undone / never promoted
+        assert [(u is a.uop, pl) for u, pl in promoted] == ([] if b_first else [(True, (OD, pm.FISSION)),
+                                                                                 (False, (OD, pm.FISSION))])
+        close(y1.numpy(), want_b + 1)
+        close(y2.numpy(), want_b * want_b, rtol=1e-4)
+
+
 def test_threshold_below_the_scratch_size_keeps_values_on_device(device, kernels) -> None:
     arr = _rand(4, 25)
     x = Tensor(arr, device=device)
