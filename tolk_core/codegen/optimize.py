@@ -210,8 +210,8 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
 
     The output ranges the per-row values depend on (the row ranges) become the group index; then every array
     is filled cooperatively (item `lidx0` takes every `local`-th element) into shared memory, behind a barrier;
-    every reduction is a group reduction (strided partial results meet in shared memory behind a barrier, and
-    every item folds them); and the row's remaining output ranges are stored strided the same way. Positions
+    every reduction is a group reduction (strided partial results meet in shared memory behind a barrier, item 0
+    folds them and shares the total behind a second barrier); and the row's remaining output ranges are stored strided the same way. Positions
     past an extent are clamped for reading (no access leaves its buffer) and gated for storing and folding.
     """
     nodes = ast.toposort()
@@ -281,9 +281,17 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
             temps += 1
             barrier = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
                 UOp(Op.INDEX, temp.dtype, (temp, lid)), partial)),))
-            slot = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, local),), (next(ids), "reduce"))
-            new[u] = UOp(Op.REDUCE, u.dtype, (UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)),
-                                                                       barrier)), slot), u.arg)
+            # item 0 alone folds the partial results (every item folding them all cost local^2 per group) and
+            # publishes the total in slot 0, which it alone has read; a second barrier, and every item reads it
+            first = lid < 1
+            folds = first.where(UOp.const(dtypes.index, local), UOp.const(dtypes.index, 0))
+            slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(ids), "reduce"))
+            total = UOp(Op.REDUCE, u.dtype, (UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)),
+                                                                      barrier)), slot), u.arg)
+            zero = UOp.const(dtypes.index, 0)
+            published = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
+                UOp(Op.INDEX, temp.dtype, (temp, zero, first)), total)),))
+            new[u] = UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, zero)), published))
         elif u in fills:  # END(STORE(INDEX(array, i), value), *ranges), or the bare STORE of a 1-element array
             store = src[0] if u.op is Op.END else u.replace(src=src)
             step, valid, at = strided([s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else [], "local")
