@@ -15,7 +15,11 @@ when the kernel reduces: unrolled copies, so each loaded operand serves a row or
 output ranges are rebuilt from one global index by division and remainder, the launch is `ceil(n / local)`
 groups of `local` items, and a guard stops the items past the end. A kernel with few outputs and one long
 reduction instead gets a *group reduction*: one work group per output, each item folds a strided share of the
-reduction, the partial results meet in local memory behind a barrier, and item 0 folds them and stores.
+reduction, the partial results meet in local memory behind a barrier, and item 0 folds them and stores. A kernel
+that computes values once per row (kernel-local arrays: Local rows, and row reductions fused by the scheduler)
+runs one work group per row instead (`_row_group_plan`): the row's arrays live in shared memory, filled by the
+group's items together, and its reductions are group reductions; without room in shared memory the arrays are
+computed in place where read.
 
 GPU index specials are named by what they count: `idx<d>` a global item, `gidx<d>` a group, `lidx<d>` an item
 within its group.
@@ -26,7 +30,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from tolk_core.codegen.linearize import range_deps, is_array
+from tolk_core.codegen.linearize import is_array, range_deps
 from tolk_core.codegen.upcast import hoist_range, lanes_are_contiguous, split_lanes, unroll_output, vectorize_lanes
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
@@ -183,7 +187,10 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
     if not noopt and (plan := _row_group_plan(ast, outs, renderer)) is not None:
         return plan
-    ast = _inline_arrays(ast)
+    if (inlined := _inline_arrays(ast)) is not ast:  # no room for the arrays: the row reductions may still share
+        ast = inlined
+        if not noopt and (plan := _row_group_plan(ast, outs, renderer)) is not None:
+            return plan
     if not noopt and (plan := _group_reduce_plan(ast, outs, renderer)) is not None:
         return plan
     if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
@@ -211,8 +218,9 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     The output ranges the per-row values depend on (the row ranges) become the group index; then every array
     is filled cooperatively (item `lidx0` takes every `local`-th element) into shared memory, behind a barrier;
     every reduction is a group reduction (strided partial results meet in shared memory behind a barrier, item 0
-    folds them and shares the total behind a second barrier); and the row's remaining output ranges are stored strided the same way. Positions
-    past an extent are clamped for reading (no access leaves its buffer) and gated for storing and folding.
+    folds them and shares the total behind a second barrier); and the row's remaining output ranges are stored
+    strided the same way. Positions past an extent are clamped for reading (no access leaves its buffer) and
+    gated for storing and folding. A Local with no row axes makes the whole kernel one group.
     """
     nodes = ast.toposort()
     deps = range_deps(ast)
