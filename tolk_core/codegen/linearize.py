@@ -3,9 +3,11 @@
 The output is a list of UOps in execution order: RANGE opens a loop, END(range) closes it, DEFINE_REG declares
 a reduction's accumulator (scalar dtype) or a kernel-local array (REG pointer dtype), ASSIGN(reg, value) with
 arg=op folds one element into it, STORE writes memory, and every other UOp is a value computed where it stands.
-A REDUCE appearing after its loop stands for its accumulator's final value. A kernel-local array is filled by an
-END(STORE(INDEX(array, i), value), *ranges) that its LOADs carry as a source: the array is declared and filled
-where the fill's value is needed (inside the loops it depends on, so each thread and row gets its own).
+A REDUCE appearing after its loop stands for its accumulator's final value. A kernel-local array (DEFINE_REG of a
+REG pointer; DEFINE_LOCAL for work-group shared memory) is filled by an END(STORE(INDEX(array, i), value),
+*ranges), or a bare STORE, that its LOADs carry as a source (through a BARRIER when the group shares it): the
+array is declared and filled where the fill's value is needed (inside the loops it depends on, so each thread
+and row gets its own).
 
 Placement: a value is computed in the innermost loop among the ranges it depends on (and no deeper), so
 loop-invariant work is hoisted out of inner loops by construction. A loop's statement is appended to its parent
