@@ -213,7 +213,8 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     """One work group per row: for a kernel holding kernel-local arrays (Local rows) or reductions that depend
     on only some output ranges (the row's), computed once per row and shared by the row's items. None when the
     kernel has neither, when some range is symbolic, when a reduction or array fill depends on a loop other than
-    the output loops, or when the arrays and partial results do not fit the group's shared memory.
+    the output loops, when an array is the same for several rows, or when the arrays and partial results do not
+    fit the group's shared memory.
 
     The output ranges the per-row values depend on (the row ranges) become the group index; then every array
     is filled cooperatively (item `lidx0` takes every `local`-th element) into shared memory, behind a barrier;
@@ -233,6 +234,8 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
             any(not deps[u] <= out_set for u in reduces + fills):
         return None
     rows = [r for r in outs if any(r in deps[u] for u in reduces + fills)]
+    if any(deps[f] != set(rows) for f in fills):
+        return None  # every group would refill an array that is the same for several rows
     inner = [r for r in outs if r not in rows]
     arrays = [u for u in nodes if is_array(u)]
     extents = [math.prod(_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]
