@@ -74,6 +74,7 @@ class CStyleRenderer:
     restrict: str = "restrict"
     barrier: str = ""                # a work-group barrier statement (GPU dialects; for shared-memory kernels)
     shared_qualifier: str = ""       # declares work-group shared memory (GPU dialects)
+    shared_bytes: int = 0            # work-group shared memory a kernel may declare (GPU dialects)
     emulated: frozenset[DType] = frozenset({dtypes.bfloat16})
 
     type_names: dict[DType, str] = {

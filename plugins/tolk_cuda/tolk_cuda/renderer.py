@@ -29,6 +29,7 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     barrier = "__syncthreads();"
     shared_qualifier = "__shared__ "
+    shared_bytes = 49152             # static __shared__ memory a block may declare
     emulated = frozenset(_HALF)
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "__half",
                   dtypes.bfloat16: "__nv_bfloat16"}
