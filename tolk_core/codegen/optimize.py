@@ -31,7 +31,8 @@ import math
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import is_array, range_deps
-from tolk_core.codegen.upcast import hoist_range, lanes_are_contiguous, split_lanes, unroll_output, vectorize_lanes
+from tolk_core.codegen.upcast import (hoist_range, lanes_are_contiguous, split_lanes, split_reduce_lanes, unroll_output,
+                                     vectorize_lanes)
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
@@ -46,6 +47,12 @@ GROUP_SIZE = 64
 # per item (4x4: 25 GFLOP/s, 16x16 spills); 256 items per group vectorize elementwise kernels better than 64
 GPU_BLOCK = 8                 # a GPU work item of a reduction kernel computes up to GPU_BLOCK^2 outputs
 GPU_LOCAL = 256               # work items per group of a one-item-per-output launch
+# measured on PoCL (docs/performance.md): a row sum folding float16 vectors per item ran 7x faster than a scalar
+# loop; elementwise kernels storing float4..float16 per item ~1.5x faster than one float per item
+GPU_REDUCE_LANES = 16         # lanes of a GPU reduction over a contiguous axis (vector accumulator)
+GPU_OUTPUT_LANES = 4          # contiguous outputs per work item of a GPU elementwise kernel
+# memory dtypes GPU vector lanes are planned for (bool is stored as uchar, half/bfloat16 are emulated)
+_GPU_LANE_MEMORY = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
 MAX_ACCUMULATORS = 16         # vector accumulators of a register block (AVX-512 has 32 registers)
 # dtypes vector lanes are planned for: C vector-extension element types computed natively (half and bfloat16 are
 # stored narrow and computed or rounded through float, which the lane renderer does not do)
@@ -193,6 +200,9 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
             return plan
     if not noopt and (plan := _group_reduce_plan(ast, outs, renderer)) is not None:
         return plan
+    lanes = None if noopt else _gpu_lanes(ast, outs, getattr(renderer, "max_lanes", 0))
+    if lanes is not None:
+        ast, outs, lane, width = lanes
     if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
         ast = _register_block(ast, outs, GPU_BLOCK)
         outs = _output_ranges(ast)
@@ -205,8 +215,46 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
     # the guard stops items past n, so every item that computes has gid < n: range analysis may assume it
     gid = UOp(Op.SPECIAL, dtypes.index, (n if isinstance(n, UOp) else UOp.const(dtypes.index, n),), ("idx0", 0))
     ast = _flatten_outputs(ast, outs, gid).simplify()
+    if lanes is not None:
+        ast = vectorize_lanes(ast, lane, width)
     exact = isinstance(n, int) and groups * local == n
     return Plan(ast, global_size=(groups, 1, 1), local_size=(local, 1, 1), guard=None if exact else gid < n)
+
+
+def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp], UOp, int] | None:
+    """Vector lanes for a one-item-per-output GPU kernel, when the renderer has vector types of up to
+    `max_lanes` lanes: (the AST with a range split into `r' * width + lane`, its output ranges, the `lane`
+    placeholder for `vectorize_lanes`, `width`), or None.
+
+    A reduction over a constant range that every access depending on it reads contiguously (a row sum) folds
+    `GPU_REDUCE_LANES`-wide vectors into a vector accumulator; otherwise a kernel without reductions whose
+    innermost output range every dependent access reads and writes contiguously computes `GPU_OUTPUT_LANES`
+    adjacent outputs per item. Only kernels whose memory is float32/int32/uint32 and whose values have native
+    vector types qualify, and sizes that are a whole number of vectors."""
+    nodes = ast.toposort()
+    if not max_lanes or any(u.dtype.scalar() not in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) \
+            or any(u.dtype.base not in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX):
+        return None
+    reduces = [u for u in nodes if u.op is Op.REDUCE]
+    if reduces:
+        if _nested_reduce(ast) or any(u.arg not in (Op.ADD, Op.MUL, Op.MAX) for u in reduces):
+            return None
+        width = min(GPU_REDUCE_LANES, max_lanes)
+        for r in dict.fromkeys(r for u in reduces for r in u.src[1:]):
+            if r.src[0].op is not Op.CONST or r.src[0].arg % width or r.src[0].arg < 2 * width:
+                continue
+            split, lane = split_reduce_lanes(ast, r, width)
+            if lanes_are_contiguous(split, lane, arrays=True) and \
+                    any(u.op is Op.INDEX and lane in u.toposort() for u in split.toposort()):
+                return split, _output_ranges(split), lane, width
+        return None
+    width = min(GPU_OUTPUT_LANES, max_lanes)
+    if not outs or outs[-1].src[0].op is not Op.CONST or outs[-1].src[0].arg % width:
+        return None
+    split, inner, lane = split_lanes(ast, outs[-1], width)
+    if not lanes_are_contiguous(split, lane, arrays=True):
+        return None
+    return split, [*outs[:-1], inner], lane, width
 
 
 def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:

@@ -10,6 +10,8 @@ value: they only change which loop iteration computes it):
 - `vectorize_lanes(ast, r, W)`: `r = r' * W + lane`, where `lane` stands for all `W` values at once: every
   value that depends on it gets a vector dtype of `W` lanes. A load or store whose index is `base + lane`
   becomes one contiguous vector access at `base`; any other lane-dependent index is a gather or a scatter.
+  A reduction range can be split the same way (`split_reduce_lanes`): the REDUCE then folds over `lane` too,
+  which becomes a vector accumulator over `r'` whose lanes are folded together (GEP) after the loop.
 """
 from __future__ import annotations
 
@@ -78,10 +80,28 @@ def split_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp, UOp]:
     return UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), outer, lane
 
 
-def lanes_are_contiguous(ast: UOp, lane: UOp) -> bool:
-    """Whether every memory access that depends on `lane` is `base + lane` (no gathers or scatters)."""
+def split_reduce_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp]:
+    """(`ast` with reduction range `r = r' * width + lane`, every REDUCE over `r` reducing over `r'` and `lane`,
+    simplified; the `lane` placeholder range). `width` divides r's constant size."""
+    outer, lane = _split(ast, r, width)
+    new: dict[UOp, UOp] = {r: outer * width + lane}
     for u in ast.toposort():
-        if u.op is Op.INDEX and u.src[0].op is Op.PARAM and lane in u.toposort():
+        if u in new:
+            continue
+        src = tuple(new.get(s, s) for s in u.src)
+        if u.op is Op.REDUCE and r in u.src[1:]:
+            rngs = tuple(outer if s is r else s for s in u.src[1:])
+            new[u] = UOp(Op.REDUCE, u.dtype, (src[0], *rngs, lane), u.arg)
+        elif src != u.src:
+            new[u] = u.replace(src=src)
+    return new[ast].simplify(), lane
+
+
+def lanes_are_contiguous(ast: UOp, lane: UOp, arrays: bool = False) -> bool:
+    """Whether every memory access that depends on `lane` is `base + lane` (no gathers or scatters); buffer
+    accesses only, or kernel-local arrays too with `arrays`."""
+    for u in ast.toposort():
+        if u.op is Op.INDEX and (arrays or u.src[0].op is Op.PARAM) and lane in u.toposort():
             if lane_index_split(u.src[1], lane) is None or (len(u.src) > 2 and lane in u.src[2].toposort()):
                 return False
     return True
@@ -100,6 +120,15 @@ def vectorize_lanes(ast: UOp, lane: UOp, width: int) -> UOp:
                          tuple(UOp.const(dtypes.index, i) for i in range(width)))
             continue
         src = tuple(new[s] for s in u.src)
+        if u.op is Op.REDUCE and lane in u.src[1:]:  # a vector accumulator, its lanes folded after the loop
+            body = src[0] if u.src[0] in dep else UOp(Op.VECTORIZE, u.dtype.vec(width), (src[0],) * width)
+            acc = UOp(Op.REDUCE, u.dtype.vec(width), (body, *(new[s] for s in u.src[1:] if s is not lane)), u.arg)
+            parts = [UOp(Op.GEP, u.dtype, (acc,), i) for i in range(width)]
+            while len(parts) > 1:  # pairwise: independent operations
+                parts = [UOp(u.arg, u.dtype, tuple(parts[i:i + 2])) if i + 1 < len(parts) else parts[i]
+                         for i in range(0, len(parts), 2)]
+            new[u] = parts[0]
+            continue
         if not any(s in dep for s in u.src):
             new[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
             continue

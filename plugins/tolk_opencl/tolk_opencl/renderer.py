@@ -1,5 +1,9 @@
 """The OpenCL C dialect: one work item per output element, OpenCL's overloaded math built-ins.
 
+Vector values (codegen's GPU vector lanes) are OpenCL vector types (`float4` .. `float16`; a bool lane is a
+char, as in the C dialect): contiguous accesses are `vloadN`/`vstoreN` (element alignment suffices), float math
+built-ins apply to whole vectors, a lane is `v.sN`, and the rest is computed lane by lane (see render.cstyle).
+
 dtypes follow the device's extensions: float64 needs `cl_khr_fp64` (else DTypeError); half is native with
 `cl_khr_fp16`, otherwise stored with `vload_half`/`vstore_half_rte` and computed in float; bfloat16 is always
 ushort storage with float compute. Without a device (``Device.renderer_for``) the renderer targets the
@@ -13,6 +17,8 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import CStyleRenderer
+
+_VECTOR_MATH = frozenset({Op.EXP2, Op.LOG2, Op.SQRT, Op.SIN, Op.TRUNC})
 
 # rounding a float (or double) to half without half values: through a private ushort, by the vload/vstore
 # built-ins every OpenCL 1.2 device has
@@ -41,6 +47,7 @@ class OpenCLRenderer(CStyleRenderer):
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     shared_qualifier = "__local "
     shared_bytes = 32768             # the least CL_DEVICE_LOCAL_MEM_SIZE OpenCL 1.2 allows a full-profile device
+    max_lanes = 16                   # the widest OpenCL vector type
     _specials = {"idx": "get_global_id", "gidx": "get_group_id", "lidx": "get_local_id"}
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
                   dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
@@ -88,6 +95,32 @@ class OpenCLRenderer(CStyleRenderer):
     def render_store(self, buf: str, idx: str, x: str, dt: DType) -> str:
         return f"vstore_half_rte({x}, {idx}, {buf});" if dt == dtypes.float16 and not self.native_half else \
             super().render_store(buf, idx, x, dt)
+
+    def vector_type_name(self, dt: DType) -> str:
+        scalar = "char" if dt.scalar() == dtypes.bool else self.type_name(dt.scalar())
+        return f"{scalar}{dt.count}"
+
+    def vector_expression(self, u: UOp, ref, index) -> str:
+        if u.op is Op.LOAD and u.src[0].arg == "vec":
+            buf, idx, gate = index(u.src[0])
+            vec = f"vload{u.dtype.count}(0, {buf}+{idx})"
+            return f"({gate}?{vec}:({self.type_name(u.dtype)})(0))" if gate else vec
+        if u.op in _VECTOR_MATH and dtypes.is_float(u.dtype) and u.dtype.scalar() not in self.emulated:
+            return f"{u.op.name.lower()}({ref(u.src[0])})"
+        if u.op is Op.NEG:
+            return f"(-{ref(u.src[0])})"
+        return super().vector_expression(u, ref, index)
+
+    def expression(self, u: UOp, ref, index) -> str:
+        return f"{ref(u.src[0])}.s{u.arg:x}" if u.op is Op.GEP else super().expression(u, ref, index)
+
+    def store(self, u: UOp, ref, index) -> str:
+        idx_u, val = u.src[0], u.src[1]
+        if idx_u.arg != "vec":
+            return super().store(u, ref, index)
+        buf, idx, gate = index(idx_u)
+        stmt = f"vstore{val.dtype.count}({ref(val)}, 0, {buf}+{idx});"
+        return f"if ({gate}) {stmt}" if gate else stmt
 
     def reinterpret(self, x: str, src: DType, dt: DType) -> str:
         return f"as_{self.type_name(dt)}({x})"
