@@ -208,7 +208,7 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
         outs = _output_ranges(ast)
     n = prod(_size(r) for r in outs)
     if isinstance(n, int) and n <= 1:
-        return Plan(ast)
+        return Plan(ast if lanes is None else vectorize_lanes(ast, lane, width))
     most = n if isinstance(n, int) else int(n.vmax)
     local = 1 if noopt else min(renderer.local_max or 1, GPU_LOCAL, 1 << max(most - 1, 1).bit_length())
     groups = -(-n // local) if isinstance(n, int) else ((n + (local - 1)) // local).simplify()

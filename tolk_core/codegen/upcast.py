@@ -136,6 +136,9 @@ def vectorize_lanes(ast: UOp, lane: UOp, width: int) -> UOp:
         if u.op is Op.INDEX and (base := lane_index_split(u.src[1], lane)) is not None and \
                 (len(u.src) < 3 or u.src[2] not in dep):
             new[u] = UOp(Op.INDEX, u.dtype, (src[0], base, *src[2:]), "vec")  # base is lane-free: unchanged
+        elif u.op is Op.STORE and src[0].arg == "vec" and u.src[1] not in dep:  # a lane-free value, broadcast
+            val = UOp(Op.VECTORIZE, src[1].dtype.vec(width), (src[1],) * width)
+            new[u] = UOp(u.op, u.dtype, (src[0], val, *src[2:]), u.arg)
         elif u.op in (Op.STORE, Op.END, Op.SINK):
             new[u] = UOp(u.op, u.dtype, src, u.arg)
         elif u.op is Op.INDEX:
