@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import is_array, range_deps
-from tolk_core.codegen.upcast import (hoist_range, lanes_are_contiguous, split_lanes, split_reduce_lanes, unroll_output,
+from tolk_core.codegen.upcast import (hoist_range, lanes_are_contiguous, split_lanes, split_range_lanes, unroll_output,
                                      vectorize_lanes)
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
@@ -50,6 +50,10 @@ GPU_LOCAL = 256               # work items per group of a one-item-per-output la
 # measured on PoCL (docs/performance.md): a row sum folding float16 vectors per item ran 7x faster than a scalar
 # loop; elementwise kernels storing float4..float16 per item ~1.5x faster than one float per item
 GPU_REDUCE_LANES = 16         # lanes of a GPU reduction over a contiguous axis (vector accumulator)
+GPU_ROW_LANES = 8             # lanes of the loops of a row computed by one work item (_row_item_plan)
+ROW_ITEM_MIN_ROWS = 256       # rows enough to fill the device with one work item per row
+ROW_ITEM_LOCAL = 64           # work items per group of a one-item-per-row launch
+ROW_ITEM_ARRAY_BYTES = 16384  # a work item's own arrays (PoCL keeps them on its threads' stacks)
 GPU_OUTPUT_LANES = 4          # contiguous outputs per work item of a GPU elementwise kernel
 # memory dtypes GPU vector lanes are planned for (bool is stored as uchar, half/bfloat16 are emulated)
 _GPU_LANE_MEMORY = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
@@ -192,6 +196,8 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
 
 
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
+    if not noopt and (plan := _row_item_plan(ast, outs, renderer)) is not None:
+        return plan
     if not noopt and (plan := _row_group_plan(ast, outs, renderer)) is not None:
         return plan
     if (inlined := _inline_arrays(ast)) is not ast:  # no room for the arrays: the row reductions may still share
@@ -243,7 +249,7 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
         for r in dict.fromkeys(r for u in reduces for r in u.src[1:]):
             if r.src[0].op is not Op.CONST or r.src[0].arg % width or r.src[0].arg < 2 * width:
                 continue
-            split, lane = split_reduce_lanes(ast, r, width)
+            split, lane = split_range_lanes(ast, r, width)
             if lanes_are_contiguous(split, lane, arrays=True) and \
                     any(u.op is Op.INDEX and lane in u.toposort() for u in split.toposort()):
                 return split, _output_ranges(split), lane, width
@@ -255,6 +261,90 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
     if not lanes_are_contiguous(split, lane, arrays=True):
         return None
     return split, [*outs[:-1], inner], lane, width
+
+
+def _row_kernel(ast: UOp, outs: list[UOp]) -> tuple[list[UOp], list[UOp], list[UOp]] | None:
+    """(the row ranges, the reductions, the array fills) of a kernel that computes values once per row: one
+    holding kernel-local arrays or reductions that depend on only some output ranges (the row ranges). None
+    when the kernel has neither, when some range is symbolic, when a reduction or array fill depends on a loop
+    other than the output loops, or when an array is the same for several rows."""
+    nodes = ast.toposort()
+    deps = range_deps(ast)
+    reduces = [u for u in nodes if u.op is Op.REDUCE]
+    fills = list(dict.fromkeys(u.src[1] for u in nodes if u.op is Op.LOAD and is_array(u.src[0].src[0])))
+    out_set = set(outs)
+    if not fills and all(deps[r] >= out_set for r in reduces):
+        return None
+    if any(r.src[0].op is not Op.CONST for r in nodes if r.op is Op.RANGE) or \
+            any(not deps[u] <= out_set for u in reduces + fills):
+        return None
+    rows = [r for r in outs if any(r in deps[u] for u in reduces + fills)]
+    if any(deps[f] != set(rows) for f in fills):
+        return None  # every group would refill an array that is the same for several rows
+    return rows, reduces, fills
+
+
+def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+    """One work item per row, for a row kernel (`_row_kernel`) with at least `ROW_ITEM_MIN_ROWS` rows on a
+    renderer with vector types: the row ranges become the item index, the row's arrays are the item's own
+    (at most `ROW_ITEM_ARRAY_BYTES`), and every innermost loop of the row (an array fill, a reduction, the
+    row's outputs) whose accesses are contiguous runs over `GPU_ROW_LANES`-wide vectors. None otherwise."""
+    max_lanes = getattr(renderer, "max_lanes", 0)
+    if not max_lanes or (row := _row_kernel(ast, outs)) is None:
+        return None
+    rows, reduces, fills = row
+    nodes = ast.toposort()
+    n_rows = math.prod(_size(r) for r in rows)
+    if not rows or n_rows < ROW_ITEM_MIN_ROWS or \
+            sum(u.arg[1] * u.dtype.base.itemsize for u in nodes if is_array(u)) > ROW_ITEM_ARRAY_BYTES:
+        return None
+    lanes: list[tuple[UOp, int]] = []
+    if not any(u.dtype.scalar() not in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) and \
+            all(u.dtype.base in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX):
+        loops = [r for u in reduces for r in u.src[1:] if r.op is Op.RANGE] + \
+            [r for f in fills if f.op is Op.END for r in f.src[1:]] + [r for r in outs if r not in rows]
+        for r in dict.fromkeys(loops):
+            width = min(GPU_ROW_LANES, max_lanes)
+            if r.src[0].arg % width or r.src[0].arg < width:
+                continue
+            split, lane = split_range_lanes(ast, r, width)
+            if lanes_are_contiguous(split, lane, arrays=True) and _lanes_apart(split, [lane, *(ln for ln, _ in lanes)]):
+                ast = split
+                lanes.append((lane, width))
+    rows = [r for r in _output_ranges(ast) if r in rows]
+    local = min(renderer.local_max, ROW_ITEM_LOCAL, 1 << (n_rows - 1).bit_length())
+    groups = -(-n_rows // local)
+    gid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("idx0", 0))
+    sizes = [_size(r) for r in rows]
+    ast = ast.substitute({r: (gid // prod(sizes[i + 1:])) % sizes[i] for i, r in enumerate(rows)})
+    tops = []
+    for t in ast.src:  # the ENDs close the row's own loops only
+        rest = [s for s in t.src[1:] if s not in rows] if t.op is Op.END else []
+        tops.append(UOp(Op.END, dtypes.void, (t.src[0], *rest)) if rest else t.src[0] if t.op is Op.END else t)
+    ast = UOp(Op.SINK, dtypes.void, tuple(tops)).simplify()
+    for lane, width in lanes:
+        ast = vectorize_lanes(ast, lane, width)
+    guard = None if groups * local == n_rows else gid < n_rows
+    return Plan(ast, global_size=(groups, 1, 1), local_size=(local, 1, 1), guard=guard)
+
+
+def _lanes_apart(ast: UOp, lanes: list[UOp]) -> bool:
+    """Whether no value depends on two of `lanes` (a value's lanes: those of its sources; a reduction's value
+    depends on none of the lanes it folds, an array read on none of its fill's)."""
+    lane_set = set(lanes)
+    seen: dict[UOp, frozenset[UOp]] = {}
+    for u in ast.toposort():
+        if u in lane_set:
+            seen[u] = frozenset((u,))
+            continue
+        srcs = u.src[:1] if u.op is Op.LOAD else u.src
+        got = frozenset().union(*(seen[s] for s in srcs)) if srcs else frozenset()
+        if u.op is Op.REDUCE:
+            got -= frozenset(u.src[1:])
+        if len(got) > 1:
+            return False
+        seen[u] = got
+    return True
 
 
 def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
@@ -271,19 +361,10 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     strided the same way. Positions past an extent are clamped for reading (no access leaves its buffer) and
     gated for storing and folding. A Local with no row axes makes the whole kernel one group.
     """
+    if (row := _row_kernel(ast, outs)) is None:
+        return None
+    rows, reduces, fills = row
     nodes = ast.toposort()
-    deps = range_deps(ast)
-    reduces = [u for u in nodes if u.op is Op.REDUCE]
-    fills = list(dict.fromkeys(u.src[1] for u in nodes if u.op is Op.LOAD and is_array(u.src[0].src[0])))
-    out_set = set(outs)
-    if not fills and all(deps[r] >= out_set for r in reduces):
-        return None
-    if any(r.src[0].op is not Op.CONST for r in nodes if r.op is Op.RANGE) or \
-            any(not deps[u] <= out_set for u in reduces + fills):
-        return None
-    rows = [r for r in outs if any(r in deps[u] for u in reduces + fills)]
-    if any(deps[f] != set(rows) for f in fills):
-        return None  # every group would refill an array that is the same for several rows
     inner = [r for r in outs if r not in rows]
     arrays = [u for u in nodes if is_array(u)]
     extents = [math.prod(_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]

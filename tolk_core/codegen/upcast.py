@@ -10,7 +10,7 @@ value: they only change which loop iteration computes it):
 - `vectorize_lanes(ast, r, W)`: `r = r' * W + lane`, where `lane` stands for all `W` values at once: every
   value that depends on it gets a vector dtype of `W` lanes. A load or store whose index is `base + lane`
   becomes one contiguous vector access at `base`; any other lane-dependent index is a gather or a scatter.
-  A reduction range can be split the same way (`split_reduce_lanes`): the REDUCE then folds over `lane` too,
+  A reduction range can be split the same way (`split_range_lanes`): the REDUCE then folds over `lane` too,
   which becomes a vector accumulator over `r'` whose lanes are folded together (GEP) after the loop.
 """
 from __future__ import annotations
@@ -80,18 +80,19 @@ def split_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp, UOp]:
     return UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), outer, lane
 
 
-def split_reduce_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp]:
-    """(`ast` with reduction range `r = r' * width + lane`, every REDUCE over `r` reducing over `r'` and `lane`,
-    simplified; the `lane` placeholder range). `width` divides r's constant size."""
+def split_range_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp]:
+    """(`ast` with range `r = r' * width + lane`, simplified; the `lane` placeholder range). `width` divides
+    r's constant size. Every END closing `r` closes `r'` instead, and every REDUCE over `r` reduces over `r'`
+    and `lane` (see vectorize_lanes)."""
     outer, lane = _split(ast, r, width)
     new: dict[UOp, UOp] = {r: outer * width + lane}
     for u in ast.toposort():
         if u in new:
             continue
         src = tuple(new.get(s, s) for s in u.src)
-        if u.op is Op.REDUCE and r in u.src[1:]:
+        if u.op in (Op.REDUCE, Op.END) and r in u.src[1:]:
             rngs = tuple(outer if s is r else s for s in u.src[1:])
-            new[u] = UOp(Op.REDUCE, u.dtype, (src[0], *rngs, lane), u.arg)
+            new[u] = UOp(u.op, u.dtype, (src[0], *rngs, *((lane,) if u.op is Op.REDUCE else ())), u.arg)
         elif src != u.src:
             new[u] = u.replace(src=src)
     return new[ast].simplify(), lane
@@ -129,7 +130,8 @@ def vectorize_lanes(ast: UOp, lane: UOp, width: int) -> UOp:
                          for i in range(0, len(parts), 2)]
             new[u] = parts[0]
             continue
-        if not any(s in dep for s in u.src):
+        # a load's value depends on its index only (its other sources order it after an array's fill)
+        if not any(s in dep for s in (u.src[:1] if u.op is Op.LOAD else u.src)):
             new[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
             continue
         dep.add(u)

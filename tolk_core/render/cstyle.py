@@ -76,6 +76,7 @@ class CStyleRenderer:
     shared_qualifier: str = ""       # declares work-group shared memory (GPU dialects)
     shared_bytes: int = 0            # work-group shared memory a kernel may declare (GPU dialects)
     emulated: frozenset[DType] = frozenset({dtypes.bfloat16})
+    vector_folds: frozenset[Op] = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.FDIV})  # vector accumulators fold natively
 
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -308,7 +309,7 @@ class CStyleRenderer:
                 continue
             if u.op is Op.ASSIGN:
                 acc, val = names[u.src[0]], ref(u.src[1])
-                if u.dtype.count > 1 and u.arg not in _VECTOR_NATIVE:
+                if u.dtype.count > 1 and u.arg not in self.vector_folds:
                     lanes = self.alu(u.arg, [f"{acc}[_l]", f"{val}[_l]"], u.dtype.scalar())
                     lines.append(f"{pad}for (int _l = 0; _l < {u.dtype.count}; _l++) {acc}[_l] = {lanes};")
                 else:

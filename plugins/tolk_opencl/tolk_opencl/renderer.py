@@ -48,6 +48,8 @@ class OpenCLRenderer(CStyleRenderer):
     shared_qualifier = "__local "
     shared_bytes = 32768             # the least CL_DEVICE_LOCAL_MEM_SIZE OpenCL 1.2 allows a full-profile device
     max_lanes = 16                   # the widest OpenCL vector type
+    # MAX's `(a<b||b!=b)?b:a` is lane-wise on OpenCL vectors (comparisons give lane masks, `?:` selects per lane)
+    vector_folds = CStyleRenderer.vector_folds | {Op.MAX}
     _specials = {"idx": "get_global_id", "gidx": "get_group_id", "lidx": "get_local_id"}
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
                   dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
@@ -109,6 +111,8 @@ class OpenCLRenderer(CStyleRenderer):
             return f"{u.op.name.lower()}({ref(u.src[0])})"
         if u.op is Op.NEG:
             return f"(-{ref(u.src[0])})"
+        if u.op is Op.MAX and dtypes.is_float(u.dtype) and all(s.dtype == u.dtype for s in u.src):
+            return self.binops[Op.MAX](*(ref(s) for s in u.src))
         return super().vector_expression(u, ref, index)
 
     def expression(self, u: UOp, ref, index) -> str:
