@@ -54,6 +54,8 @@ GPU_ROW_LANES = 8             # lanes of the loops of a row computed by one work
 ROW_ITEM_MIN_ROWS = 256       # rows enough to fill the device with one work item per row
 ROW_ITEM_LOCAL = 64           # work items per group of a one-item-per-row launch
 ROW_ITEM_ARRAY_BYTES = 16384  # a work item's own arrays (PoCL keeps them on its threads' stacks)
+GPU_REDUCE_OUTPUT_LANES = 16  # adjacent outputs of a reduction kernel per work item (a convolution's row)
+GPU_VECTOR_ACCUMULATORS = 16  # vector accumulators of a work item's tile (AVX-512 has 32 registers)
 GPU_OUTPUT_LANES = 4          # contiguous outputs per work item of a GPU elementwise kernel
 # memory dtypes GPU vector lanes are planned for (bool is stored as uchar, half/bfloat16 are emulated)
 _GPU_LANE_MEMORY = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
@@ -132,15 +134,15 @@ def _parallel_reduction(ast: UOp, outs: list[UOp]) -> UOp | None:
     return rngs[0]
 
 
-def _register_block(ast: UOp, outs: list[UOp], block: int) -> UOp:
-    """`ast` with its last two output axes unrolled by up to `block` each (scalar copies: one work item
-    computes a tile), each only if some load does not depend on it: that load is then shared by the copies;
-    with no sharing, unrolling would only cut the work items. The tile shrinks so that tile x reductions stays
-    within block^2 accumulators (a convolution's nine reductions would otherwise spill)."""
+def _register_block(ast: UOp, outs: list[UOp], block: int, accumulators: int | None = None) -> UOp:
+    """`ast` with its last two output axes unrolled by up to `block` each (copies: one work item computes a
+    tile), each only if some load does not depend on it: that load is then shared by the copies; with no
+    sharing, unrolling would only cut the work items. The tile shrinks so that tile x reductions stays within
+    `accumulators` (default block^2; a convolution's nine reductions would otherwise spill)."""
     if _nested_reduce(ast):
         return ast
     loads = [u for u in ast.toposort() if u.op is Op.LOAD]
-    budget = block * block // max(1, sum(u.op is Op.REDUCE for u in ast.toposort()))
+    budget = (accumulators or block * block) // max(1, sum(u.op is Op.REDUCE for u in ast.toposort()))
     for r in outs[-2:]:
         if r.src[0].op is not Op.CONST or all(r in ld.toposort() for ld in loads):
             continue
@@ -210,7 +212,8 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
     if lanes is not None:
         ast, outs, lane, width = lanes
     if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
-        ast = _register_block(ast, outs, GPU_BLOCK)
+        # vector accumulators take a register each: fewer of them
+        ast = _register_block(ast, outs, GPU_BLOCK, None if lanes is None else GPU_VECTOR_ACCUMULATORS)
         outs = _output_ranges(ast)
     n = prod(_size(r) for r in outs)
     if isinstance(n, int) and n <= 1:
@@ -233,9 +236,9 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
     placeholder for `vectorize_lanes`, `width`), or None.
 
     A reduction over a constant range that every access depending on it reads contiguously (a row sum) folds
-    `GPU_REDUCE_LANES`-wide vectors into a vector accumulator; otherwise a kernel without reductions whose
-    innermost output range every dependent access reads and writes contiguously computes `GPU_OUTPUT_LANES`
-    adjacent outputs per item. Only kernels whose memory is float32/int32/uint32 and whose values have native
+    `GPU_REDUCE_LANES`-wide vectors into a vector accumulator; otherwise a kernel whose innermost output range
+    every dependent access reads and writes contiguously computes adjacent outputs per item as one vector
+    (`GPU_OUTPUT_LANES` of them, `GPU_REDUCE_OUTPUT_LANES` with vector accumulators in a reduction kernel). Only kernels whose memory is float32/int32/uint32 and whose values have native
     vector types qualify, and sizes that are a whole number of vectors."""
     nodes = ast.toposort()
     if not max_lanes or any(u.dtype.scalar() not in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) \
@@ -253,8 +256,7 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
             if lanes_are_contiguous(split, lane, arrays=True) and \
                     any(u.op is Op.INDEX and lane in u.toposort() for u in split.toposort()):
                 return split, _output_ranges(split), lane, width
-        return None
-    width = min(GPU_OUTPUT_LANES, max_lanes)
+    width = min(GPU_REDUCE_OUTPUT_LANES if reduces else GPU_OUTPUT_LANES, max_lanes)
     if not outs or outs[-1].src[0].op is not Op.CONST or outs[-1].src[0].arg % width:
         return None
     split, inner, lane = split_lanes(ast, outs[-1], width)
