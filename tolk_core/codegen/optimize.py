@@ -43,6 +43,8 @@ UNROLL_MAX = 16
 GROUP_MAX_OUTPUTS = 1024      # a group reduction pays off when outputs are too few to fill the device
 GROUP_MIN_REDUCE = 256        # ... and the reduction is long enough to share
 GROUP_SIZE = 64
+CPU_GROUPS_PER_THREAD = 4     # work groups per thread of a CPU device (PoCL), to balance uneven threads
+CPU_MIN_LOCAL = 8             # ... but no smaller groups: a group's launch costs more than 8 small items
 # measured on PoCL (docs/performance.md): an 8x8 tile per work item runs matmul 7-80x faster than one output
 # per item (4x4: 25 GFLOP/s, 16x16 spills); 256 items per group vectorize elementwise kernels better than 64
 GPU_BLOCK = 8                 # a GPU work item of a reduction kernel computes up to GPU_BLOCK^2 outputs
@@ -219,7 +221,7 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
     if isinstance(n, int) and n <= 1:
         return Plan(ast if lanes is None else vectorize_lanes(ast, lane, width))
     most = n if isinstance(n, int) else int(n.vmax)
-    local = 1 if noopt else min(renderer.local_max or 1, GPU_LOCAL, 1 << max(most - 1, 1).bit_length())
+    local = 1 if noopt else _local_size(renderer, GPU_LOCAL, most)
     groups = -(-n // local) if isinstance(n, int) else ((n + (local - 1)) // local).simplify()
     # the guard stops items past n, so every item that computes has gid < n: range analysis may assume it
     gid = UOp(Op.SPECIAL, dtypes.index, (n if isinstance(n, UOp) else UOp.const(dtypes.index, n),), ("idx0", 0))
@@ -228,6 +230,17 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
         ast = vectorize_lanes(ast, lane, width)
     exact = isinstance(n, int) and groups * local == n
     return Plan(ast, global_size=(groups, 1, 1), local_size=(local, 1, 1), guard=None if exact else gid < n)
+
+
+def _local_size(renderer, most: int, items: int) -> int:
+    """Work items per group for `items` items: up to `most` (and the renderer's limit), no more than the items
+    need; on a CPU device (`renderer.cpu_threads`, one thread per group) small enough for `CPU_GROUPS_PER_THREAD`
+    groups per thread where the items allow, down to `CPU_MIN_LOCAL` items."""
+    local = min(renderer.local_max or 1, most, 1 << max(items - 1, 1).bit_length())
+    while (threads := getattr(renderer, "cpu_threads", 0)) and local > CPU_MIN_LOCAL and \
+            -(-items // local) < CPU_GROUPS_PER_THREAD * threads:
+        local //= 2
+    return local
 
 
 def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp], UOp, int] | None:
@@ -314,7 +327,7 @@ def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
                 ast = split
                 lanes.append((lane, width))
     rows = [r for r in _output_ranges(ast) if r in rows]
-    local = min(renderer.local_max, ROW_ITEM_LOCAL, 1 << (n_rows - 1).bit_length())
+    local = _local_size(renderer, ROW_ITEM_LOCAL, n_rows)
     groups = -(-n_rows // local)
     gid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("idx0", 0))
     sizes = [_size(r) for r in rows]
@@ -484,7 +497,12 @@ def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     red, n = reduces[0], math.prod(_size(r) for r in outs)
     split = max(red.src[1:], key=_size)
     size, local = _size(split), min(renderer.local_max, GROUP_SIZE)
-    if n > GROUP_MAX_OUTPUTS or size < GROUP_MIN_REDUCE or red.arg not in (Op.ADD, Op.MAX, Op.MUL):
+    # a CPU device's threads are kept busy by one item per output (its loop vectorized) once there are a few
+    # outputs per thread; its barriers cost more than a GPU's (measured on PoCL: 640 outputs of 256 terms
+    # each, 1.4 ms as groups, 16 us as items)
+    threads = getattr(renderer, "cpu_threads", 0)
+    most = min(GROUP_MAX_OUTPUTS, CPU_GROUPS_PER_THREAD * threads - 1) if threads else GROUP_MAX_OUTPUTS
+    if n > most or size < GROUP_MIN_REDUCE or red.arg not in (Op.ADD, Op.MAX, Op.MUL):
         return None
     lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n),), ("gidx0", 0))

@@ -61,6 +61,8 @@ class OpenCLRenderer(CStyleRenderer):
         if "cl_khr_fp64" not in self.extensions:
             self.unsupported = {dtypes.float64: "the device does not report cl_khr_fp64; use float32"}
         self.native_half = "cl_khr_fp16" in self.extensions
+        # a CPU device runs each work group on one thread, this many at once (the optimizer's launch shapes)
+        self.cpu_threads = int(getattr(device, "cpu_threads", 0))
         self.emulated = frozenset({dtypes.bfloat16} if self.native_half else {dtypes.bfloat16, dtypes.float16})
 
     def buffer_type_name(self, dt: DType) -> str:
@@ -111,8 +113,10 @@ class OpenCLRenderer(CStyleRenderer):
             return f"{u.op.name.lower()}({ref(u.src[0])})"
         if u.op is Op.NEG:
             return f"(-{ref(u.src[0])})"
-        if u.op is Op.MAX and dtypes.is_float(u.dtype) and all(s.dtype == u.dtype for s in u.src):
-            return self.binops[Op.MAX](*(ref(s) for s in u.src))
+        if u.op is Op.MAX and dtypes.is_float(u.dtype) and u.dtype.scalar() not in self.emulated:
+            # lane-wise on vectors; a scalar operand (a constant or a lane-free value) is broadcast
+            tname = self.type_name(u.dtype)
+            return self.binops[Op.MAX](*(ref(s) if s.dtype == u.dtype else f"(({tname})({ref(s)}))" for s in u.src))
         return super().vector_expression(u, ref, index)
 
     def expression(self, u: UOp, ref, index) -> str:

@@ -133,6 +133,12 @@ class OpenCLDevice(CompiledDevice):
         """The device's OpenCL extensions (``cl_khr_fp64``, ``cl_khr_fp16``, ...): its dtype capabilities."""
         return frozenset(self.cl_device.extensions.split())
 
+    @property
+    def cpu_threads(self) -> int:
+        """For a CPU device (PoCL), how many work groups run at once (each on one thread): its compute units;
+        0 for a GPU."""
+        return self.cl_device.max_compute_units if self.cl_device.type & cl.device_type.CPU else 0
+
     def load(self, lib: bytes) -> cl.Program:
         """The built cl.Program for a binary (built once per distinct binary)."""
         key = hashlib.sha256(lib).hexdigest()
