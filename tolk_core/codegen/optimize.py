@@ -21,6 +21,14 @@ runs one work group per row instead (`_row_group_plan`): the row's arrays live i
 group's items together, and its reductions are group reductions; without room in shared memory the arrays are
 computed in place where read.
 
+Vector lanes (renderers with `max_lanes`, OpenCL): a reduction over an axis that every access reads
+contiguously folds wide vectors into a vector accumulator whose lanes meet after the loop (a row sum); otherwise
+the innermost output axis, when contiguous, becomes lanes: several adjacent outputs per work item, as one vector
+(elementwise kernels; convolutions and matmuls, whose vector accumulators then bound the register tile). On a
+CPU device (`cpu_threads`: PoCL runs each work group as a loop on one thread), a row kernel of many rows runs one
+work item per row instead of one group per row (`_row_item_plan`), each loop of the row over vectors; groups are
+sized so that each thread gets several, and group reductions are kept for outputs too few to fill the threads.
+
 GPU index specials are named by what they count: `idx<d>` a global item, `gidx<d>` a group, `lidx<d>` an item
 within its group.
 """
@@ -300,12 +308,13 @@ def _row_kernel(ast: UOp, outs: list[UOp]) -> tuple[list[UOp], list[UOp], list[U
 
 
 def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
-    """One work item per row, for a row kernel (`_row_kernel`) with at least `ROW_ITEM_MIN_ROWS` rows on a
-    renderer with vector types: the row ranges become the item index, the row's arrays are the item's own
+    """One work item per row, for a row kernel (`_row_kernel`) with at least `ROW_ITEM_MIN_ROWS` rows on a CPU
+    device with vector types (its work group is a loop on one thread: a row group's barriers only serialize,
+    and the row's loops vectorize within the item instead): the row ranges become the item index, the row's arrays are the item's own
     (at most `ROW_ITEM_ARRAY_BYTES`), and every innermost loop of the row (an array fill, a reduction, the
     row's outputs) whose accesses are contiguous runs over `GPU_ROW_LANES`-wide vectors. None otherwise."""
     max_lanes = getattr(renderer, "max_lanes", 0)
-    if not max_lanes or (row := _row_kernel(ast, outs)) is None:
+    if not max_lanes or not getattr(renderer, "cpu_threads", 0) or (row := _row_kernel(ast, outs)) is None:
         return None
     rows, reduces, fills = row
     nodes = ast.toposort()
