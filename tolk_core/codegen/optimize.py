@@ -39,8 +39,14 @@ import math
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import is_array, range_deps
-from tolk_core.codegen.upcast import (hoist_range, lanes_are_contiguous, split_lanes, split_range_lanes, unroll_output,
-                                     vectorize_lanes)
+from tolk_core.codegen.upcast import (
+    hoist_range,
+    lanes_are_contiguous,
+    split_lanes,
+    split_range_lanes,
+    unroll_output,
+    vectorize_lanes,
+)
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
@@ -259,8 +265,9 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
     A reduction over a constant range that every access depending on it reads contiguously (a row sum) folds
     `GPU_REDUCE_LANES`-wide vectors into a vector accumulator; otherwise a kernel whose innermost output range
     every dependent access reads and writes contiguously computes adjacent outputs per item as one vector
-    (`GPU_OUTPUT_LANES` of them, `GPU_REDUCE_OUTPUT_LANES` with vector accumulators in a reduction kernel). Only kernels whose memory is float32/int32/uint32 and whose values have native
-    vector types qualify, and sizes that are a whole number of vectors."""
+    (`GPU_OUTPUT_LANES` of them, `GPU_REDUCE_OUTPUT_LANES` with vector accumulators in a reduction kernel).
+    Only kernels whose memory is float32/int32/uint32 and whose values have native vector types qualify, and
+    sizes that are a whole number of vectors."""
     nodes = ast.toposort()
     if not max_lanes or any(u.dtype.scalar() not in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) \
             or any(u.dtype.base not in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX):
@@ -310,9 +317,10 @@ def _row_kernel(ast: UOp, outs: list[UOp]) -> tuple[list[UOp], list[UOp], list[U
 def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     """One work item per row, for a row kernel (`_row_kernel`) with at least `ROW_ITEM_MIN_ROWS` rows on a CPU
     device with vector types (its work group is a loop on one thread: a row group's barriers only serialize,
-    and the row's loops vectorize within the item instead): the row ranges become the item index, the row's arrays are the item's own
-    (at most `ROW_ITEM_ARRAY_BYTES`), and every innermost loop of the row (an array fill, a reduction, the
-    row's outputs) whose accesses are contiguous runs over `GPU_ROW_LANES`-wide vectors. None otherwise."""
+    and the row's loops vectorize within the item instead): the row ranges become the item index, the row's
+    arrays are the item's own (at most `ROW_ITEM_ARRAY_BYTES`), and every innermost loop of the row (an array
+    fill, a reduction, the row's outputs) whose accesses are contiguous runs over `GPU_ROW_LANES`-wide
+    vectors. None otherwise."""
     max_lanes = getattr(renderer, "max_lanes", 0)
     if not max_lanes or not getattr(renderer, "cpu_threads", 0) or (row := _row_kernel(ast, outs)) is None:
         return None
