@@ -246,6 +246,13 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
     return Plan(ast, global_size=(groups, 1, 1), local_size=(local, 1, 1), guard=None if exact else gid < n)
 
 
+def _gpu_lane_dtypes(nodes: list[UOp]) -> bool:
+    """Whether GPU vector lanes may widen these kernel nodes: values of native vector element types, memory of
+    float32/int32/uint32 (bool is stored as uchar; half and bfloat16 may be emulated)."""
+    return all(u.dtype.scalar() in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) and \
+        all(u.dtype.base in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX)
+
+
 def _local_size(renderer, most: int, items: int) -> int:
     """Work items per group for `items` items: up to `most` (and the renderer's limit), no more than the items
     need; on a CPU device (`renderer.cpu_threads`, one thread per group) small enough for `CPU_GROUPS_PER_THREAD`
@@ -269,8 +276,7 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
     Only kernels whose memory is float32/int32/uint32 and whose values have native vector types qualify, and
     sizes that are a whole number of vectors."""
     nodes = ast.toposort()
-    if not max_lanes or any(u.dtype.scalar() not in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) \
-            or any(u.dtype.base not in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX):
+    if not max_lanes or not _gpu_lane_dtypes(nodes):
         return None
     reduces = [u for u in nodes if u.op is Op.REDUCE]
     if reduces:
@@ -331,8 +337,7 @@ def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
             sum(u.arg[1] * u.dtype.base.itemsize for u in nodes if is_array(u)) > ROW_ITEM_ARRAY_BYTES:
         return None
     lanes: list[tuple[UOp, int]] = []
-    if not any(u.dtype.scalar() not in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) and \
-            all(u.dtype.base in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX):
+    if _gpu_lane_dtypes(nodes):
         loops = [r for u in reduces for r in u.src[1:] if r.op is Op.RANGE] + \
             [r for f in fills if f.op is Op.END for r in f.src[1:]] + [r for r in outs if r not in rows]
         for r in dict.fromkeys(loops):
