@@ -151,3 +151,13 @@ def test_a_body_that_reads_data_copies_or_returns_no_tensor_is_refused() -> None
         copies(x)
     with pytest.raises(CallError, match="must return a Tensor or a tuple of Tensors to be called inline, not int"):
         returns_a_number(x)
+
+
+def test_a_0d_array_is_a_0d_tensor_and_binds_a_scalar_parameter(device) -> None:
+    for data in (np.array(2.5, np.float32), np.float32(2.5), np.array(7, np.int32)):
+        t = Tensor(data, device=device)
+        assert t.shape == () and t.numpy().shape == ()
+        assert t.item() == data.item()
+    s = Tensor(np.array(1.5, np.float32), device=device)  # no reshape(()) needed to bind a scalar parameter
+    x, w = Tensor(A, device=device), Tensor(B, device=device)
+    close(affine_relu(x, w, s).numpy(), np.maximum(A @ B, 0) * 1.5 + A.sum(), rtol=1e-4, atol=1e-4)

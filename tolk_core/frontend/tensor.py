@@ -111,7 +111,8 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
                 dt = dtypes.default_int
             else:
                 dt = dtypes.from_np(arr.dtype)
-        arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False))
+        # ascontiguousarray makes a 0-d array 1-d: keep the shape
+        arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False)).reshape(arr.shape)
         self.uop = storage.from_numpy(arr, dt, self.device)
         placements.seed_input(storage.base_buffer(self.uop))
 
