@@ -186,9 +186,9 @@ def _copy_across_devices(sink: UOp) -> UOp:
     """Every COPY of a value living on another device, done: the value is computed on its own device and its
     bytes copied into new storage on the COPY's device (seed 001: "any other copy stores the value into new
     storage on the copy's device"). A COPY to the value's own device is the value (a prepare_rangeify rule).
-    A copy from a disk reads one run of the file's bytes; its views are applied on the target (prepare's
-    disk rule, applied here first)."""
-    sink = graph_rewrite(sink, prepare.pm_disk_copies, name="disk copies")
+    A copy from a disk reads one run of the file's bytes; its views are applied on the target, and a store
+    across devices stores a copy of its value (prepare's rules, applied here first)."""
+    sink = graph_rewrite(sink, prepare.pm_before_copies, name="disk copies, stores across devices")
     done: dict[UOp, UOp] = {}
     for u in sink.toposort():
         if u.op is not Op.COPY:

@@ -226,17 +226,15 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
     def assign(self, value: Any) -> Tensor:
         """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor's storage, in
         place: other tensors viewing the same storage see the new values. A destination that is a broadcast
-        (an expand of an axis of one) raises BroadcastStoreError. A tensor without storage yet (lazy) simply
-        takes the new value."""
+        (an expand of an axis of one) raises BroadcastStoreError. A value on another device is copied here. A
+        tensor without storage yet (lazy) simply takes the new value."""
         from tolk_core.engine.realize import realize_assign
         if not isinstance(value, Tensor):
             value = Tensor.full(self.shape, value, self.dtype, self.device)
-        if value.device != self.device:
-            raise DeviceMismatchError(f"assign from {value.device} into a tensor on {self.device}")
         value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
             value.cast(self.dtype)
         if not _views_storage(self.uop):  # no storage to write into yet: the whole value is replaced
-            self.uop = value.uop
+            self.uop = value.to(self.device).uop
             return self
         realize_assign(self.device, self.uop, value.uop)
         return self
