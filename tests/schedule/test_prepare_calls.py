@@ -149,7 +149,8 @@ def test_a_body_that_reads_data_copies_or_returns_no_tensor_is_refused() -> None
         reads(x)
     with pytest.raises(CallError, match="copies between devices"):
         copies(x)
-    with pytest.raises(CallError, match="must return a Tensor or a tuple of Tensors to be called inline, not int"):
+    with pytest.raises(CallError, match=r"must return a Tensor or a tuple of Tensors to be called inline "
+                                        r"\(or None when it stores into its arguments\), not int"):
         returns_a_number(x)
 
 
@@ -161,3 +162,99 @@ def test_a_0d_array_is_a_0d_tensor_and_binds_a_scalar_parameter(device) -> None:
     s = Tensor(np.array(1.5, np.float32), device=device)  # no reshape(()) needed to bind a scalar parameter
     x, w = Tensor(A, device=device), Tensor(B, device=device)
     close(affine_relu(x, w, s).numpy(), np.maximum(A @ B, 0) * 1.5 + A.sum(), rtol=1e-4, atol=1e-4)
+
+
+# ---------------------------------------------------------------- bodies that store into their arguments
+@tolk_core.function
+def increment(x: Tensor) -> Tensor:
+    x.assign(x + 1)
+    return x * 2
+
+
+@tolk_core.function
+def fill_part(out: Tensor, v: Tensor) -> Tensor:
+    out[1:3] = v * 10
+    return out
+
+
+@tolk_core.function
+def before_and_after(x: Tensor) -> Tensor:
+    y = x * 3  # read before the store: the value the argument had when the call was made
+    x.assign(x.flip(0) + 1)
+    return y + x
+
+
+@tolk_core.function
+def store_twice(x: Tensor, v: Tensor) -> None:
+    x.assign(v)
+    x.assign(v)
+
+
+@tolk_core.function
+def nested(x: Tensor, v: Tensor) -> Tensor:
+    fill_part(x, v)
+    return increment(x)
+
+
+V = np.array([1.5, -2.0], np.float32)
+
+
+@pytest.mark.parametrize("case", ["increment", "fill_part", "before_and_after", "store_twice", "nested", "lazy"])
+def test_a_body_that_stores_into_an_argument_equals_numpy(device, case) -> None:
+    a = C[0].copy()  # 5 elements
+    x, want = Tensor(a.copy(), device=device).realize(), a.copy()
+    v = Tensor(V, device=device)
+    if case == "increment":
+        got, want_got = increment(x), (a + 1) * 2
+        want += 1
+    elif case == "fill_part":
+        got, want_got = fill_part(x, v), None
+        want[1:3] = V * 10
+        want_got = want
+    elif case == "before_and_after":
+        got, want_got = before_and_after(x), a * 3 + a[::-1] + 1
+        want = a[::-1] + 1
+    elif case == "store_twice":  # the value is the argument's reversal at the time of the call, stored twice
+        got, want_got = store_twice(x, x.flip(0) * 1), None
+        want = a[::-1].copy()
+    elif case == "nested":
+        got = nested(x, v)
+        want[1:3] = V * 10
+        want += 1
+        want_got = want * 2
+    else:  # a lazy argument stored into is realized first, and the caller's tensor sees the store
+        x = Tensor(a.copy(), device=device) * 1
+        got, want_got = increment(x), (a + 1) * 2
+        want += 1
+    if want_got is None:
+        assert got is None
+    else:
+        close(got.numpy(), want_got)
+    close(x.numpy(), want)
+
+
+def test_a_call_s_stores_run_when_it_is_made_and_its_result_reads_the_output(kernels) -> None:
+    @tolk_core.function
+    def add_then_scale(x: Tensor) -> Tensor:  # a graph of its own: not served by a cached schedule
+        x.assign(x + 2)
+        return x * 3
+
+    x = Tensor(C[0].copy(), device="CPU").realize()
+    before = rule_fires["resolve_returned_after"]
+    with kernels() as k:
+        got = add_then_scale(x)
+    assert k.count == 1  # the store ran; the result is lazy
+    call = got.uop
+    assert is_inline_call(call) and any(u.op is Op.AFTER for u in call.src[0].toposort())
+    close(got.numpy(), (C[0] + 2) * 3)
+    assert rule_fires["resolve_returned_after"] > before  # the returned state is read from x's storage
+    stores = [u for u in call.src[0].toposort() if u.op is Op.STORE]
+    assert len(stores) == 1 and stores[0].src[0].op is Op.PARAM and stores[0].src[0].arg == (0, (5,))
+
+
+def test_a_repeated_store_in_a_body_fires_the_rule() -> None:
+    before = rule_fires["repeated_store"]
+    x = Tensor(C[1].copy(), device="CPU").realize()
+    store_twice(x, Tensor(V.repeat(3)[:5], device="CPU"))
+    assert rule_fires["repeated_store"] > before
+    close(x.numpy(), V.repeat(3)[:5])

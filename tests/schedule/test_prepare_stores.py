@@ -89,3 +89,22 @@ def test_bit_run_stores_equal_numpy(device, case) -> None:
 
 # ---------------------------------------------------------------- a repeated store; returned after
 
+
+
+@pytest.mark.parametrize("hazard", ["flip", "flip-scaled", "shift", "sum"])
+def test_store_hazards_into_whole_flat_storage_equal_numpy(device, hazard) -> None:
+    # the destination is the BUFFER itself (a 1-d tensor): the materialised value still gets storage of its own
+    x, a = Tensor(A.copy(), device=device).realize(), A.copy()
+    if hazard == "flip":
+        x.assign(x.flip(0))
+        want = a[::-1]
+    elif hazard == "flip-scaled":
+        x.assign(x.flip(0) * 2)
+        want = a[::-1] * 2
+    elif hazard == "shift":
+        x[1:].assign(x[:-1])
+        want = np.concatenate([a[:1], a[:-1]])
+    else:
+        x.assign(x - x.sum())
+        want = a - a.sum()
+    close(x.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -32,6 +32,9 @@ from tolk_core.schedule import placements
 Scalar = int | float | bool
 # called with a Tensor before its data is read (the JIT refuses reads during capture and of stale outputs)
 read_checks: list[Callable[[Tensor], None]] = []
+# called with (target, value) by assign before it stores; a hook returning True has taken the store (an inline
+# call's trace records stores into its parameters)
+assign_hooks: list[Callable[[Tensor, Tensor], bool]] = []
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
@@ -51,6 +54,13 @@ def _views_storage(u: UOp) -> bool:
     while u.op in GroupOp.Movement or u.op is Op.BITCAST:
         u = u.src[0]
     return u.op is Op.BUFFER
+
+
+def _views_param(u: UOp) -> bool:
+    """Whether `u` views an inline call's parameter (through movements, bitcasts and states after stores)."""
+    while u.op in GroupOp.Movement or u.op in (Op.BITCAST, Op.AFTER):
+        u = u.src[0]
+    return u.op is Op.PARAM
 
 
 def _is_neg1(s: Any) -> bool:
@@ -233,6 +243,8 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
             value = Tensor.full(self.shape, value, self.dtype, self.device)
         value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
             value.cast(self.dtype)
+        if any(hook(self, value) for hook in assign_hooks):
+            return self
         if not _views_storage(self.uop):  # no storage to write into yet: the whole value is replaced
             self.uop = value.to(self.device).uop
             return self
@@ -240,7 +252,7 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if not _views_storage(self.uop):
+        if not _views_storage(self.uop) and not _views_param(self.uop):  # (a PARAM: a call body's argument)
             self.realize()  # the selection must view this tensor's own storage
         self[index].assign(value)
 
