@@ -14,7 +14,15 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule.prepare import InlineCall, inline_call, is_inline_call, prepare_rangeify, rule_fires
+from tolk_core.schedule.prepare import (
+    InlineCall,
+    KernelCode,
+    code_call_arguments,
+    inline_call,
+    is_inline_call,
+    prepare_rangeify,
+    rule_fires,
+)
 
 RNG = np.random.default_rng(3)
 A = RNG.standard_normal((4, 5)).astype(np.float32)
@@ -258,3 +266,64 @@ def test_a_repeated_store_in_a_body_fires_the_rule() -> None:
     store_twice(x, Tensor(V.repeat(3)[:5], device="CPU"))
     assert rule_fires["repeated_store"] > before
     close(x.numpy(), V.repeat(3)[:5])
+
+
+# ---------------------------------------------------------------- a kernel given as code
+SAXPY = {
+    "CPU": ("void saxpy(float* restrict out, const float* restrict x, const float* restrict y) {\n"
+            "  for (int i = 0; i < 6; i++) out[i] = 2.0f * x[i] + y[i];\n}\n", (1, 1, 1), None),
+    "OPENCL": ("__kernel void saxpy(__global float* out, __global const float* x, __global const float* y) {\n"
+               "  int i = get_global_id(0);\n  out[i] = 2.0f * x[i] + y[i];\n}\n", (6, 1, 1), (1, 1, 1)),
+}
+
+
+def _saxpy(device: str, outputs, x: Tensor, y: Tensor) -> list[Tensor]:
+    src, gs, ls = SAXPY[device]
+    return tolk_core.custom_kernel(src, "saxpy", outputs, [x, y], gs, ls)
+
+
+def test_a_kernel_given_as_code_equals_numpy(device, kernels) -> None:
+    a, b = np.arange(48, dtype=np.float32) / 4, RNG.standard_normal(6).astype(np.float32)
+    x, y = Tensor(a, device=device).realize(), Tensor(b, device=device).realize()
+    with kernels() as k:
+        out, = _saxpy(device, [((6,), dtypes.float32)], x[:6], y)  # runs of storage from the first: as they are
+    assert k.count == 1
+    close(out.numpy(), 2 * a[:6] + b)
+    with kernels() as k:
+        out, = _saxpy(device, [((2, 3), dtypes.float32)], x[7:13], (y * 3).reshape(2, 3).T)
+    assert k.count == 3  # the run read at element 7 and the computed, transposed value are stored first
+    close(out.numpy().reshape(-1), 2 * a[7:13] + (b * 3).reshape(2, 3).T.reshape(-1))
+    t = Tensor(np.zeros(64, np.float32), device=device).realize()
+    _saxpy(device, [t[32:38]], x[:6], y)  # a run written in place, at an offset (128 bytes: OpenCL's alignment)
+    want = np.zeros(64, np.float32)
+    want[32:38] = 2 * a[:6] + b
+    close(t.numpy(), want)
+
+
+def _code_call(written: tuple[bool, ...], *args: UOp) -> UOp:
+    callee = UOp(Op.SINK, dtypes.void, (), KernelCode("k", "k", written))
+    return UOp(Op.CALL, dtypes.void, (callee, *args))
+
+
+def test_code_call_arguments_follow_the_seed() -> None:
+    buf = UOp.new_buffer("CPU", 12, dtypes.float32)
+    other = UOp.new_buffer("CPU", 12, dtypes.float32)
+    head = UOp(Op.SHRINK, dtypes.float32, (buf,), ((0, 6),))
+    tail = UOp(Op.SHRINK, dtypes.float32, (buf,), ((6, 12),))
+    reordered = UOp(Op.PERMUTE, dtypes.float32, (UOp(Op.RESHAPE, dtypes.float32, (other,), (3, 4)),), (1, 0))
+    before = rule_fires["code_call_arguments"]
+    out = code_call_arguments(_code_call((True, False, False), UOp.new_buffer("CPU", 6, dtypes.float32), head,
+                                         UOp(Op.SHRINK, dtypes.float32, (other,), ((6, 12),))))
+    assert out.src[2] is buf  # a run from the first element: the storage itself
+    assert out.src[3].op is Op.CONTIGUOUS  # read at phase 6, storage nobody writes: copied to new storage first
+    aliased = code_call_arguments(_code_call((True, False), head, tail))
+    assert aliased.src[1] is buf and aliased.src[2] is tail  # its storage is written through another argument
+    written = code_call_arguments(_code_call((True, False), tail, reordered))
+    assert written.src[1] is tail and written.src[2].op is Op.CONTIGUOUS  # a value of its own
+    with pytest.raises(CallArgumentError, match=r"call of kernel k: argument 0 \(PERMUTE \(4, 3\)\) is written but "
+                                                "is not a run of whole elements of storage of its type"):
+        code_call_arguments(_code_call((True,), reordered))
+    from tolk_core.ir.pattern import graph_rewrite
+    from tolk_core.schedule.prepare import pm_code_calls
+    graph_rewrite(_code_call((False,), tail), pm_code_calls)
+    assert rule_fires["code_call_arguments"] > before

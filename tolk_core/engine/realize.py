@@ -37,6 +37,7 @@ from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.render.cstyle import KernelParam
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule import prepare
 from tolk_core.schedule.linear import create_linear
@@ -240,6 +241,33 @@ def realize_assign(device: str, target: UOp, value: UOp) -> None:
         del _computed[u]
 
 
+def realize_code_call(device: str, call: UOp) -> None:
+    """Run a call of a kernel given as code (`prepare.KernelCode`) now. prepare's `code_call_arguments` puts
+    its arguments in the form the call takes: values to materialise are computed into new storage first, and a
+    run of storage that starts elsewhere is passed as a view at its byte offset. Cached results that read
+    storage the call writes are forgotten."""
+    call = graph_rewrite(call, prepare.pm_code_calls, name="a kernel given as code: its arguments")
+    staged = [a for a in call.src[1:] if a.op not in (Op.BUFFER, Op.SHRINK)]
+    linear, outs, var_vals = schedule(device, staged) if staged else (None, [], {})
+    if linear is not None:
+        run_linear(linear, var_vals=var_vals)
+    made = dict(zip(staged, outs, strict=True))
+    args = [made[a] if a in made else a if a.op is Op.BUFFER else
+            UOp(Op.SLICE, a.dtype, (a.src[0],), (a.arg[0][0] * a.dtype.itemsize, a.arg[0][1] - a.arg[0][0], None))
+            for a in call.src[1:]]
+    run_linear(UOp(Op.LINEAR, dtypes.void, (UOp(Op.CALL, dtypes.void, (call.src[0], *args)),)))
+    written = {storage_base(a) for a, w in zip(call.src[1:], call.src[0].arg.written, strict=True) if w}
+    for u in [u for u in list(_computed) if any(b in written for b in u.toposort())]:
+        del _computed[u]
+
+
+def _code_source(code: prepare.KernelCode) -> KernelSource:
+    """The KernelSource of a kernel given as code: its text as given, one buffer parameter per argument (of
+    a type the text alone declares)."""
+    params = tuple(KernelParam(i, dtypes.void, w) for i, w in enumerate(code.written))
+    return KernelSource(code.name, code.source, code.global_size, code.local_size, params)
+
+
 def _concrete(x: sint, var_vals: dict[str, int]) -> int:
     return x if isinstance(x, int) else int(x.eval(var_vals))
 
@@ -293,7 +321,8 @@ def to_program(ast: UOp, device: str) -> UOp:
 def _compile_together(dev: str, asts: list[UOp]) -> None:
     device = _device(dev)
     renderer = device.renderer
-    sources = [generate_cached(ast, renderer) for ast in asts]
+    sources = [_code_source(ast.arg) if isinstance(ast.arg, prepare.KernelCode) else generate_cached(ast, renderer)
+               for ast in asts]
     unique = {ks.name: ks for ks in sources}
     module = renderer.render_module([ks.source for ks in unique.values()])
     if config.get("DEBUG") >= 4:
@@ -301,6 +330,13 @@ def _compile_together(dev: str, asts: list[UOp]) -> None:
     lib = device.compiler.compile_cached(module)
     for ast, ks in zip(asts, sources, strict=True):
         _programs[(device, ast)] = (device.runtime(device, ks.name, lib), ks)
+
+
+def _runtime_arg(b: UOp, input_uops: Sequence[UOp]) -> Any:
+    """The runtime Buffer of a CALL argument: a BUFFER, a JIT input PARAM, or a SLICE (byte offset, size) of one."""
+    if b.op is Op.SLICE:
+        return _runtime_arg(b.src[0], input_uops).view(b.arg[1], b.dtype, b.arg[0])
+    return buffers.runtime_buffer(input_uops[b.arg[0]] if b.op is Op.PARAM else b)
 
 
 def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, int] | None = None) -> None:
@@ -315,8 +351,7 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
     programs = compile_linear(linear)
     debug = config.get("DEBUG")
     for call, (prg, ks) in zip(linear.src, programs, strict=True):
-        handles = [buffers.runtime_buffer(input_uops[b.arg[0]] if b.op is Op.PARAM else b).allocate().handle
-                   for b in call.src[1:]]
+        handles = [_runtime_arg(b, input_uops).allocate().handle for b in call.src[1:]]
         vals = kernel_vals(ks, var_vals)
         gsize = ks.launch_dims(var_vals)
         st = time.perf_counter()

@@ -22,11 +22,11 @@ devices inside it, raises CallError. Gradients do not flow through a CALL.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tolk_core.errors import TolkError
+from tolk_core.errors import DeviceMismatchError, TolkError
 from tolk_core.frontend import tensor as tensor_mod
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
@@ -196,3 +196,30 @@ def _trace(fn: Callable[..., Any], args: tuple) -> _Traced:
             raise CallError(f"{fn.__qualname__} copies between devices: an inline call's body stays on its "
                             "arguments' device")
     return _Traced(tuple(o.uop for o in outs), many, tuple(trace.stores))
+
+
+def custom_kernel(source: str, name: str, outputs: Sequence[Tensor | tuple[tuple[int, ...], Any]],
+                  inputs: Sequence[Tensor] = (), global_size: tuple[int, int, int] = (1, 1, 1),
+                  local_size: tuple[int, int, int] | None = None) -> list[Tensor]:
+    """Run a kernel given as code now (seed 001: a call compiled on its own) and return its outputs.
+
+    `source` is one function named `name` in the device's dialect (C for CPU, OpenCL C for OPENCL) taking one
+    pointer per output, then one per input, in order. An output is a Tensor viewing storage (written in place:
+    a run of whole elements of its storage, else CallArgumentError) or `(shape, dtype)` for new storage. The
+    arguments follow prepare's `code_call_arguments`: storage read from its first element is passed as it is, a
+    run read elsewhere is copied into new storage first unless another argument writes its storage, and any
+    other input (a computed value, a view that reorders) is computed into new storage first. `global_size`
+    counts work groups of `local_size` items. All Tensors must be on one device (DeviceMismatchError).
+    """
+    from tolk_core.engine.realize import realize_code_call
+    outs = [o if isinstance(o, Tensor) else Tensor.empty(*o[0], dtype=o[1],
+                                                          device=inputs[0].device if inputs else None)
+            for o in outputs]
+    tensors = [*outs, *inputs]
+    if len(devices := {t.device for t in tensors}) > 1:
+        raise DeviceMismatchError(f"kernel {name} is given Tensors on {sorted(devices)}: one device only")
+    code = prepare.KernelCode(source, name, (True,) * len(outs) + (False,) * len(inputs), tuple(global_size),
+                              None if local_size is None else tuple(local_size))
+    callee = UOp(Op.SINK, dtypes.void, (), code)
+    realize_code_call(tensors[0].device, UOp(Op.CALL, dtypes.void, (callee, *(t.uop for t in tensors))))
+    return outs

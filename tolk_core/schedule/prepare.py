@@ -248,6 +248,65 @@ def inline_call(call: UOp) -> UOp | None:
     return out
 
 
+@dataclass(frozen=True)
+class KernelCode:
+    """A kernel given as code (a call compiled on its own): the arg of the callee `SINK()` of
+    `CALL(callee, *args)`. `source` is one function in the device's dialect (C for CPU, OpenCL C for OPENCL)
+    named `name`, taking one pointer per argument in order; `written[i]` says whether it writes argument i.
+    `global_size` counts work groups of `local_size` items (None: the device chooses; loops on a CPU)."""
+    source: str
+    name: str
+    written: tuple[bool, ...]
+    global_size: tuple[int, int, int] = (1, 1, 1)
+    local_size: tuple[int, int, int] | None = None
+
+
+def is_code_call(u: UOp) -> bool:
+    """Whether `u` calls a kernel given as code."""
+    return u.op is Op.CALL and isinstance(u.src[0].arg, KernelCode)
+
+
+def code_call_arguments(call: UOp) -> UOp | None:
+    """A call compiled on its own takes as an argument that is a run of storage's elements (or of a state of it)
+    from the first, of the storage's type, the storage itself, which the call writes through (contiguous_view).
+    Storage the call only reads that starts elsewhere than its parameter assumes (storage_phase: a parameter
+    assumes the first element) and that the call does not write through another argument
+    (reads_storage_written) is stored into new storage (a materialisation), which starts as the parameter
+    assumes; a run it writes, or whose storage another argument writes, is passed as the run (a SHRINK of the
+    storage: the storage at an offset). Any other argument is a value of its own, materialised. An argument the
+    call writes that is not a run of storage raises CallArgumentError naming it."""
+    if not is_code_call(call):
+        return None
+    code, args = call.src[0].arg, call.src[1:]
+    writes = tuple(a for a, w in zip(args, code.written, strict=True) if w)
+    out = []
+    for i, (a, w) in enumerate(zip(args, code.written, strict=True)):
+        if a.op in (Op.BUFFER, Op.CONTIGUOUS) and not (w and a.op is Op.CONTIGUOUS):
+            out.append(a)  # in the form the call takes already (a run's SHRINK maps to itself below)
+            continue
+        cv = contiguous_view(a)
+        base = _storage_of_state(cv[0]) if cv is not None else None
+        if cv is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER or base.dtype != a.dtype:
+            if w:
+                raise CallArgumentError(f"call of kernel {code.name}: argument {i} ({a.op.name} {_fmt(a.shape)}) is "
+                                        "written but is not a run of whole elements of storage of its type")
+            out.append(_materialised(a))
+            continue
+        phase, n = cv[1], prod(a.shape)
+        if not isinstance(phase, int) or not isinstance(n, int):  # a symbolic run: a value of its own
+            if w:
+                raise CallArgumentError(f"call of kernel {code.name}: argument {i} is written at a symbolic offset")
+            out.append(_materialised(a))
+        elif phase == 0:
+            out.append(base)
+        elif not w and not reads_storage_written(a, tuple(x for x in writes if x is not a)):
+            out.append(_materialised(a))
+        else:
+            out.append(UOp(Op.SHRINK, base.dtype, (base,), ((phase, phase + n),)))
+    new = call.replace(src=(call.src[0], *out))
+    return None if new is call else new
+
+
 def drop_detach(x: UOp, u: UOp) -> UOp:
     """DETACH and CONTIGUOUS_BACKWARD are their source."""
     return x
@@ -680,6 +739,9 @@ pm_before_copies = pm_disk_copies + PatternMatcher([
     (_STORE, *reversed(_counted("store_across_devices", store_across_devices)))])
 # step 3, before expand_bitcast rewrites a destination's bitcasts into values: bit-run stores
 pm_bit_run_stores = PatternMatcher([(_STORE, *reversed(_counted("store_bit_run", store_bit_run)))])
+# step 3: a call compiled on its own takes storage, runs of it, or values materialised into new storage
+pm_code_calls = PatternMatcher([(UPat(Op.CALL, name="call"),
+                                 *reversed(_counted("code_call_arguments", code_call_arguments)))])
 # step 3: from the leaves up
 pm_prepare = PatternMatcher([
     (_STORE, *reversed(_counted("refuse_broadcast_store", refuse_broadcast_store))),
