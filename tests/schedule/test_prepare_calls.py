@@ -327,3 +327,15 @@ def test_code_call_arguments_follow_the_seed() -> None:
     from tolk_core.schedule.prepare import pm_code_calls
     graph_rewrite(_code_call((False,), tail), pm_code_calls)
     assert rule_fires["code_call_arguments"] > before
+
+
+# ---------------------------------------------------------------- gradients through an inline call
+def test_gradients_flow_through_an_inline_call(device) -> None:
+    # d/dx, d/dw of sum((relu(x @ w) * s + sum(x)) * r), by hand: r weights each output element
+    r = RNG.standard_normal((4, 3)).astype(np.float32)
+    x, w = Tensor(A, device=device).requires_grad_(), Tensor(B, device=device).requires_grad_()
+    s = Tensor(np.array(1.5, np.float32), device=device)
+    (affine_relu(x, w, s) * Tensor(r, device=device)).sum().backward()
+    upstream = (A @ B > 0) * 1.5 * r  # through relu and the scale
+    close(x.grad.numpy(), upstream @ B.T + r.sum(), rtol=1e-4, atol=1e-4)  # + the x.sum() term, once per output
+    close(w.grad.numpy(), A.T @ upstream, rtol=1e-4, atol=1e-4)

@@ -17,7 +17,9 @@ copy made before the first store, where a later store or a result reads it. A st
 body records its stores into the outer body.
 
 The body must stay on its arguments' device: reading a placeholder's data while tracing, or a copy between
-devices inside it, raises CallError. Gradients do not flow through a CALL.
+devices inside it, raises CallError. Gradients flow through a CALL's inlined body (autograd inlines it).
+
+`custom_kernel` runs a kernel given as code (seed 001: a call compiled on its own), now, like an assignment.
 """
 from __future__ import annotations
 
