@@ -10,15 +10,19 @@ value placed On_device, a call to a function without its own compilation is `CAL
 
 Rules, in the seed's order:
 - step 1 `store_in_place`;
-- step 2 `inline_call` (refusals: CallArgumentError), `disk_copy_views_move_to_result` (also run by the engine
-  before it performs copies; `disk_run` reads its normal form). `pm_mops` (below) is the INDEX-form matcher;
+- step 2 `inline_call` (refusals: CallArgumentError), then top-down `repeated_store` and `resolve_returned_after`,
+  `disk_copy_views_move_to_result` (also run by the engine before it performs copies, with `store_across_devices`:
+  `pm_before_copies`; `disk_run` reads its normal form). `pm_mops` (below) is the INDEX-form matcher;
   rangeify's lowerer indexes every movement through its first rule (`index_through_movement`);
 - step 3 `split_reduceop`, `stage_of_storage_or_copy` (a pass of its own, before the store-hazard rule adds
-  materialisations that must stay), then `pm_prepare`: `refuse_broadcast_store`, `drop_self_store`,
-  `store_reshape_pair`, `store_into_bitcast`, `store_hazard` (no seed bullet: reference/tolk.md §3.2),
-  `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`, `expand_bitcast`, `fold_empty`.
-Not here: calls compiled on their own (no such node yet); cross-device copies are performed by the engine
-(`realize._copy_across_devices`), which stores the value into new storage on the copy's device.
+  materialisations that must stay), `store_bit_run` (a pass of its own, before expand_bitcast rewrites the
+  destination's bitcast), then `pm_prepare`: `refuse_broadcast_store`, `drop_self_store`,
+  `store_reshape_pair`, `store_into_bitcast`, `store_across_devices`, `store_hazard` (no seed bullet:
+  reference/tolk.md §3.2), `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`, `expand_bitcast`,
+  `fold_empty`. Calls compiled on their own (a kernel given as code, `KernelCode`): `code_call_arguments`
+  (`pm_code_calls`, applied by the engine when it runs one).
+Cross-device copies are performed by the engine (`realize._copy_across_devices`), which stores the value into new
+storage on the copy's device.
 
 Also here: `unbind` (bound Variables leave the graph for var_vals), `contiguous_view`, `expand_bitcast`, and the
 seed's helpers `storage_base`, `identity_element`, `is_broadcast`, `storage_phase`, `reads_storage_written`,
