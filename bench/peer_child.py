@@ -3,7 +3,7 @@ with Tolk's (or another peer's) while either is timed. numpy's child runs withou
 OPENBLAS_L2_SIZE (set on these machines, they make OpenBLAS pick a slower kernel) and records the BLAS in use
 (threadpoolctl). Prints one JSON object: the best time of each requested row, errors, and the BLAS.
 
-Usage: python -m bench.peer_child PEER REPS MIN_TOTAL_S ROW_NAME...
+Usage: python -m bench.peer_child PEER DEVICE REPS MIN_TOTAL_S ROW_NAME...  (DEVICE: Tolk's, for tinygrad's)
 """
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ def blas_info() -> list[dict[str, object]]:
 
 
 def main() -> None:
-    peer, reps, min_total, names = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), set(sys.argv[4:])
+    peer, device, reps, min_total = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    names = set(sys.argv[5:])
     times, errors = {}, {}
-    for row in rows("CPU"):
+    for row in rows(device):
         impl = getattr(row, peer)
         if row.name not in names or impl is None:
             continue

@@ -62,11 +62,20 @@ def _torch(fn: Callable[..., Any]) -> Impl:
     return make
 
 
-def _tiny(fn: Callable[..., Any]) -> Impl:
+# tinygrad's device of the same kind as Tolk's: OpenCL rows run on tinygrad's CL device (PoCL here), the rest on CPU
+TINYGRAD_DEVICE = {"OPENCL": "CL", "CUDA": "CUDA"}
+
+
+def tiny_device(device: str) -> str:
+    return TINYGRAD_DEVICE.get(device.partition(":")[0].upper(), "CPU")
+
+
+def _tiny(fn: Callable[..., Any], device: str) -> Impl:
     def make(inp: dict[str, np.ndarray]) -> Callable[[], Any]:
-        from tinygrad import Tensor
-        ts = {k: Tensor(v, device="CPU").realize() for k, v in inp.items()}
-        return lambda: fn(**ts).realize()
+        from tinygrad import Device, Tensor
+        dev = Device[tiny_device(device)]
+        ts = {k: Tensor(v, device=tiny_device(device)).realize() for k, v in inp.items()}
+        return lambda: (fn(**ts).realize(), dev.synchronize())  # CL launches are asynchronous: wait, as Tolk's
     return make
 
 
@@ -76,7 +85,7 @@ def _np(fn: Callable[..., Any]) -> Impl:
 
 def _same(fn: Callable[..., Any], device: str) -> tuple[Impl, Impl, Impl, Impl]:
     """numpy, Tolk, torch, tinygrad implementations of one expression written with methods all four share."""
-    return _np(fn), _tolk(fn, device), _torch(fn), _tiny(fn)
+    return _np(fn), _tolk(fn, device), _torch(fn), _tiny(fn, device)
 
 
 def _softmax_np(x):
@@ -126,7 +135,7 @@ def mlp_inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def rows(device: str) -> list[Row]:
-    """Every row of the suite for Tolk device `device` (peers run on CPU)."""
+    """Every row of the suite for Tolk device `device` (numpy and torch run on CPU, tinygrad on `tiny_device`)."""
     n_ew = 1 << 24
     out: list[Row] = []
 
@@ -140,18 +149,18 @@ def rows(device: str) -> list[Row]:
     def ewr(a, b, c):
         return (a * b + c).relu().sum()
     out.append(Row("elementwise+reduce relu(a*b+c).sum() (2^24)", lambda r: {k: _f32(r, n_ew) for k in "abc"},
-                   _np(ewr_np), _tolk(ewr, device), _torch(ewr), _tiny(ewr), work=12 * n_ew, unit="GB/s",
+                   _np(ewr_np), _tolk(ewr, device), _torch(ewr), _tiny(ewr, device), work=12 * n_ew, unit="GB/s",
                    out_elems=n_ew, rtol=1e-2))
 
     rs = lambda a: a.sum(axis=1)  # noqa: E731
     out.append(Row("row sum (4096x4096).sum(1)", lambda r: {"a": _f32(r, 4096, 4096)},
-                   _np(rs), _tolk(rs, device), _torch(lambda a: a.sum(1)), _tiny(rs), work=4 * 4096 * 4097,
+                   _np(rs), _tolk(rs, device), _torch(lambda a: a.sum(1)), _tiny(rs, device), work=4 * 4096 * 4097,
                    unit="GB/s", out_elems=4096 * 4096))
 
     sm_shape = (4096, 1024)
     out.append(Row("softmax (4096x1024, last axis)", lambda r: {"x": _f32(r, *sm_shape)}, _np(_softmax_np),
                    _tolk(lambda x: x.softmax(-1), device), _torch(lambda x: x.softmax(-1)),
-                   _tiny(lambda x: x.softmax(-1)), work=8 * 4096 * 1024, unit="GB/s", out_elems=4096 * 1024))
+                   _tiny(lambda x: x.softmax(-1), device), work=8 * 4096 * 1024, unit="GB/s", out_elems=4096 * 1024))
     out.append(Row("layernorm (4096x1024)", lambda r: {"x": _f32(r, *sm_shape), "w": _f32(r, 1024),
                                                       "b": _f32(r, 1024)},
                    *_same(_layernorm, device), work=8 * 4096 * 1024, unit="GB/s", out_elems=4096 * 1024))
@@ -166,7 +175,8 @@ def rows(device: str) -> list[Row]:
                    lambda r: {"x": _f32(r, cn, cc, hw, hw), "w": _f32(r, co, cc, 3, 3, scale=0.2)},
                    _np(_conv_np), _tolk(_conv_tolk, device),
                    _torch(lambda x, w: __import__("torch").nn.functional.conv2d(x, w)),
-                   _tiny(lambda x, w: x.conv2d(w)), work=2.0 * cn * co * cc * 9 * (hw - 2) ** 2, unit="GFLOP/s"))
+                   _tiny(lambda x, w: x.conv2d(w), device), work=2.0 * cn * co * cc * 9 * (hw - 2) ** 2,
+                   unit="GFLOP/s"))
 
     out.append(Row("demo MLP forward (64x784-256-10)", mlp_inputs, *_same(_mlp, device),
                    work=2.0 * 64 * (784 * 256 + 256 * 10), unit="GFLOP/s"))

@@ -39,9 +39,9 @@ def _peer_env() -> dict[str, str]:
     return env
 
 
-def peer_times(peer: str, names: list[str], reps: int, min_total: float) -> dict[str, Any]:
-    """Run bench.peer_child for `peer` over the rows `names`; its JSON result."""
-    proc = subprocess.run([sys.executable, "-m", "bench.peer_child", peer, str(reps), str(min_total), *names],
+def peer_times(peer: str, device: str, names: list[str], reps: int, min_total: float) -> dict[str, Any]:
+    """Run bench.peer_child for `peer` over the rows `names` of Tolk device `device`; its JSON result."""
+    proc = subprocess.run([sys.executable, "-m", "bench.peer_child", peer, device, str(reps), str(min_total), *names],
                           capture_output=True, text=True, env=_peer_env(), cwd=ROOT)
     if proc.returncode != 0:
         raise RuntimeError(f"{peer} child failed:\n{proc.stderr}")
@@ -88,7 +88,8 @@ if sys.argv[1] == "tolk":
     ts = {k: Tensor(v, device=sys.argv[2]) for k, v in inp.items()}
 else:
     from tinygrad import Tensor
-    ts = {k: Tensor(v, device="CPU") for k, v in inp.items()}
+    from bench.rows import tiny_device
+    ts = {k: Tensor(v, device=tiny_device(sys.argv[2])) for k, v in inp.items()}
 t2 = time.perf_counter()
 out = _mlp(**ts).numpy()
 t3 = time.perf_counter()
@@ -140,7 +141,8 @@ if who == "tolk":
     mk = lambda a: Tensor(a, device=device)
 else:
     from tinygrad import Tensor
-    mk = lambda a: Tensor(a, device="CPU")
+    from bench.rows import tiny_device
+    mk = lambda a: Tensor(a, device=tiny_device(device))
 x = mk(rng.standard_normal((64, 64)).astype(np.float32))
 for w, b in ws:
     x = (x @ mk(w) + mk(b)).relu()
@@ -184,11 +186,15 @@ def jit_replay(device: str, reps: int, peers: dict[str, bool]) -> dict[str, Any]
     else:
         rec["tolk"] = "n/a (no JIT yet)"
     if peers["tinygrad"]:
+        from tinygrad import Device as TD
         from tinygrad import Tensor as TT
         from tinygrad import TinyJit
-        tts = [TT(v, device="CPU").realize() for v in inp.values()]
+
+        from bench.rows import tiny_device
+        tdev = TD[tiny_device(device)]
+        tts = [TT(v, device=tiny_device(device)).realize() for v in inp.values()]
         tf = TinyJit(lambda *a: _mlp(*a).realize())
-        rec["times"]["tinygrad"] = best_time(lambda: tf(*tts), reps)
+        rec["times"]["tinygrad"] = best_time(lambda: (tf(*tts), tdev.synchronize()), reps)
     if peers["torch"]:
         import torch
         pts = [torch.from_numpy(v.copy()) for v in inp.values()]
@@ -213,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                 (args.only is None or args.only in r.name)]
     started = time.perf_counter()
     names = [r.name for r in selected]
-    timed = {p: peer_times(p, names, reps, min_total) for p in ("numpy", *(p for p, ok in peers.items() if ok))}
+    timed = {p: peer_times(p, args.device, names, reps, min_total)
+             for p in ("numpy", *(p for p, ok in peers.items() if ok))}
     np_peer = timed["numpy"]
     load = os.getloadavg()
     print(f"tolk bench on {args.device}; load average {load[0]:.1f} on {os.cpu_count()} cpus; "

@@ -4,6 +4,8 @@ Each test compiles from its own `Lineage` (not the process root), so tests canno
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 from tests.frontend.helpers import close, np_attention, np_mlp
 from tolk_core import config
 from tolk_core.codegen import generate
+from tolk_core.counters import GlobalCounters
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.uop import UOp
@@ -98,28 +101,58 @@ def _np_softmax(a: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+# how each dialect declares the exp row: a C stack array; GPU work-group shared memory, filled by the group's
+# items together and read behind a barrier
+_LOCAL_ROW = {"CPU": (r"^\s*float loc0\[1000\];$", None),
+              "OPENCL": (r"^\s*__local float loc0\[1000\];$", "barrier(CLK_LOCAL_MEM_FENCE);"),
+              "CUDA": (r"^\s*__shared__ float loc0\[1000\];$", "__syncthreads();")}
+
+
+def _softmax_kernel(device: str, lineage: Lineage, x: Tensor):
+    """The kernels rangeify makes for softmax(x) on `device`, compiling from `lineage`."""
+    out = _softmax(x)[1]
+    with lineage:
+        return rangeify([(out.uop, UOp.new_buffer(device, 64000, dtypes.float32))],
+                        lambda v: UOp.new_buffer(device, 1, v.dtype), local_arrays=True)
+
+
 def test_softmax_is_one_kernel_with_a_local_exp_row(device, kernels) -> None:
-    """Softmax over (64,1000) with kernel-local arrays: one kernel; the exp row is a 1000-float Local array
-    (4000 bytes, under the default threshold) in the rendered source (a C stack array; OpenCL private memory).
-    Values equal numpy where it runs: on CPU. OpenCL launches one work item per output, so realize() keeps rows
-    On_device there (three kernels, equal values) until a work group can share a row."""
+    """Softmax over (64,1000): one kernel; the exp row is a 1000-float Local array (4000 bytes, under the default
+    threshold) in the rendered source: a C stack array on CPU, a `__local` array on OpenCL that one work group
+    per row fills cooperatively before a barrier (row max and sum as group reductions). Values equal numpy."""
     a = _rand(64, 1000)
     x = Tensor(a, device=device)
     ctx = Lineage()
     lineage = ctx.fork()
     e = (x - x.max(axis=-1, keepdim=True)).exp()
-    out = _softmax(x)[1]
-    with lineage:
-        ks = rangeify([(out.uop, UOp.new_buffer(device, 64000, dtypes.float32))],
-                      lambda v: UOp.new_buffer(device, 1, v.dtype), local_arrays=True)
+    ks = _softmax_kernel(device, lineage, x)
     assert len(ks) == 1
-    source = generate(ks[0].ast, Device[device].renderer).source
-    assert re.search(r"^\s*float loc0\[1000\];$", source, re.M), source
+    ksrc = generate(ks[0].ast, Device[device].renderer)
+    decl, barrier = _LOCAL_ROW[device]
+    assert re.search(decl, ksrc.source, re.M), ksrc.source
+    if barrier is not None:  # one group per row: the fill, and two per row reduction (partials, then the total)
+        assert ksrc.source.count(barrier) == 5 and ksrc.global_size == (64, 1, 1), ksrc.source
     assert lineage.placements.get(e.uop) == (L, Provenance.refined(ROW_SCRATCH, KERNEL_SCRATCH))
     with ctx.fork(), kernels() as k:  # a sibling: its own decisions for this device
-        got = out.numpy()
-    assert k.count == (3 if Device[device].renderer.has_local else 1)
+        got = _softmax(x)[1].numpy()
+    assert k.count == 1
     close(got, _np_softmax(a))
+
+
+def test_softmax_row_renders_and_compiles_for_cuda() -> None:
+    """CUDA without a GPU: the same kernel declares the row `__shared__`, synchronizes with `__syncthreads()`,
+    and compiles to an sm_90 cubin where NVRTC or nvcc is installed."""
+    ks = _softmax_kernel("CPU", Lineage(), Tensor(_rand(64, 1000), device="CPU"))  # kernel ASTs are device-free
+    assert len(ks) == 1
+    ksrc = generate(ks[0].ast, Device.renderer_for("CUDA"))
+    decl, barrier = _LOCAL_ROW["CUDA"]
+    assert re.search(decl, ksrc.source, re.M) and ksrc.source.count(barrier) == 5, ksrc.source
+    assert ksrc.local_size == (256, 1, 1) and ksrc.global_size == (64, 1, 1)
+    compiler = Device.compiler_for("CUDA")
+    if compiler.tool == "none":
+        pytest.skip("neither NVRTC nor nvcc is installed: CUDA C cannot be compiled here")
+    cubin = compiler.compile_cached(Device.renderer_for("CUDA").render_module([ksrc.source]))
+    assert cubin[:4] == b"\x7fELF" and ksrc.name.encode() in cubin
 
 
 def test_row_reduction_consumed_across_rows_is_stored(device, kernels) -> None:
@@ -151,9 +184,8 @@ def test_softmax_below_the_threshold_keeps_rows_on_device(device, kernels) -> No
 
 
 def test_decide_inline_of_softmax_row_max_changes_the_kernel_count(device, kernels) -> None:
-    """The row max preferred inline is recomputed where read. With local arrays (CPU) it then cannot be fused as
-    a row, so the row sum that reads it is stored again (1 -> 2 kernels); without (OpenCL) it is no longer
-    stored (3 -> 2). Equal values either way."""
+    """The row max preferred inline is recomputed where read: it then cannot be fused as a row, so the row sum
+    that reads it is stored again (1 -> 2 kernels). Equal values."""
     a = _rand(64, 1000)
     x = Tensor(a, device=device)
     m = _softmax(x)[0]
@@ -164,12 +196,11 @@ def test_decide_inline_of_softmax_row_max_changes_the_kernel_count(device, kerne
         with lineage, kernels() as k:
             results.append(_softmax(x)[1].numpy())
         counts.append(k.count)
-    assert counts == ([3, 2] if Device[device].renderer.has_local else [1, 2])
+    assert counts == [1, 2]
     for r in results:
         close(r, _np_softmax(a))
     assert inlined.placements.raw_entry(m.uop) == (V, INLINED)
-    capped = (OD, Provenance.refined(Provenance.INLINE_REDUCTION_CAP, CROSSES_KERNEL))
-    assert plain.placements.raw_entry(m.uop) == (capped if Device[device].renderer.has_local else (V, INLINED))
+    assert plain.placements.raw_entry(m.uop) == (V, INLINED)
     assert len(ctx.placements) == 0
 
 
@@ -226,6 +257,39 @@ def test_fission_promotes_a_crossing_local_and_undoes_a_coalesced_one(device, ke
     close(y2.numpy(), want_b * want_b, rtol=1e-4)
 
 
+def test_fission_promotion_is_seen_then_undone_when_its_kernels_coalesce(device, kernels, monkeypatch) -> None:
+    """The promotion itself, observed: a (Local) is first read by the kernels of y1 and y2 (both compute b from
+    it) and is promoted On_device with the fission provenance; promoting b moves the crossing, a's readers
+    coalesce into b's kernel, and the promotion is undone. In a sibling where b is decided On_device up front
+    the split never reaches a: no promotion at all. Equal kernels and values in both."""
+    promoted: list[tuple[UOp, pm.Placement]] = []
+    real = pm.promote_crossing
+
+    def spy(p: pm.Placements, touched):
+        undo = real(p, touched)
+        promoted.extend((u, p.get(u)) for u in undo)
+        return undo
+
+    monkeypatch.setattr(pm, "promote_crossing", spy)
+    arr = _rand(5, 20)  # a shape no other test schedules: a schedule-cache hit would replay, not promote
+    want_b = np.exp(arr * 2) * 3 + 1
+    x = Tensor(arr, device=device)
+    ctx = Lineage()
+    scratch = Provenance.refined(pm.NEVER_RECOMPUTE, KERNEL_SCRATCH)
+    for lineage, b_first in ((ctx.fork(), False), (None, True)):
+        a, b, y1, y2 = _fission_program(x)
+        lineage = ctx.decide_materialized([b]) if b_first else lineage
+        promoted.clear()
+        with lineage, kernels() as k:
+            Tensor.realize(y1, y2)
+        assert k.count == 3
+        assert lineage.placements.get(a.uop) == (L, scratch)  # undone / never promoted
+        assert [(u is a.uop, pl) for u, pl in promoted] == ([] if b_first else [(True, (OD, pm.FISSION)),
+                                                                                 (False, (OD, pm.FISSION))])
+        close(y1.numpy(), want_b + 1)
+        close(y2.numpy(), want_b * want_b, rtol=1e-4)
+
+
 def test_threshold_below_the_scratch_size_keeps_values_on_device(device, kernels) -> None:
     arr = _rand(4, 25)
     x = Tensor(arr, device=device)
@@ -259,37 +323,58 @@ def test_output_provenance_and_parent_lineage_commit() -> None:
     assert work.placements.raw_entry(inner) == (V, INLINED)
 
 
+def test_schedule_cache_keys_on_placements(device, kernels) -> None:
+    """Equal graphs share a schedule-cache entry only under equal placements: a decide_materialized sibling
+    misses the plain compile's entry (and stores two kernels); an equal graph under equal placements hits,
+    and the decisions the cached compile made are replayed into its lineage."""
+    ctx = Lineage()
+    xs = [Tensor(_rand(29, 43, seed=s), device=device) for s in range(4)]  # a shape no other test schedules
+    progs = [_chain(x) for x in xs]  # (mid, out) per input: equal structure, distinct nodes
+
+    def run(lineage: Lineage, i: int) -> tuple[int, int]:
+        hits = GlobalCounters.schedule_cache_hits
+        with lineage, kernels() as k:
+            close(progs[i][1].numpy(), (np.exp(xs[i].numpy() * 2 + 1) * 3).sum(1), rtol=1e-4)
+        return k.count, GlobalCounters.schedule_cache_hits - hits
+
+    plain = ctx.fork()
+    assert run(plain, 0) == (1, 0)
+    stored = ctx.decide_materialized([progs[1][0]])
+    assert run(stored, 1) == (2, 0)   # not the plain compile's entry
+    stored2 = ctx.decide_materialized([progs[2][0]])
+    out2 = progs[2][1].uop
+    assert run(stored2, 2) == (2, 1)  # the first sibling's entry
+    assert stored2.placements.raw_entry(out2) == (OD, OUTPUT)  # replayed
+    assert run(plain, 3) == (1, 1)
+    assert plain.placements.raw_entry(progs[3][0].uop) == (V, INLINED)  # replayed
+    assert len(ctx.placements) == 0
+
+
 _DIGEST_SCRIPT = """
 import numpy as np
-from tolk_core.codegen import generate
 from tolk_core.frontend.tensor import Tensor
-from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.uop import UOp
-from tolk_core.plugins import Device
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.schedule import placements as pm
-from tolk_core.schedule.rangeify import realize_points
 x = Tensor(np.arange(64 * 100, dtype=np.float32).reshape(64, 100), device="CPU")
 m = x.max(axis=-1, keepdim=True)
 e = (x - m).exp()
 out = (e / e.sum(axis=-1, keepdim=True)).contiguous() * 2
-lineage = pm.Lineage()
-work = lineage.begin()
-realize_points([out.uop], work)
-print(pm.digest(UOp(Op.SINK, dtypes.void, (out.uop,)), work.placements))
+sink = UOp(Op.SINK, dtypes.void, (out.uop,))
+ctx = pm.Lineage()
+for lineage in (ctx.fork(), ctx.decide_materialized([e]), ctx.decide_inline([m])):
+    print(pm.digest(sink, lineage.placements, lineage.inline_preferences))
 """
 
 
 def test_schedule_cache_digest_is_equal_across_processes() -> None:
+    """The digest the schedule cache keys on (the placements a compile starts from, by graph position) is equal
+    in two processes, and tells a plain lineage from a decide_materialized and a decide_inline sibling."""
     namespace: dict = {}
-    import contextlib
-    import io
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         exec(compile(_DIGEST_SCRIPT, "digest", "exec"), namespace)
-    here = buf.getvalue().strip()
+    here = buf.getvalue().split()
     there = subprocess.run([sys.executable, "-c", _DIGEST_SCRIPT], capture_output=True, text=True, check=True)
-    assert there.stdout.strip() == here and len(here) == 16
-    assert CROSSES_KERNEL.code == 43
+    assert there.stdout.split() == here and len(set(here)) == 3 and all(len(d) == 16 for d in here)

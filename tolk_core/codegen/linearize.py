@@ -3,9 +3,11 @@
 The output is a list of UOps in execution order: RANGE opens a loop, END(range) closes it, DEFINE_REG declares
 a reduction's accumulator (scalar dtype) or a kernel-local array (REG pointer dtype), ASSIGN(reg, value) with
 arg=op folds one element into it, STORE writes memory, and every other UOp is a value computed where it stands.
-A REDUCE appearing after its loop stands for its accumulator's final value. A kernel-local array is filled by an
-END(STORE(INDEX(array, i), value), *ranges) that its LOADs carry as a source: the array is declared and filled
-where the fill's value is needed (inside the loops it depends on, so each thread and row gets its own).
+A REDUCE appearing after its loop stands for its accumulator's final value. A kernel-local array (DEFINE_REG of a
+REG pointer; DEFINE_LOCAL for work-group shared memory) is filled by an END(STORE(INDEX(array, i), value),
+*ranges), or a bare STORE, that its LOADs carry as a source (through a BARRIER when the group shares it): the
+array is declared and filled where the fill's value is needed (inside the loops it depends on, so each thread
+and row gets its own).
 
 Placement: a value is computed in the innermost loop among the ranges it depends on (and no deeper), so
 loop-invariant work is hoisted out of inner loops by construction. A loop's statement is appended to its parent
@@ -31,7 +33,7 @@ class _Loop:
     body: list = field(default_factory=list)
 
 
-def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     deps: dict[UOp, frozenset[UOp]] = {}
     for u in sink.toposort():
         if u.op is Op.RANGE:
@@ -43,8 +45,9 @@ def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     return deps
 
 
-def _is_array(u: UOp) -> bool:
-    return u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType)
+def is_array(u: UOp) -> bool:
+    """A kernel-local array: per item (DEFINE_REG of a REG pointer) or shared by a work group (DEFINE_LOCAL)."""
+    return u.op in (Op.DEFINE_REG, Op.DEFINE_LOCAL) and isinstance(u.dtype, PtrDType)
 
 
 def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
@@ -52,7 +55,7 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
 
     With a `guard`, the program starts with `IF(guard, arg="return")`: work items where it is false stop.
     """
-    deps = _range_deps(sink)
+    deps = range_deps(sink)
     siblings: dict[tuple, list[UOp]] = {}
     for u in sink.toposort():
         # only reductions directly in output loops: inside another reduction's loop, each copy of that loop is
@@ -81,12 +84,12 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
         work = [(u, False)]
         while work:
             x, expanded = work.pop()
-            if x in placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR) or _is_array(x):
+            if x in placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR) or is_array(x):
                 continue  # (an array is declared by its fill)
             if x.op is Op.REDUCE:
                 emit_reduce(x)
                 continue
-            if x.op is Op.END or (x.op is Op.STORE and _is_array(x.src[0].src[0])):
+            if x.op is Op.END or (x.op is Op.STORE and is_array(x.src[0].src[0])):
                 emit_fill(x)
                 continue
             if not expanded:
@@ -114,13 +117,15 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
     def emit_fill(fill: UOp) -> None:
         target = block_for(fill)
         store = fill.src[0] if fill.op is Op.END else fill
-        target.append(store.src[0].src[0])
+        if (arr := store.src[0].src[0]) not in placed:  # declared where it is first filled
+            target.append(arr)
+            placed.add(arr)
         rngs = [s for s in fill.src[1:] if s.op is Op.RANGE] if fill.op is Op.END else []
         for rng in rngs:
             open_loop(rng)
         for s in store.src:
             emit(s)
-        stack[-1].body.append(store)
+        (stack[-1].body if rngs else target).append(store)
         close(len(rngs), target)
         placed.update((fill, store))
 

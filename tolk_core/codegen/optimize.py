@@ -15,16 +15,22 @@ when the kernel reduces: unrolled copies, so each loaded operand serves a row or
 output ranges are rebuilt from one global index by division and remainder, the launch is `ceil(n / local)`
 groups of `local` items, and a guard stops the items past the end. A kernel with few outputs and one long
 reduction instead gets a *group reduction*: one work group per output, each item folds a strided share of the
-reduction, the partial results meet in local memory behind a barrier, and item 0 folds them and stores.
+reduction, the partial results meet in local memory behind a barrier, and item 0 folds them and stores. A kernel
+that computes values once per row (kernel-local arrays: Local rows, and row reductions fused by the scheduler)
+runs one work group per row instead (`_row_group_plan`): the row's arrays live in shared memory, filled by the
+group's items together, and its reductions are group reductions; without room in shared memory the arrays are
+computed in place where read.
 
 GPU index specials are named by what they count: `idx<d>` a global item, `gidx<d>` a group, `lidx<d>` an item
 within its group.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
+from tolk_core.codegen.linearize import is_array, range_deps
 from tolk_core.codegen.upcast import hoist_range, lanes_are_contiguous, split_lanes, unroll_output, vectorize_lanes
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
@@ -179,6 +185,12 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
 
 
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
+    if not noopt and (plan := _row_group_plan(ast, outs, renderer)) is not None:
+        return plan
+    if (inlined := _inline_arrays(ast)) is not ast:  # no room for the arrays: the row reductions may still share
+        ast = inlined
+        if not noopt and (plan := _row_group_plan(ast, outs, renderer)) is not None:
+            return plan
     if not noopt and (plan := _group_reduce_plan(ast, outs, renderer)) is not None:
         return plan
     if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
@@ -195,6 +207,134 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
     ast = _flatten_outputs(ast, outs, gid).simplify()
     exact = isinstance(n, int) and groups * local == n
     return Plan(ast, global_size=(groups, 1, 1), local_size=(local, 1, 1), guard=None if exact else gid < n)
+
+
+def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+    """One work group per row: for a kernel holding kernel-local arrays (Local rows) or reductions that depend
+    on only some output ranges (the row's), computed once per row and shared by the row's items. None when the
+    kernel has neither, when some range is symbolic, when a reduction or array fill depends on a loop other than
+    the output loops, when an array is the same for several rows, or when the arrays and partial results do not
+    fit the group's shared memory.
+
+    The output ranges the per-row values depend on (the row ranges) become the group index; then every array
+    is filled cooperatively (item `lidx0` takes every `local`-th element) into shared memory, behind a barrier;
+    every reduction is a group reduction (strided partial results meet in shared memory behind a barrier, item 0
+    folds them and shares the total behind a second barrier); and the row's remaining output ranges are stored
+    strided the same way. Positions past an extent are clamped for reading (no access leaves its buffer) and
+    gated for storing and folding. A Local with no row axes makes the whole kernel one group.
+    """
+    nodes = ast.toposort()
+    deps = range_deps(ast)
+    reduces = [u for u in nodes if u.op is Op.REDUCE]
+    fills = list(dict.fromkeys(u.src[1] for u in nodes if u.op is Op.LOAD and is_array(u.src[0].src[0])))
+    out_set = set(outs)
+    if not fills and all(deps[r] >= out_set for r in reduces):
+        return None
+    if any(r.src[0].op is not Op.CONST for r in nodes if r.op is Op.RANGE) or \
+            any(not deps[u] <= out_set for u in reduces + fills):
+        return None
+    rows = [r for r in outs if any(r in deps[u] for u in reduces + fills)]
+    if any(deps[f] != set(rows) for f in fills):
+        return None  # every group would refill an array that is the same for several rows
+    inner = [r for r in outs if r not in rows]
+    arrays = [u for u in nodes if is_array(u)]
+    extents = [math.prod(_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]
+    local = min(renderer.local_max, GPU_LOCAL, 1 << (max([*extents, math.prod(_size(r) for r in inner)]) - 1)
+                .bit_length())
+    shared = sum(a.arg[1] * a.dtype.base.itemsize for a in arrays) + sum(local * r.dtype.itemsize for r in reduces)
+    if shared > renderer.shared_bytes:
+        return None
+    lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
+    n_rows = math.prod(_size(r) for r in rows)
+    group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("gidx0", 0))
+    ids = itertools.count(max(r.arg[0] for r in nodes if r.op is Op.RANGE) + 1)
+
+    def strided(rngs: list[UOp], kind: str) -> tuple[UOp, UOp | None, dict[UOp, UOp]]:
+        """(the loop over this item's share of `rngs`' flat extent, the in-extent gate or None, each range's
+        value at the item's clamped position)."""
+        sizes = [_size(r) for r in rngs]
+        n = math.prod(sizes)
+        steps = -(-n // local)
+        step = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, steps),), (next(ids), kind)) if steps > 1 \
+            else UOp.const(dtypes.index, 0)
+        pos = step * local + lid
+        valid = None if n == steps * local else pos < n
+        at = pos if valid is None else valid.where(pos, UOp.const(dtypes.index, n - 1))
+        return step, valid, {r: (at // math.prod(sizes[i + 1:])) % sizes[i] for i, r in enumerate(rngs)}
+
+    def ended(x: UOp, step: UOp) -> UOp:
+        return UOp(Op.END, dtypes.void, (x, step)) if step.op is Op.RANGE else x
+
+    def gated(index: UOp, valid: UOp | None) -> UOp:
+        if valid is None:
+            return index
+        gate = valid if len(index.src) < 3 else index.src[2].alu(Op.AND, valid)
+        return index.replace(src=(*index.src[:2], gate))
+
+    new: dict[UOp, UOp] = {r: (group // math.prod(_size(x) for x in rows[i + 1:])) % _size(r)
+                           for i, r in enumerate(rows)}
+    temps = 0
+    for u in nodes:
+        if u in new or u.op is Op.SINK or (u.op is Op.END and u in ast.src):
+            continue
+        if is_array(u):
+            new[u] = UOp(Op.DEFINE_LOCAL, u.dtype.base.ptr(u.arg[1], AddrSpace.LOCAL), (), u.arg)
+            continue
+        src = tuple(new.get(s, s) for s in u.src)
+        if u.op is Op.REDUCE:
+            rngs = [s for s in u.src[1:] if s.op is Op.RANGE]
+            step, valid, at = strided(rngs, "reduce")
+            body = src[0].substitute(at)
+            if valid is not None:
+                body = valid.where(body, UOp.const(u.dtype, _identity(u)))
+            partial = UOp(Op.REDUCE, u.dtype, (body, step), u.arg) if step.op is Op.RANGE else body
+            temp = UOp(Op.DEFINE_LOCAL, u.dtype.ptr(local, AddrSpace.LOCAL), (), (f"temp{temps}", local))
+            temps += 1
+            barrier = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
+                UOp(Op.INDEX, temp.dtype, (temp, lid)), partial)),))
+            # item 0 alone folds the partial results (every item folding them all cost local^2 per group) and
+            # publishes the total in slot 0, which it alone has read; a second barrier, and every item reads it
+            first = lid < 1
+            folds = first.where(UOp.const(dtypes.index, local), UOp.const(dtypes.index, 0))
+            slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(ids), "reduce"))
+            total = UOp(Op.REDUCE, u.dtype, (UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)),
+                                                                      barrier)), slot), u.arg)
+            zero = UOp.const(dtypes.index, 0)
+            published = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
+                UOp(Op.INDEX, temp.dtype, (temp, zero, first)), total)),))
+            new[u] = UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, zero)), published))
+        elif u in fills:  # END(STORE(INDEX(array, i), value), *ranges), or the bare STORE of a 1-element array
+            store = src[0] if u.op is Op.END else u.replace(src=src)
+            step, valid, at = strided([s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else [], "local")
+            store = store.substitute(at)
+            store = store.replace(src=(gated(store.src[0], valid), *store.src[1:]))
+            new[u] = UOp(Op.BARRIER, dtypes.void, (ended(store, step),))
+        elif src != u.src:
+            new[u] = u.replace(src=src)
+    tops = []
+    for top in ast.src:
+        store = new.get(top.src[0], top.src[0]) if top.op is Op.END else new.get(top, top)
+        step, valid, at = strided(inner, "loop")
+        store = store.substitute(at)
+        tops.append(ended(store.replace(src=(gated(store.src[0], valid), *store.src[1:])), step))
+    return Plan(UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), global_size=(n_rows, 1, 1),
+                local_size=(local, 1, 1))
+
+
+def _inline_arrays(ast: UOp) -> UOp:
+    """`ast` with every read of a kernel-local array replaced by the value its fill stores there, computed in
+    place (a per-item array would recompute the whole array in every work item)."""
+    sub: dict[UOp, UOp] = {}
+    for u in ast.toposort():
+        if u.op is Op.LOAD and is_array(u.src[0].src[0]):
+            fill = u.src[1]
+            store = fill.src[0] if fill.op is Op.END else fill
+            rngs = list(fill.src[1:]) if fill.op is Op.END else []
+            sizes = [_size(r) for r in rngs]
+            idx = u.src[0].src[1]
+            at = {r: (idx // prod(sizes[i + 1:])) % sizes[i] for i, r in enumerate(rngs)}
+            sub[u] = store.src[1].substitute(sub).substitute(at)
+    return ast.substitute(sub).simplify() if sub else ast
 
 
 def _flatten_outputs(ast: UOp, outs: list[UOp], index: UOp) -> UOp:

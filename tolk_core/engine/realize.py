@@ -8,10 +8,11 @@
 - `to_program(kernel_sink, device)` is the compiled PROGRAM node of one kernel (what the JIT's lowering uses).
 
 Schedules are cached by structure: a graph equal to an earlier one up to which storage it reads (BUFFERs are
-numbered slots in the key), with the same variable values and scheduling settings, reuses that schedule with
-this call's buffers and fresh storage for its outputs and intermediates, so a repeated realize skips
-scheduling. Inside a user's lineage (`with lineage:`), whose decisions name the graph's own nodes, and with
-DEBUG>=3 (placement dumps), every realize schedules.
+numbered slots in the key), with the same variable values, scheduling settings and placements (the digest of
+the current lineage's placement classes by graph position, `placements.digest`), reuses that schedule with this
+call's buffers and fresh storage for its outputs and intermediates, so a repeated realize skips scheduling; the
+placement decisions the cached compile made are replayed onto this graph's nodes in the current lineage. With
+DEBUG>=3 (placement dumps) every realize schedules.
 
 Kernels of one schedule that are not compiled yet are rendered into one translation unit (one C file, one
 OpenCL program) and compiled by one compiler call; programs are cached in memory by (device, kernel AST),
@@ -57,8 +58,9 @@ _programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}
 SCHEDULE_CACHE_SIZE = 512
 # the settings scheduling reads: part of the schedule cache's key
 _SCHEDULE_SETTINGS = ("PLACEMENT_STACK_THRESHOLD", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_SIZE", "REDUCEOP_SPLIT_THRESHOLD")
-# structural key -> (LINEAR with slots for buffers, (size, dtype) of each new buffer's slot, output slots)
-_schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], list[int]]] = {}
+# structural key -> (LINEAR with slots for buffers, (size, dtype) of each new buffer's slot, output slots, the
+# placement decisions the compile made, by graph position)
+_schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], int, pm.Decisions]] = {}
 
 
 def _device(name: str):
@@ -82,10 +84,9 @@ def _refuse_disk(device: str, u: UOp) -> None:
 
 
 def _local_arrays(device: str) -> bool:
-    """Whether kernels on `device` loop over their outputs, so a kernel-local array serves a whole row (and
-    the renderer can declare one: `local_arrays`, default True for loop-style renderers)."""
-    renderer = _device(device).renderer
-    return not renderer.has_local and getattr(renderer, "local_arrays", True)
+    """Whether `device`'s renderer can declare kernel-local arrays (`local_arrays`, default True): a loop-style
+    kernel fills one per row, a GPU kernel one per work group (codegen.optimize)."""
+    return getattr(_device(device).renderer, "local_arrays", True)
 
 
 def _is_stored(u: UOp) -> bool:
@@ -109,13 +110,15 @@ def schedule(device: str, values: Sequence[UOp]) -> tuple[UOp, list[UOp], dict[s
     the bound Variables' values). Prepare, placements and rangeify run here, unless a structurally equal
     graph was scheduled before (see the module docstring): then its LINEAR is reused with these buffers."""
     sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, tuple(values)))
-    inputs = [u for u in sink.toposort() if u.op is Op.BUFFER]
-    # a user's lineage holds decisions about these very nodes, and DEBUG>=3 prints the placements: schedule anew
-    cacheable = pm.current() is pm.root() and config.get("DEBUG") < 3
-    key = (device, _structure(sink), tuple(sorted(var_vals.items())),
-           tuple(config.get(k) for k in _SCHEDULE_SETTINGS)) if cacheable else None
+    nodes = sink.toposort()
+    inputs = [u for u in nodes if u.op is Op.BUFFER]
+    lineage = pm.current()
+    # DEBUG>=3 prints the placements: schedule anew
+    key = (device, _structure(sink), tuple(sorted(var_vals.items())), tuple(config.get(k) for k in _SCHEDULE_SETTINGS),
+           pm.digest(sink, lineage.placements, lineage.inline_preferences)) if config.get("DEBUG") < 3 else None
     if key is not None and (hit := _schedules.get(key)) is not None:
-        template, fresh, n_out = hit
+        template, fresh, n_out, decisions = hit
+        pm.replay(nodes, decisions)
         bufs = inputs + [buffers.new_buffer(device, size, dt) for size, dt in fresh]
         linear = template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)})
         GlobalCounters.schedules += 1
@@ -129,6 +132,7 @@ def schedule(device: str, values: Sequence[UOp]) -> tuple[UOp, list[UOp], dict[s
 
     outs = [new_buffer(v) for v in sink.src]
     stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in zip(sink.src, outs, strict=True))
+    before = [lineage.placements.raw_entry(u) for u in nodes]
     linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, stores)), new_buffer, _local_arrays(device))
     GlobalCounters.schedules += 1
     if (debug := config.get("DEBUG")) >= 1:
@@ -138,7 +142,8 @@ def schedule(device: str, values: Sequence[UOp]) -> tuple[UOp, list[UOp], dict[s
     if key is not None and all(u in slots for u in linear.toposort() if u.op is Op.BUFFER):
         if len(_schedules) >= SCHEDULE_CACHE_SIZE:
             del _schedules[next(iter(_schedules))]
-        _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made], len(outs))
+        _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made], len(outs),
+                           pm.recorded(nodes, before, lineage.placements))
     return linear, outs, var_vals
 
 

@@ -133,6 +133,8 @@ _RULES: dict[Op, Rule] = {
     Op.SQRT: lambda u, g: (_alu(Op.FDIV, g, _scale(u, 2.0)),),
     Op.RECIPROCAL: lambda u, g: (_neg(_mul(g, _mul(u, u))),),
     Op.TRUNC: lambda u, g: (None,),  # piecewise constant: zero almost everywhere
+    # fmod(a, b) = a - b * trunc(a / b)
+    Op.MOD: lambda u, g: (g, _neg(_mul(g, _alu(Op.TRUNC, _alu(Op.FDIV, u.src[0], u.src[1]))))),
     Op.MAX: lambda u, g: (_mul(g, _tie_share(u.src[0], u.src[1])), _mul(g, _tie_share(u.src[1], u.src[0]))),
     Op.WHERE: lambda u, g: (None, _where(u.src[0], g, _full(g, 0.0)), _where(u.src[0], _full(g, 0.0), g)),
     Op.CAST: _cast_rule,

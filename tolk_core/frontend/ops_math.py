@@ -50,14 +50,13 @@ class MathMixin:
 
     # ---- floor division and modulo ----
     def _divmod(self: Tensor, other: Any, reflected: bool) -> tuple[Tensor, Tensor]:
+        """(a // b, a % b) with numpy's semantics: floor division and a remainder with the divisor's sign;
+        integer x // 0 and x % 0 are 0 (C would trap)."""
         a, b = self._coerce(other, reflected)
         if dtypes.is_bool(a.dtype):
             a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
         if dtypes.is_float(a.dtype):
-            q = (a / b).floor()
-            r = a - b * (a / b).trunc()  # C fmod's sign convention, then the floor fix-up below
-            r = ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-            return q, r
+            return _float_divmod(a, b)
         zero = b == 0
         signed = not dtypes.is_unsigned(a.dtype)
         minus_one = b == -1
@@ -224,3 +223,25 @@ class MathMixin:
                 raise DTypeError(f"bitcast from {self.dtype.name} to {dt.name} of shape {self.shape}: the last axis "
                                  f"holds {last} bytes, not a whole number of {dt.itemsize}-byte elements")
         return self if dt == self.dtype else type(self)(UOp(Op.BITCAST, dt, (self.uop,)), self.device)
+
+
+def _signed_zero(x: Tensor) -> Tensor:
+    """0.0 carrying the sign of `x` (C's copysign(0, x)): -0.0 for negative x and for -0.0 itself."""
+    negative = (x < 0) | ((x == 0) & (x.reciprocal() < 0))
+    return negative.where(-0.0, 0.0).cast(x.dtype)
+
+
+def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """numpy's float divmod, step for step: the exact remainder fmod(a, b) moved to the divisor's sign, and the
+    quotient (a - remainder) / b rounded to the nearest integer, so that a == b * q + r as closely as floats
+    allow (floor(a / b) alone is off by one where a / b rounds up to an integer)."""
+    mod = a._alu(Op.MOD, b)
+    div = (a - mod) / b
+    fix = (mod != 0) & ((b < 0) != (mod < 0))
+    mod = fix.where(mod + b, (mod == 0).where(_signed_zero(b), mod))
+    div = fix.where(div - 1, div)
+    floor = div.floor()
+    floor = (div - floor > 0.5).where(floor + 1, floor)
+    quot = (div == 0).where(_signed_zero(a / b), floor)
+    return (b == 0).where(a / b, quot), mod
+

@@ -87,7 +87,10 @@ def _trunc_div(a: int, b: int) -> int:
     return q if (a < 0) == (b < 0) else -q
 
 
-def _trunc_mod(a: int, b: int) -> int:
+def _trunc_mod(a: int | float, b: int | float) -> int | float:
+    """C's `%` on integers; fmod on floats (the renderers' MOD of a float: NaN for a zero divisor)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return math.fmod(a, b) if b != 0 and math.isfinite(a) and b == b else math.nan
     return a - b * _trunc_div(a, b)
 
 

@@ -432,14 +432,37 @@ def undo_promotions(p: Placements, undo: dict[UOp, Placement | None], touched: d
 
 
 # ---------------------------------------------------------------- schedule-cache digest
-def digest(sink: UOp, p: Placements) -> str:
-    """A stable hash of the placement class of every node of `sink`'s graph, by graph position (toposort index),
-    so equal programs with equal placements give equal digests in every process."""
+def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = ()) -> str:
+    """A stable hash of what placements tell scheduling about `sink`'s graph, by graph position (toposort
+    index): each node's placement class (lineage decision, else intent), whether it is observable and whether
+    inlining it is preferred (`inline`: a lineage's `decide_inline` nodes). Equal programs with equal placements
+    give equal digests in every process; provenances are left out (they do not steer scheduling), and
+    Effectively_constant counts as Virtual, which forcing folds it to (so a constant that an earlier compile of
+    the lineage settled Virtual does not change the digest)."""
+    prefer = set(inline)
     h = hashlib.sha256()
     for i, u in enumerate(sink.toposort()):
         pl = p.get(u)
-        h.update(f"{i}:{pl[0].name if pl is not None else '-'};".encode())
+        h.update(f"{i}:{(V if pl[0] is EC else pl[0]).name if pl is not None else '-'}{'o' if is_observable(u) else ''}"
+                 f"{'i' if u in prefer else ''};".encode())
     return h.hexdigest()[:16]
+
+
+Decisions = tuple[tuple[int, Placement | None], ...]
+
+
+def recorded(nodes: list[UOp], before: list[Placement | None], p: Placements) -> Decisions:
+    """The entries of `p` that differ from `before` (raw entries captured before a compile), by position in
+    `nodes`: what that compile decided about them, replayable by `replay` onto an equal graph."""
+    return tuple((i, e) for i, (u, b) in enumerate(zip(nodes, before, strict=True)) if (e := p.raw_entry(u)) != b)
+
+
+def replay(nodes: list[UOp], decisions: Decisions) -> None:
+    """Commit `decisions` (from `recorded`) onto `nodes` in the current lineage: a compile skipped because an
+    equal graph with an equal digest was compiled before leaves the decisions that compile would have made."""
+    with compiling() as work:
+        for i, e in decisions:
+            work.placements.unsafe_restore(nodes[i], e)
 
 
 # ---------------------------------------------------------------- lineages

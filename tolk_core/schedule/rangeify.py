@@ -14,9 +14,11 @@ compile's lineage with a provenance and read back through the forcing queries:
   reduction consumed row by row (softmax's row max and sum: see `realize_points`);
 - a Never_virtual value too big for kernel-local scratch, and a Local value two kernels touch (fission, 177).
 Everything else is inlined (Virtual, 151:inlined) into each kernel that reads it: fusion is the default.
-Values settled Local have no storage: on devices whose kernels loop over their outputs (`local_arrays`), the
-one kernel that reads them fills a kernel-local array (DEFINE_REG of a REG pointer: a C stack array) once per
-row index before the first read; elsewhere they are computed in place where read.
+Values settled Local have no storage: on devices whose renderer declares kernel-local arrays (`local_arrays`),
+the one kernel that reads them fills a kernel-local array (DEFINE_REG of a REG pointer) once per row index
+before the first read: a C stack array per row on CPU; on GPU devices codegen runs one work group per row and
+moves the array to the group's shared memory (codegen.optimize). Without `local_arrays` they are computed in
+place where read.
 """
 from __future__ import annotations
 
@@ -466,9 +468,9 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = Fa
     destinations (equal graphs are one node): each gets its own kernel.
 
     `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage. `local_arrays`: the
-    device's kernels loop over their outputs (CPU-style), so a kernel-local array filled once per row serves
-    the whole row; without it (one work item per output) Local values are computed in place and rows are not
-    fused (a per-item row fill would cost a row per output and private memory per item).
+    device's renderer can declare kernel-local arrays, so a Local row is filled once per row and serves the whole
+    row (a CPU loop over the row; a GPU work group per row); without it Local values are computed in place and
+    rows are not fused.
     """
     values = [v for v, _ in outputs]
     local_axes: dict[UOp, tuple[int, ...]] | None = {} if local_arrays else None

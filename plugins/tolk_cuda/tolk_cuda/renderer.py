@@ -29,6 +29,7 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     barrier = "__syncthreads();"
     shared_qualifier = "__shared__ "
+    shared_bytes = 49152             # static __shared__ memory a block may declare
     emulated = frozenset(_HALF)
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.float16: "__half",
                   dtypes.bfloat16: "__nv_bfloat16"}
@@ -40,6 +41,9 @@ class CUDARenderer(CStyleRenderer):
         if op in (Op.NEG, Op.RECIPROCAL):
             return super().unary(op, x, dt)
         return f"{op.name.lower()}{self.math_suffix(dt)}({x})"
+
+    def float_mod(self, a: str, b: str, dt: DType) -> str:
+        return f"fmod{self.math_suffix(dt)}({a},{b})"
 
     def inf_nan(self, v: float, dt: DType) -> str:
         if self.reg_dtype(dt) == dtypes.float64:

@@ -40,6 +40,7 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_qualifier = "__global "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     shared_qualifier = "__local "
+    shared_bytes = 32768             # the least CL_DEVICE_LOCAL_MEM_SIZE OpenCL 1.2 allows a full-profile device
     _specials = {"idx": "get_global_id", "gidx": "get_group_id", "lidx": "get_local_id"}
     type_names = {**CStyleRenderer.type_names, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar",
                   dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong",
@@ -60,6 +61,9 @@ class OpenCLRenderer(CStyleRenderer):
         if op in (Op.NEG, Op.RECIPROCAL):
             return super().unary(op, x, dt)
         return f"{op.name.lower()}({x})"
+
+    def float_mod(self, a: str, b: str, dt: DType) -> str:
+        return f"fmod({a},{b})"
 
     def render_const(self, value: object, dt: DType) -> str:
         text = super().render_const(value, dt)
