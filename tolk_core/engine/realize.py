@@ -73,7 +73,13 @@ def _is_disk(name: str) -> bool:
     return Device.is_disk(name)
 
 
+def _canonical(name: str) -> str:
+    from tolk_core.plugins import Device
+    return Device.canonicalize(name)
+
+
 prepare.disk_checks.append(_is_disk)
+prepare.canonical_device.append(_canonical)
 
 
 def _refuse_disk(device: str, u: UOp) -> None:

@@ -55,6 +55,12 @@ class BitRunStoreError(TolkError, ValueError):
 # which device names are disks (capabilities say `disk`): the engine registers the device registry's answer,
 # which this layer cannot import
 disk_checks: list[Callable[[str], bool]] = []
+# a device name in its canonical spelling ("OPENCL" is "OPENCL:0"): the engine registers the registry's
+canonical_device: list[Callable[[str], str]] = []
+
+
+def _same_device(a: str, b: str) -> bool:
+    return a == b or bool(canonical_device) and canonical_device[0](a) == canonical_device[0](b)
 
 _VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
@@ -419,7 +425,7 @@ def store_across_devices(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     """A store across devices first materialises its value on its own device: the store is of a COPY of the
     value's storage (a stage of storage or of a copy is the storage, no copy kernel) to the destination's
     device. A constant, on no device, is on every one."""
-    if value.device is None or value.device == dest.device or dest.device is None:
+    if value.device is None or dest.device is None or _same_device(value.device, dest.device):
         return None
     staged = value if stage_of_storage_or_copy(value, value) is not None else _materialised(value)
     return store.replace(src=(dest, UOp(Op.COPY, value.dtype, (staged, UOp(Op.DEVICE, dtypes.void, (), dest.device)))))
