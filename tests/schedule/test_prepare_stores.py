@@ -1,6 +1,7 @@
-"""prepare_rangeify's store rules added with calls that store (seed 001, step 3 store bullets and step 2's
-resolve_returned_after): stores across devices, repeated stores, bit-run stores. The normal form of each rule,
-and values against numpy on every compiled device."""
+"""prepare_rangeify's store rules, values against numpy on every compiled device: stores across devices, bit-run
+stores, store hazards into whole flat storage. (Their normal forms are asserted in test_prepare.py, next to the
+check that every rule fired; repeated stores and resolve_returned_after are reached from call bodies that store,
+in test_prepare_calls.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,8 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule.prepare import BitRunStoreError, prepare_rangeify, rule_fires
+from tolk_core.schedule import prepare
+from tolk_core.schedule.prepare import BitRunStoreError, prepare_rangeify
 
 A = np.random.default_rng(5).standard_normal(8).astype(np.float32)
 
@@ -26,13 +28,7 @@ def _prepared(*stores: UOp) -> UOp:
     return prepare_rangeify(UOp(Op.SINK, dtypes.void, stores))
 
 
-def _fired(name: str, before: int) -> bool:
-    return rule_fires[name] > before
-
-
 # ---------------------------------------------------------------- a store across devices
-
-
 @pytest.mark.parametrize("into", ["whole", "slice", "bitcast"])
 def test_assign_across_devices_equals_numpy(device, into) -> None:
     other = "CPU" if device == "OPENCL" else "OPENCL"
@@ -108,3 +104,13 @@ def test_store_hazards_into_whole_flat_storage_equal_numpy(device, hazard) -> No
         x.assign(x - x.sum())
         want = a - a.sum()
     close(x.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_one_device_spelled_two_ways_is_not_a_store_across_devices() -> None:
+    ok, why = _available("OPENCL")
+    if not ok:
+        pytest.skip(why)
+    import tolk_core.engine.realize  # noqa: F401 - registers the registry's canonical device names
+    dest = UOp.new_buffer("OPENCL", 4, dtypes.float32)
+    value = UOp(Op.NEG, dtypes.float32, (UOp.new_buffer("OPENCL:0", 4, dtypes.float32),))
+    assert prepare.pm_before_copies.rewrite(UOp(Op.STORE, dtypes.void, (dest, value))) is None
