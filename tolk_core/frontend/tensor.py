@@ -20,7 +20,7 @@ from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.frontend.ops_index import IndexMixin
 from tolk_core.frontend.ops_math import MathMixin
 from tolk_core.frontend.ops_nn import NNMixin
-from tolk_core.frontend.ops_reduce import ReduceMixin
+from tolk_core.frontend.ops_reduce import ReduceMixin, is_half
 from tolk_core.frontend.ops_shape import ShapeMixin
 from tolk_core.frontend.random import RandomMixin
 from tolk_core.ir.dtype import DType, dtypes, promote_types
@@ -504,9 +504,12 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Sum over `axis`. Without `dtype`: small integers and bools sum in (and give) int32/uint32; half
+        floats sum in float32 and give their own dtype, as numpy and torch do."""
         from tolk_core.ir.dtype import sum_acc_dtype
         acc = dtypes.parse(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self._reduce(Op.ADD, axis, keepdim, acc)
+        out = self._reduce(Op.ADD, axis, keepdim, acc)
+        return out.cast(self.dtype) if dtype is None and is_half(self.dtype) else out
 
     def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
         return self._reduce(Op.MAX, axis, keepdim)
@@ -521,8 +524,9 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
     def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
         axes = self._axes(axis)
         n = math.prod(self.shape[a] for a in axes)
-        out = self._as_float().sum(axis, keepdim)
-        return out / n if n else out * float("nan")
+        x = self._as_float()
+        out = x.sum(axis, keepdim, dtype=dtypes.float32 if is_half(x.dtype) else None)  # numpy: float32 inside
+        return (out / n if n else out * float("nan")).cast(x.dtype)
 
     # ---- composites ----
     def matmul(self, other: Tensor) -> Tensor:
