@@ -298,6 +298,9 @@ def test_a_kernel_given_as_code_equals_numpy(device, kernels) -> None:
     want = np.zeros(64, np.float32)
     want[32:38] = 2 * a[:6] + b
     close(t.numpy(), want)
+    _saxpy(device, [t[3:9]], x[:6], y)  # at 12 bytes: OpenCL cannot view it; through new storage and back
+    want[3:9] = 2 * a[:6] + b
+    close(t.numpy(), want)
 
 
 def _code_call(written: tuple[bool, ...], *args: UOp) -> UOp:

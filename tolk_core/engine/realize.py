@@ -255,10 +255,14 @@ def realize_assign(device: str, target: UOp, value: UOp) -> None:
 def realize_code_call(device: str, call: UOp) -> None:
     """Run a call of a kernel given as code (`prepare.KernelCode`) now. prepare's `code_call_arguments` puts
     its arguments in the form the call takes: values to materialise are computed into new storage first, and a
-    run of storage that starts elsewhere is passed as a view at its byte offset. Cached results that read
-    storage the call writes are forgotten."""
+    run of storage that starts elsewhere is passed as a view at its byte offset. A run the device cannot view
+    (OpenCL sub-buffers start on CL_DEVICE_MEM_BASE_ADDR_ALIGN) goes through new storage: copied in, and
+    stored back after the call when the call writes it. Cached results that read storage the call writes are
+    forgotten."""
     call = graph_rewrite(call, prepare.pm_code_calls, name="a kernel given as code: its arguments")
-    staged = [a for a in call.src[1:] if a.op not in (Op.BUFFER, Op.SHRINK)]
+    align = int(getattr(_device(device).allocator, "offset_alignment", 1))
+    bounced = [a for a in call.src[1:] if a.op is Op.SHRINK and (a.arg[0][0] * a.dtype.itemsize) % align]
+    staged = [a for a in call.src[1:] if a.op not in (Op.BUFFER, Op.SHRINK) or a in bounced]
     linear, outs, var_vals = schedule(device, staged) if staged else (None, [], {})
     if linear is not None:
         run_linear(linear, var_vals=var_vals)
@@ -267,6 +271,9 @@ def realize_code_call(device: str, call: UOp) -> None:
             UOp(Op.SLICE, a.dtype, (a.src[0],), (a.arg[0][0] * a.dtype.itemsize, a.arg[0][1] - a.arg[0][0], None))
             for a in call.src[1:]]
     run_linear(UOp(Op.LINEAR, dtypes.void, (UOp(Op.CALL, dtypes.void, (call.src[0], *args)),)))
+    for a, w in zip(call.src[1:], call.src[0].arg.written, strict=True):
+        if w and a in bounced:
+            realize_assign(device, a, made[a])
     written = {storage_base(a) for a, w in zip(call.src[1:], call.src[0].arg.written, strict=True) if w}
     for u in [u for u in list(_computed) if any(b in written for b in u.toposort())]:
         del _computed[u]
