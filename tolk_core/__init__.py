@@ -22,6 +22,7 @@ from tolk_core.version import __version__  # noqa: F401
 
 _LAZY = {"Tensor": ("tolk_core.frontend.tensor", "Tensor"), "jit": ("tolk_core.frontend.jit", "jit"),
          "function": ("tolk_core.frontend.function", "function"),
+         "custom_kernel": ("tolk_core.frontend.function", "custom_kernel"),
          "dtypes": ("tolk_core.ir.dtype", "dtypes"), "Variable": ("tolk_core.ir.uop", "Variable")}
 
 

@@ -72,6 +72,14 @@ def test_index_errors() -> None:
         f32(2, 3)[0, None, 0, 0]
     with pytest.raises(IndexError, match="out of bounds for axis 1 with size 3"):
         f32(2, 3)[0, 3]
+    # integer indices given as host data are checked as numpy does (a Tensor's values are not known yet)
+    with pytest.raises(IndexError, match="index 2 is out of bounds for axis 0 with size 2"):
+        f32(2, 3)[[0, 2]]
+    with pytest.raises(IndexError, match="index -4 is out of bounds for axis 1 with size 3"):
+        f32(2, 3)[:, np.array([[1], [-4]])]
+    with pytest.raises(DTypeError, match="must hold integers, got float64"):
+        f32(4)[[0.5]]
+    assert f32(2, 3)[[]].shape == (0, 3) and f32(2, 3)[[-2, 1]].shape == (2, 3)
     with pytest.raises(ShapeError, match=r"index tensors of shapes \(2,\), \(3,\)"):
         f32(4, 4)[i32(2), i32(3)]
 

@@ -67,7 +67,8 @@ def test_a_stage_of_storage_or_of_a_copy_is_its_source() -> None:
     b = _buf(2, 3)
     for x in (b, _copy(b, "OPENCL")):
         value = UOp(Op.NEG, dtypes.float32, (UOp(Op.CONTIGUOUS, dtypes.float32, (x,)),))
-        assert _prepared_store(_buf(2, 3), value).src[1].src[0] is (b if x is b else x)
+        dest = UOp(Op.RESHAPE, dtypes.float32, (UOp.new_buffer(x.device, 6, dtypes.float32),), (2, 3))
+        assert _prepared_store(dest, value).src[1].src[0] is (b if x is b else x)
     strided = UOp(Op.PERMUTE, dtypes.float32, (b,), (1, 0))  # a view that reorders: stays materialised
     value = UOp(Op.NEG, dtypes.float32, (UOp(Op.CONTIGUOUS, dtypes.float32, (strided,)),))
     assert _prepared_store(_buf(3, 2), value).src[1].src[0].op is Op.CONTIGUOUS
@@ -527,10 +528,80 @@ def test_a_disk_copy_reads_a_run(tmp_path) -> None:
     assert value.op is Op.COPY and prepare.disk_run(value.src[0])[1:] == (4, 8, dtypes.float32)
 
 
+# ---------------------------------------------------------------- store rules: across devices, bit runs, repeats
+def _fired(name: str, before: int) -> bool:
+    return rule_fires[name] > before
+
+
+def _plain_store(dest: UOp, value: UOp) -> UOp:
+    return UOp(Op.STORE, dtypes.void, (dest, value))
+
+
+def _prepared(*stores: UOp) -> UOp:
+    return prepare_rangeify(UOp(Op.SINK, dtypes.void, stores))
+
+
+def test_a_store_across_devices_copies_its_materialised_value() -> None:
+    dest = UOp.new_buffer("CPU", 4, dtypes.float32)
+    src = UOp.new_buffer("OPENCL", 4, dtypes.float32)
+    before = rule_fires["store_across_devices"]
+    sink = prepare.pm_before_copies.rewrite(_plain_store(dest, UOp(Op.NEG, dtypes.float32, (src,))))
+    assert _fired("store_across_devices", before)
+    copy = sink.src[1]
+    assert copy.op is Op.COPY and copy.src[1].arg == "CPU" and copy.src[0].op is Op.CONTIGUOUS
+    assert copy.src[0].device == "OPENCL"  # materialised on its own device
+    stored = prepare.pm_before_copies.rewrite(_plain_store(dest, src))
+    assert stored.src[1].src[0] is src  # storage is in storage already: copied as it is
+    assert prepare.pm_before_copies.rewrite(_plain_store(dest, UOp.const(dtypes.float32, 1.0))) is None  # no device
+
+
+def test_a_bit_run_store_stores_the_value_s_bits_into_the_run() -> None:
+    buf = UOp.new_buffer("CPU", 4, dtypes.float32)
+    dest = UOp(Op.SHRINK, dtypes.uint8, (UOp(Op.BITCAST, dtypes.uint8, (buf,)),), ((4, 12),))  # bytes 4..12
+    value = UOp.new_buffer("CPU", 8, dtypes.uint8)
+    before = rule_fires["store_bit_run"]
+    store = prepare.store_bit_run(store=_plain_store(dest, value), dest=dest, value=value)
+    assert store.src[0] is UOp(Op.SHRINK, dtypes.float32, (buf,), ((1, 3),))  # elements 1 and 2 of the storage
+    assert store.src[1].op is Op.BITCAST and store.src[1].dtype == dtypes.float32 and store.src[1].src[0] is value
+    out = _prepared(_plain_store(dest, value)).src[0]
+    assert _fired("store_bit_run", before) and out.src[0].src[0] is buf
+    assert not any(u.op is Op.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize for u in out.toposort())
+
+
+def test_a_repeated_store_stays_a_state_of_its_own() -> None:
+    buf = UOp.new_buffer("CPU", 4, dtypes.float32)
+    v = UOp(Op.NEG, dtypes.float32, (buf,))
+    first = _plain_store(buf, v)
+    state = UOp(Op.AFTER, dtypes.float32, (buf, first))
+    before = rule_fires["repeated_store"]
+    again = prepare.repeated_store(store=_plain_store(state, v), dest=state, value=v)
+    assert again.src[0] is state and again.src[1].op is Op.CONTIGUOUS and again.src[1].src[0] is v
+    out = _prepared(_plain_store(state, v)).src[0]
+    assert _fired("repeated_store", before)
+    # the first store has run (resolve_returned_after): the second stays, storing v from a stage of its own
+    assert out.src[0] is buf and out.src[1].op is Op.CONTIGUOUS and out.src[1].src[0] is v
+    other = UOp(Op.ADD, dtypes.float32, (buf, buf))
+    assert prepare.repeated_store(store=_plain_store(state, other), dest=state, value=other) is None
+
+
+def test_resolve_returned_after() -> None:
+    buf = UOp.new_buffer("CPU", 6, dtypes.float32)
+    view = UOp(Op.RESHAPE, dtypes.float32, (buf,), (2, 3))
+    after = UOp(Op.AFTER, dtypes.float32, (view, _plain_store(view, UOp(Op.NEG, dtypes.float32, (view,)))))
+    assert prepare.resolve_returned_after(after) is view
+    elsewhere = UOp(Op.AFTER, dtypes.float32, (view, _plain_store(UOp.new_buffer("CPU", 6, dtypes.float32), buf)))
+    assert prepare.resolve_returned_after(elsewhere) is None  # not a store into the output
+    before = rule_fires["resolve_returned_after"]
+    flat = UOp(Op.RESHAPE, dtypes.float32, (after,), (6,))
+    out = _prepared(_plain_store(UOp.new_buffer("CPU", 6, dtypes.float32), flat))
+    assert _fired("resolve_returned_after", before) and not any(u.op is Op.AFTER for u in out.toposort())
+
+
 # ---------------------------------------------------------------- every rule fired
 def test_every_rule_fired_in_this_module() -> None:
     matchers = (prepare.pm_prepare, prepare.pm_outputs_in_place, prepare.pm_inline_calls, prepare.pm_disk_copies,
-                prepare.pm_mops, prepare.pm_stage)
+                prepare.pm_mops, prepare.pm_stage, prepare.pm_returned_after, prepare.pm_bit_run_stores,
+                prepare.pm_before_copies)
     names = {r.name for pm in matchers for r in pm.rules} | {"split_reduceop"}
     # refuse_broadcast_store raises instead of rewriting; it is covered by the refusal tests above
     missing = {n for n in names - {"refuse_broadcast_store"} if rule_fires[n] == 0}

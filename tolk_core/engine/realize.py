@@ -38,6 +38,7 @@ from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.render.cstyle import KernelParam
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule import prepare
 from tolk_core.schedule.linear import create_linear
@@ -72,7 +73,13 @@ def _is_disk(name: str) -> bool:
     return Device.is_disk(name)
 
 
+def _canonical(name: str) -> str:
+    from tolk_core.plugins import Device
+    return Device.canonicalize(name)
+
+
 prepare.disk_checks.append(_is_disk)
+prepare.canonical_device.append(_canonical)
 
 
 def _refuse_disk(device: str, u: UOp) -> None:
@@ -191,9 +198,9 @@ def _copy_across_devices(sink: UOp) -> UOp:
     """Every COPY of a value living on another device, done: the value is computed on its own device and its
     bytes copied into new storage on the COPY's device (seed 001: "any other copy stores the value into new
     storage on the copy's device"). A COPY to the value's own device is the value (a prepare_rangeify rule).
-    A copy from a disk reads one run of the file's bytes; its views are applied on the target (prepare's
-    disk rule, applied here first)."""
-    sink = graph_rewrite(sink, prepare.pm_disk_copies, name="disk copies")
+    A copy from a disk reads one run of the file's bytes; its views are applied on the target, and a store
+    across devices stores a copy of its value (prepare's rules, applied here first)."""
+    sink = graph_rewrite(sink, prepare.pm_before_copies, name="disk copies, stores across devices")
     done: dict[UOp, UOp] = {}
     for u in sink.toposort():
         if u.op is not Op.COPY:
@@ -243,6 +250,40 @@ def realize_assign(device: str, target: UOp, value: UOp) -> None:
     base = storage_base(target)
     for u in [u for u in list(_computed) if base in u.toposort()]:
         del _computed[u]
+
+
+def realize_code_call(device: str, call: UOp) -> None:
+    """Run a call of a kernel given as code (`prepare.KernelCode`) now. prepare's `code_call_arguments` puts
+    its arguments in the form the call takes: values to materialise are computed into new storage first, and a
+    run of storage that starts elsewhere is passed as a view at its byte offset. A run the device cannot view
+    (OpenCL sub-buffers start on CL_DEVICE_MEM_BASE_ADDR_ALIGN) goes through new storage: copied in, and
+    stored back after the call when the call writes it. Cached results that read storage the call writes are
+    forgotten."""
+    call = graph_rewrite(call, prepare.pm_code_calls, name="a kernel given as code: its arguments")
+    align = int(getattr(_device(device).allocator, "offset_alignment", 1))
+    bounced = [a for a in call.src[1:] if a.op is Op.SHRINK and (a.arg[0][0] * a.dtype.itemsize) % align]
+    staged = [a for a in call.src[1:] if a.op not in (Op.BUFFER, Op.SHRINK) or a in bounced]
+    linear, outs, var_vals = schedule(device, staged) if staged else (None, [], {})
+    if linear is not None:
+        run_linear(linear, var_vals=var_vals)
+    made = dict(zip(staged, outs, strict=True))
+    args = [made[a] if a in made else a if a.op is Op.BUFFER else
+            UOp(Op.SLICE, a.dtype, (a.src[0],), (a.arg[0][0] * a.dtype.itemsize, a.arg[0][1] - a.arg[0][0], None))
+            for a in call.src[1:]]
+    run_linear(UOp(Op.LINEAR, dtypes.void, (UOp(Op.CALL, dtypes.void, (call.src[0], *args)),)))
+    for a, w in zip(call.src[1:], call.src[0].arg.written, strict=True):
+        if w and a in bounced:
+            realize_assign(device, a, made[a])
+    written = {storage_base(a) for a, w in zip(call.src[1:], call.src[0].arg.written, strict=True) if w}
+    for u in [u for u in list(_computed) if any(b in written for b in u.toposort())]:
+        del _computed[u]
+
+
+def _code_source(code: prepare.KernelCode) -> KernelSource:
+    """The KernelSource of a kernel given as code: its text as given, one buffer parameter per argument (of
+    a type the text alone declares)."""
+    params = tuple(KernelParam(i, dtypes.void, w) for i, w in enumerate(code.written))
+    return KernelSource(code.name, code.source, code.global_size, code.local_size, params)
 
 
 def _concrete(x: sint, var_vals: dict[str, int]) -> int:
@@ -298,7 +339,8 @@ def to_program(ast: UOp, device: str) -> UOp:
 def _compile_together(dev: str, asts: list[UOp]) -> None:
     device = _device(dev)
     renderer = device.renderer
-    sources = [generate_cached(ast, renderer) for ast in asts]
+    sources = [_code_source(ast.arg) if isinstance(ast.arg, prepare.KernelCode) else generate_cached(ast, renderer)
+               for ast in asts]
     unique = {ks.name: ks for ks in sources}
     module = renderer.render_module([ks.source for ks in unique.values()])
     if config.get("DEBUG") >= 4:
@@ -306,6 +348,13 @@ def _compile_together(dev: str, asts: list[UOp]) -> None:
     lib = device.compiler.compile_cached(module)
     for ast, ks in zip(asts, sources, strict=True):
         _programs[(device, ast)] = (device.runtime(device, ks.name, lib), ks)
+
+
+def _runtime_arg(b: UOp, input_uops: Sequence[UOp]) -> Any:
+    """The runtime Buffer of a CALL argument: a BUFFER, a JIT input PARAM, or a SLICE (byte offset, size) of one."""
+    if b.op is Op.SLICE:
+        return _runtime_arg(b.src[0], input_uops).view(b.arg[1], b.dtype, b.arg[0])
+    return buffers.runtime_buffer(input_uops[b.arg[0]] if b.op is Op.PARAM else b)
 
 
 def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, int] | None = None) -> None:
@@ -320,8 +369,7 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
     programs = compile_linear(linear)
     debug = config.get("DEBUG")
     for call, (prg, ks) in zip(linear.src, programs, strict=True):
-        handles = [buffers.runtime_buffer(input_uops[b.arg[0]] if b.op is Op.PARAM else b).allocate().handle
-                   for b in call.src[1:]]
+        handles = [_runtime_arg(b, input_uops).allocate().handle for b in call.src[1:]]
         vals = kernel_vals(ks, var_vals)
         gsize = ks.launch_dims(var_vals)
         st = time.perf_counter()

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 from tolk_core.errors import TolkError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
+from tolk_core.schedule import prepare
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -155,7 +157,10 @@ def _differentiable(u: UOp) -> bool:
 
 def gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     """d(root)/d(target) for every target in `targets` reached from `root`, seeded with `root_grad` (root's
-    shape and dtype). Only nodes on a path from a target to the root are differentiated."""
+    shape and dtype). Only nodes on a path from a target to the root are differentiated. Inline calls
+    (`tolk_core.function`) are differentiated through their bodies, inlined as prepare_rangeify inlines them."""
+    if any(prepare.is_inline_call(u) for u in root.toposort()):
+        root = graph_rewrite(root, prepare.pm_inline_calls, name="inline calls, for gradients")
     order = root.toposort()
     on_path: set[UOp] = set()
     for u in order:  # sources first: a node is on a path if it is a target or a source of it is

@@ -43,12 +43,16 @@ class IndexMixin:
         x, gathers, insert_at = self._basic_index(entries)
         return x._gather(gathers, insert_at) if gathers else x
 
-    def _index_tensor(self: Tensor, idx: Any) -> Tensor:
-        t = idx if isinstance(idx, type(self)) else type(self)(np.asarray(idx), device=self.device)
-        if not dtypes.is_int(t.dtype):
-            raise DTypeError(f"tensors used as indices must hold integers, got {t.dtype.name}"
-                             + (" (boolean masks are not supported)" if dtypes.is_bool(t.dtype) else ""))
-        return t
+    def _index_tensor(self: Tensor, idx: Any) -> Tensor | np.ndarray:
+        """An index of integers: a Tensor as it is (its values are not known before it is computed: an index out
+        of range selects nothing, giving 0), host data (list, ndarray) as an integer ndarray, bounds-checked
+        against its axis by `_basic_index` (IndexError, as numpy)."""
+        t = idx if isinstance(idx, type(self)) else np.asarray(idx)
+        dt = t.dtype if isinstance(t, type(self)) else (dtypes.from_np(t.dtype) if t.size else dtypes.default_int)
+        if not dtypes.is_int(dt):
+            raise DTypeError(f"tensors used as indices must hold integers, got {dt.name}"
+                             + (" (boolean masks are not supported)" if dtypes.is_bool(dt) else ""))
+        return t if isinstance(t, type(self)) or t.size else t.astype(np.int64)
 
     def _basic_index(self: Tensor, entries: list[Any]) -> tuple[Tensor, list[tuple[int, Tensor]], int | None]:
         """Apply ints, slices and None; tensor entries keep their axis. Returns the view; per tensor entry (its
@@ -62,6 +66,10 @@ class IndexMixin:
                 out_shape.append(None)
                 continue
             size = self.shape[axis]
+            if isinstance(idx, np.ndarray):  # indices given as host data: checked here, where their axis is known
+                if idx.size and ((bad := idx[(idx < -size) | (idx >= size)]).size):
+                    raise IndexError(f"index {int(bad.flat[0])} is out of bounds for axis {axis} with size {size}")
+                idx = type(self)(idx, device=self.device)
             if isinstance(idx, type(self)) or (isinstance(idx, (int, np.integer)) and not isinstance(idx, bool)):
                 insert_at = len(out_shape) if not advanced else insert_at
                 advanced.append(k)

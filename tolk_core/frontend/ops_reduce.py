@@ -10,11 +10,16 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tolk_core.errors import ShapeError
-from tolk_core.ir.dtype import dtypes, sum_acc_dtype
+from tolk_core.ir.dtype import DType, dtypes, sum_acc_dtype
 from tolk_core.ir.ops import Op
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
+
+
+def is_half(dt: DType) -> bool:
+    """float16 or bfloat16: sums and products accumulate these in float32 and give their own dtype back."""
+    return dtypes.is_float(dt) and dt.itemsize == 2
 
 
 class ReduceMixin:
@@ -24,7 +29,8 @@ class ReduceMixin:
 
     def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         acc = dtypes.parse(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self._reduce(Op.MUL, axis, keepdim, acc)
+        out = self._reduce(Op.MUL, axis, keepdim, acc)
+        return out.cast(self.dtype) if dtype is None and is_half(self.dtype) else out
 
     def any(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         return self.cast(dtypes.bool)._reduce(Op.MAX, axis, keepdim, empty_ok=True)

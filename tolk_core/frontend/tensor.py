@@ -20,7 +20,7 @@ from tolk_core.errors import DeviceMismatchError, ShapeError
 from tolk_core.frontend.ops_index import IndexMixin
 from tolk_core.frontend.ops_math import MathMixin
 from tolk_core.frontend.ops_nn import NNMixin
-from tolk_core.frontend.ops_reduce import ReduceMixin
+from tolk_core.frontend.ops_reduce import ReduceMixin, is_half
 from tolk_core.frontend.ops_shape import ShapeMixin
 from tolk_core.frontend.random import RandomMixin
 from tolk_core.ir.dtype import DType, dtypes, promote_types
@@ -32,6 +32,9 @@ from tolk_core.schedule import placements
 Scalar = int | float | bool
 # called with a Tensor before its data is read (the JIT refuses reads during capture and of stale outputs)
 read_checks: list[Callable[[Tensor], None]] = []
+# called with (target, value) by assign before it stores; a hook returning True has taken the store (an inline
+# call's trace records stores into its parameters)
+assign_hooks: list[Callable[[Tensor, Tensor], bool]] = []
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
@@ -51,6 +54,13 @@ def _views_storage(u: UOp) -> bool:
     while u.op in GroupOp.Movement or u.op is Op.BITCAST:
         u = u.src[0]
     return u.op is Op.BUFFER
+
+
+def _views_param(u: UOp) -> bool:
+    """Whether `u` views an inline call's parameter (through movements, bitcasts and states after stores)."""
+    while u.op in GroupOp.Movement or u.op in (Op.BITCAST, Op.AFTER):
+        u = u.src[0]
+    return u.op is Op.PARAM
 
 
 def _is_neg1(s: Any) -> bool:
@@ -111,7 +121,8 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
                 dt = dtypes.default_int
             else:
                 dt = dtypes.from_np(arr.dtype)
-        arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False))
+        # ascontiguousarray makes a 0-d array 1-d: keep the shape
+        arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False)).reshape(arr.shape)
         self.uop = storage.from_numpy(arr, dt, self.device)
         placements.seed_input(storage.base_buffer(self.uop))
 
@@ -225,23 +236,23 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
     def assign(self, value: Any) -> Tensor:
         """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor's storage, in
         place: other tensors viewing the same storage see the new values. A destination that is a broadcast
-        (an expand of an axis of one) raises BroadcastStoreError. A tensor without storage yet (lazy) simply
-        takes the new value."""
+        (an expand of an axis of one) raises BroadcastStoreError. A value on another device is copied here. A
+        tensor without storage yet (lazy) simply takes the new value."""
         from tolk_core.engine.realize import realize_assign
         if not isinstance(value, Tensor):
             value = Tensor.full(self.shape, value, self.dtype, self.device)
-        if value.device != self.device:
-            raise DeviceMismatchError(f"assign from {value.device} into a tensor on {self.device}")
         value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
             value.cast(self.dtype)
+        if any(hook(self, value) for hook in assign_hooks):
+            return self
         if not _views_storage(self.uop):  # no storage to write into yet: the whole value is replaced
-            self.uop = value.uop
+            self.uop = value.to(self.device).uop
             return self
         realize_assign(self.device, self.uop, value.uop)
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if not _views_storage(self.uop):
+        if not _views_storage(self.uop) and not _views_param(self.uop):  # (a PARAM: a call body's argument)
             self.realize()  # the selection must view this tensor's own storage
         self[index].assign(value)
 
@@ -493,9 +504,12 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
+        """Sum over `axis`. Without `dtype`: small integers and bools sum in (and give) int32/uint32; half
+        floats sum in float32 and give their own dtype, as numpy and torch do."""
         from tolk_core.ir.dtype import sum_acc_dtype
         acc = dtypes.parse(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
-        return self._reduce(Op.ADD, axis, keepdim, acc)
+        out = self._reduce(Op.ADD, axis, keepdim, acc)
+        return out.cast(self.dtype) if dtype is None and is_half(self.dtype) else out
 
     def max(self, axis: Any = None, keepdim: bool = False) -> Tensor:
         return self._reduce(Op.MAX, axis, keepdim)
@@ -510,8 +524,9 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
     def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
         axes = self._axes(axis)
         n = math.prod(self.shape[a] for a in axes)
-        out = self._as_float().sum(axis, keepdim)
-        return out / n if n else out * float("nan")
+        x = self._as_float()
+        out = x.sum(axis, keepdim, dtype=dtypes.float32 if is_half(x.dtype) else None)  # numpy: float32 inside
+        return (out / n if n else out * float("nan")).cast(x.dtype)
 
     # ---- composites ----
     def matmul(self, other: Tensor) -> Tensor:

@@ -286,7 +286,9 @@ class CStyleRenderer:
                 continue
             if u.op is Op.DEFINE_LOCAL:
                 names[u] = u.arg[0]
-                lines.append(f"{pad}{self.shared_qualifier}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+                # kernel-local arrays hold values as registers do (float for emulated dtypes: OpenCL has no half
+                # variables without cl_khr_fp16), so their loads and stores convert nothing (`_in_kernel`)
+                lines.append(f"{pad}{self.shared_qualifier}{self.reg_type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
                 continue
             if u.op is Op.BARRIER:
                 lines.append(f"{pad}{self.barrier}")
@@ -296,7 +298,7 @@ class CStyleRenderer:
                 continue
             if u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType):  # a kernel-local array
                 names[u] = u.arg[0]
-                lines.append(f"{pad}{self.type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+                lines.append(f"{pad}{self.reg_type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
                 continue
             if u.op is Op.DEFINE_REG:
                 red = u.arg
@@ -347,6 +349,8 @@ class CStyleRenderer:
                     f"{g}{buf}[{_lane(idx_u.src[1], idx)}] = {_lane(val, ref(val))};")
         if idx_u.arg == "vec":
             stmt = f"*({self.type_name(val.dtype)}*)(&{buf}[{idx}]) = {ref(val)};"
+        elif _in_kernel(idx_u):
+            stmt = f"{buf}[{idx}] = {ref(val)};"
         else:
             stmt = self.render_store(buf, idx, ref(val), val.dtype)
         return f"if ({gate}) {stmt}" if gate else stmt
@@ -380,7 +384,7 @@ class CStyleRenderer:
                    index: Callable[[UOp], tuple[str, str, str | None]]) -> str:
         if u.op is Op.LOAD:
             buf, idx, gate = index(u.src[0])
-            load = self.render_load(buf, idx, u.dtype)
+            load = f"{buf}[{idx}]" if _in_kernel(u.src[0]) else self.render_load(buf, idx, u.dtype)
             return f"({gate}?{load}:{self.render_const(0, u.dtype)})" if gate else load
         args = [ref(s) for s in u.src]
         if u.op is Op.CAST:
@@ -414,6 +418,11 @@ def _innermost_folds(lin: list[UOp]) -> dict[UOp, list[tuple[Op, UOp]]]:
 
 # vector ops whose C vector-extension meaning is the lane-wise scalar meaning
 _VECTOR_NATIVE = (Op.ADD, Op.SUB, Op.MUL, Op.FDIV)
+
+
+def _in_kernel(index: UOp) -> bool:
+    """Whether INDEX `index` addresses a kernel-local array (shared or private), held in register types."""
+    return index.src[0].op in (Op.DEFINE_LOCAL, Op.DEFINE_REG)
 
 
 def _lane(u: UOp, text: str) -> str:

@@ -10,15 +10,19 @@ value placed On_device, a call to a function without its own compilation is `CAL
 
 Rules, in the seed's order:
 - step 1 `store_in_place`;
-- step 2 `inline_call` (refusals: CallArgumentError), `disk_copy_views_move_to_result` (also run by the engine
-  before it performs copies; `disk_run` reads its normal form). `pm_mops` (below) is the INDEX-form matcher;
+- step 2 `inline_call` (refusals: CallArgumentError), then top-down `repeated_store` and `resolve_returned_after`,
+  `disk_copy_views_move_to_result` (also run by the engine before it performs copies, with `store_across_devices`:
+  `pm_before_copies`; `disk_run` reads its normal form). `pm_mops` (below) is the INDEX-form matcher;
   rangeify's lowerer indexes every movement through its first rule (`index_through_movement`);
 - step 3 `split_reduceop`, `stage_of_storage_or_copy` (a pass of its own, before the store-hazard rule adds
-  materialisations that must stay), then `pm_prepare`: `refuse_broadcast_store`, `drop_self_store`,
-  `store_reshape_pair`, `store_into_bitcast`, `store_hazard` (no seed bullet: reference/tolk.md §3.2),
-  `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`, `expand_bitcast`, `fold_empty`.
-Not here: calls compiled on their own (no such node yet); cross-device copies are performed by the engine
-(`realize._copy_across_devices`), which stores the value into new storage on the copy's device.
+  materialisations that must stay), `store_bit_run` (a pass of its own, before expand_bitcast rewrites the
+  destination's bitcast), then `pm_prepare`: `refuse_broadcast_store`, `drop_self_store`,
+  `store_reshape_pair`, `store_into_bitcast`, `store_across_devices`, `store_hazard` (no seed bullet:
+  reference/tolk.md §3.2), `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`, `expand_bitcast`,
+  `fold_empty`. Calls compiled on their own (a kernel given as code, `KernelCode`): `code_call_arguments`
+  (`pm_code_calls`, applied by the engine when it runs one).
+Cross-device copies are performed by the engine (`realize._copy_across_devices`), which stores the value into new
+storage on the copy's device.
 
 Also here: `unbind` (bound Variables leave the graph for var_vals), `contiguous_view`, `expand_bitcast`, and the
 seed's helpers `storage_base`, `identity_element`, `is_broadcast`, `storage_phase`, `reads_storage_written`,
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tolk_core import config
-from tolk_core.errors import BroadcastStoreError, CallArgumentError, DiskError, ShapeError
+from tolk_core.errors import BroadcastStoreError, CallArgumentError, DiskError, ShapeError, TolkError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
@@ -43,9 +47,20 @@ from tolk_core.schedule import placements
 
 rule_fires: Counter[str] = Counter()
 
+
+class BitRunStoreError(TolkError, ValueError):
+    """A store through a bitcast that changes the element size whose destination is not a run of whole elements
+    of its storage (seed 001: only such runs are stored into bit by bit)."""
+
 # which device names are disks (capabilities say `disk`): the engine registers the device registry's answer,
 # which this layer cannot import
 disk_checks: list[Callable[[str], bool]] = []
+# a device name in its canonical spelling ("OPENCL" is "OPENCL:0"): the engine registers the registry's
+canonical_device: list[Callable[[str], str]] = []
+
+
+def _same_device(a: str, b: str) -> bool:
+    return a == b or bool(canonical_device) and canonical_device[0](a) == canonical_device[0](b)
 
 _VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
@@ -243,6 +258,65 @@ def inline_call(call: UOp) -> UOp | None:
     return out
 
 
+@dataclass(frozen=True)
+class KernelCode:
+    """A kernel given as code (a call compiled on its own): the arg of the callee `SINK()` of
+    `CALL(callee, *args)`. `source` is one function in the device's dialect (C for CPU, OpenCL C for OPENCL)
+    named `name`, taking one pointer per argument in order; `written[i]` says whether it writes argument i.
+    `global_size` counts work groups of `local_size` items (None: the device chooses; loops on a CPU)."""
+    source: str
+    name: str
+    written: tuple[bool, ...]
+    global_size: tuple[int, int, int] = (1, 1, 1)
+    local_size: tuple[int, int, int] | None = None
+
+
+def is_code_call(u: UOp) -> bool:
+    """Whether `u` calls a kernel given as code."""
+    return u.op is Op.CALL and isinstance(u.src[0].arg, KernelCode)
+
+
+def code_call_arguments(call: UOp) -> UOp | None:
+    """A call compiled on its own takes as an argument that is a run of storage's elements (or of a state of it)
+    from the first, of the storage's type, the storage itself, which the call writes through (contiguous_view).
+    Storage the call only reads that starts elsewhere than its parameter assumes (storage_phase: a parameter
+    assumes the first element) and that the call does not write through another argument
+    (reads_storage_written) is stored into new storage (a materialisation), which starts as the parameter
+    assumes; a run it writes, or whose storage another argument writes, is passed as the run (a SHRINK of the
+    storage: the storage at an offset). Any other argument is a value of its own, materialised. An argument the
+    call writes that is not a run of storage raises CallArgumentError naming it."""
+    if not is_code_call(call):
+        return None
+    code, args = call.src[0].arg, call.src[1:]
+    writes = tuple(a for a, w in zip(args, code.written, strict=True) if w)
+    out = []
+    for i, (a, w) in enumerate(zip(args, code.written, strict=True)):
+        if a.op in (Op.BUFFER, Op.CONTIGUOUS) and not (w and a.op is Op.CONTIGUOUS):
+            out.append(a)  # in the form the call takes already (a run's SHRINK maps to itself below)
+            continue
+        cv = contiguous_view(a)
+        base = _storage_of_state(cv[0]) if cv is not None else None
+        if cv is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER or base.dtype != a.dtype:
+            if w:
+                raise CallArgumentError(f"call of kernel {code.name}: argument {i} ({a.op.name} {_fmt(a.shape)}) is "
+                                        "written but is not a run of whole elements of storage of its type")
+            out.append(_materialised(a))
+            continue
+        phase, n = cv[1], prod(a.shape)
+        if not isinstance(phase, int) or not isinstance(n, int):  # a symbolic run: a value of its own
+            if w:
+                raise CallArgumentError(f"call of kernel {code.name}: argument {i} is written at a symbolic offset")
+            out.append(_materialised(a))
+        elif phase == 0:
+            out.append(base)
+        elif not w and not reads_storage_written(a, tuple(x for x in writes if x is not a)):
+            out.append(_materialised(a))
+        else:
+            out.append(UOp(Op.SHRINK, base.dtype, (base,), ((phase, phase + n),)))
+    new = call.replace(src=(call.src[0], *out))
+    return None if new is call else new
+
+
 def drop_detach(x: UOp, u: UOp) -> UOp:
     """DETACH and CONTIGUOUS_BACKWARD are their source."""
     return x
@@ -345,6 +419,77 @@ def store_into_bitcast(store: UOp, bc: UOp, value: UOp) -> UOp | None:
     if inner.dtype.itemsize != bc.dtype.itemsize:
         return None
     return store.replace(src=(inner, UOp(Op.BITCAST, inner.dtype, (value,))))
+
+
+def store_across_devices(store: UOp, dest: UOp, value: UOp) -> UOp | None:
+    """A store across devices first materialises its value on its own device: the store is of a COPY of the
+    value's storage (a stage of storage or of a copy is the storage, no copy kernel) to the destination's
+    device. A constant, on no device, is on every one."""
+    if value.device is None or dest.device is None or _same_device(value.device, dest.device):
+        return None
+    staged = value if stage_of_storage_or_copy(value, value) is not None else _materialised(value)
+    return store.replace(src=(dest, UOp(Op.COPY, value.dtype, (staged, UOp(Op.DEVICE, dtypes.void, (), dest.device)))))
+
+
+def _storage_of_state(u: UOp) -> UOp:
+    """The storage that `u` (storage, a state of it, or views of those) is: views and AFTERs stripped."""
+    while u.op in _VIEW_OPS or u.op is Op.AFTER:
+        u = u.src[0]
+    return u
+
+
+def repeated_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
+    """A store of the value the store before it stored (its destination is storage ordered after a store of
+    `value` into the same storage) stays, a state of its own: the value is materialised, so the second store
+    does not read what the first one overwrote. (Unlike a self-store it is not dropped.)"""
+    if dest.op is not Op.AFTER or value.op is Op.CONTIGUOUS:
+        return None
+    base = _storage_of_state(dest)
+    if any(e.op is Op.STORE and e.src[1] is value and _storage_of_state(e.src[0]) is base for e in dest.src[1:]):
+        return store.replace(src=(dest, _materialised(value)))
+    return None
+
+
+def resolve_returned_after(a: UOp) -> UOp | None:
+    """A value ordered after a call's stores into one of its outputs is that output's value: AFTER(x, *stores)
+    whose stores all write x's storage is x. The engine performs an inline call's stores when the call is made
+    (assignments are eager), in order, so by the time this graph runs the storage holds the stored value."""
+    base = _storage_of_state(a.src[0])
+    if base.op is not Op.BUFFER or not a.src[1:] or \
+            not all(e.op is Op.STORE and _storage_of_state(e.src[0]) is base for e in a.src[1:]):
+        return None
+    return a.src[0]
+
+
+def _has_size_changing_bitcast(u: UOp) -> bool:
+    while u.op in _VIEW_OPS or u.op is Op.AFTER:
+        if u.op is Op.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
+            return True
+        u = u.src[0]
+    return False
+
+
+def store_bit_run(store: UOp, dest: UOp, value: UOp) -> UOp | None:
+    """Any other store through movements and bitcasts whose elements are a run of whole elements of storage or
+    of a state of it (contiguous_view) stores the value's bits into that run: the destination becomes the run
+    (a SHRINK of the storage) and the value its flat bits bitcast to the storage's type (expand_bitcast then
+    makes that shifts of unsigned integers). Applies where the destination's views change the element size
+    (the lowerer follows every other view); a destination through such a bitcast that is not a run raises
+    BitRunStoreError naming it."""
+    if not _has_size_changing_bitcast(dest):
+        return None
+    cv = contiguous_view(dest)
+    base = _storage_of_state(cv[0]) if cv is not None else dest
+    if cv is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER:
+        raise BitRunStoreError(f"cannot store through {dest.op.name} {_fmt(dest.shape)} of {dest.dtype.name}: a "
+                               "store through a bitcast that changes the element size must write a run of whole "
+                               "elements of its storage")
+    storage, offset = cv
+    n = prod(dest.shape) * dest.dtype.itemsize // storage.dtype.itemsize
+    run = storage if resolve(offset == 0, False) and resolve(n == prod(storage.shape), False) else \
+        UOp(Op.SHRINK, storage.dtype, (storage,), ((offset, offset + n),))
+    flat = value if len(value.shape) == 1 else UOp(Op.RESHAPE, value.dtype, (value,), (prod(value.shape),))
+    return store.replace(src=(run, UOp(Op.BITCAST, storage.dtype, (flat,))))
 
 
 def _fmt(shape: tuple) -> str:
@@ -594,6 +739,19 @@ pm_disk_copies = PatternMatcher([
     (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev")), name="copy"),
      *reversed(_counted("disk_copy_views_move_to_result", disk_copy_views_move_to_result))),
 ])
+# step 2, after inlining: a call's stores have run (a repeated store of one value keeps its own state first)
+pm_returned_after = PatternMatcher([
+    (_STORE, *reversed(_counted("repeated_store", repeated_store))),
+    (UPat(Op.AFTER, name="a"), *reversed(_counted("resolve_returned_after", resolve_returned_after))),
+])
+# what the engine applies before it performs copies: disk copies read runs, stores across devices copy
+pm_before_copies = pm_disk_copies + PatternMatcher([
+    (_STORE, *reversed(_counted("store_across_devices", store_across_devices)))])
+# step 3, before expand_bitcast rewrites a destination's bitcasts into values: bit-run stores
+pm_bit_run_stores = PatternMatcher([(_STORE, *reversed(_counted("store_bit_run", store_bit_run)))])
+# step 3: a call compiled on its own takes storage, runs of it, or values materialised into new storage
+pm_code_calls = PatternMatcher([(UPat(Op.CALL, name="call"),
+                                 *reversed(_counted("code_call_arguments", code_call_arguments)))])
 # step 3: from the leaves up
 pm_prepare = PatternMatcher([
     (_STORE, *reversed(_counted("refuse_broadcast_store", refuse_broadcast_store))),
@@ -602,6 +760,7 @@ pm_prepare = PatternMatcher([
      *reversed(_counted("store_reshape_pair", store_reshape_pair))),
     (UPat(Op.STORE, src=(UPat(Op.BITCAST, name="bc"), UPat.var("value")), name="store"),
      *reversed(_counted("store_into_bitcast", store_into_bitcast))),
+    (_STORE, *reversed(_counted("store_across_devices", store_across_devices))),
     (_STORE, *reversed(_counted("store_hazard", store_hazard))),
     (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev"))),
      *reversed(_counted("copy_to_own_device", copy_to_own_device))),
@@ -619,9 +778,11 @@ def prepare_rangeify(sink: UOp) -> UOp:
     before = Counter(rule_fires)
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
     out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
+    out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after")
     out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2: disk copies")
     out = _split_reductions(out)
     out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages")
+    out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores")
     out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))

@@ -485,7 +485,7 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = Fa
     # nowhere else (it is recomputed where needed)
     realized: dict[UOp, UOp] = {}
     for v, b in outputs:
-        if b.op is Op.BUFFER:
+        if b.op is Op.BUFFER and v.op is not Op.CONTIGUOUS:  # a materialised value stored whole: staged below
             realized.setdefault(v, b)
     order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
     for u in order:
