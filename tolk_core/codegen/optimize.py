@@ -367,12 +367,12 @@ def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
 
 def _lanes_apart(ast: UOp, lanes: list[UOp]) -> bool:
     """Whether no value depends on two of `lanes` (a value's lanes: those of its sources; a reduction's value
-    depends on none of the lanes it folds, an array read on none of its fill's)."""
+    depends on none of the lanes it folds, an array read on none of its fill's; loop ends are no values)."""
     lane_set = set(lanes)
     seen: dict[UOp, frozenset[UOp]] = {}
     for u in ast.toposort():
-        if u in lane_set:
-            seen[u] = frozenset((u,))
+        if u in lane_set or u.op in (Op.END, Op.SINK):
+            seen[u] = frozenset((u,)) if u in lane_set else frozenset()
             continue
         srcs = u.src[:1] if u.op is Op.LOAD else u.src
         got = frozenset().union(*(seen[s] for s in srcs)) if srcs else frozenset()
