@@ -51,6 +51,7 @@ def _cases(rng: np.random.Generator):
         ("where_row_sum", lambda T: (T(rows) > 0).where(T(rows), 0.5).sum(axis=1),
          np.where(rows > 0, rows, np.float32(0.5)).sum(axis=1)),
         ("fma_broadcast", lambda T: T(wide) * T(wide[0]) + T(col), wide * wide[0] + col),
+        ("fma_8_lanes", lambda T: T(wide[:, :24]) * 3 - T(wide[0, :24]), wide[:, :24] * 3 - wide[0, :24]),
         ("lane_free_store", lambda T: T(col).expand(16, 64).contiguous(), np.broadcast_to(col, (16, 64))),
         ("vector_math", lambda T: (T(wide).exp() + T(wide).abs().sqrt()).relu(),
          np.maximum(np.exp(wide) + np.sqrt(np.abs(wide)), 0)),
@@ -94,8 +95,9 @@ def test_opencl_sources_use_vectors(opencl_cpu):
     T = lambda *s: Tensor(np.ones(s, np.float32), device="OPENCL")  # noqa: E731
     row_sum = _opencl_source(T(64, 256).sum(axis=1))
     assert "vload16(" in row_sum.source and "float16 acc" in row_sum.source
-    elementwise = _opencl_source(T(16, 64) * 2 + 1)
-    assert "vstore4(" in elementwise.source and elementwise.global_size[0] * elementwise.local_size[0] >= 16 * 16
+    elementwise = _opencl_source(T(16, 64) * 2 + 1)  # the widest vector dividing the axis
+    assert "vstore16(" in elementwise.source and elementwise.global_size[0] * elementwise.local_size[0] >= 16 * 4
+    assert "vstore8(" in _opencl_source(T(16, 24) * 2).source and "vstore4(" in _opencl_source(T(16, 12) * 2).source
     column_sum = _opencl_source(T(64, 256).sum(axis=0))  # 16 adjacent outputs per item, a vector accumulator
     assert "vstore16(" in column_sum.source and "float16 acc" in column_sum.source
     odd = _opencl_source(T(33, 17).sum(axis=1))

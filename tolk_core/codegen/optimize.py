@@ -72,7 +72,7 @@ ROW_ITEM_LOCAL = 64           # work items per group of a one-item-per-row launc
 ROW_ITEM_ARRAY_BYTES = 16384  # a work item's own arrays (PoCL keeps them on its threads' stacks)
 GPU_REDUCE_OUTPUT_LANES = 16  # adjacent outputs of a reduction kernel per work item (a convolution's row)
 GPU_VECTOR_ACCUMULATORS = 16  # vector accumulators of a work item's tile (AVX-512 has 32 registers)
-GPU_OUTPUT_LANES = 4          # contiguous outputs per work item of a GPU elementwise kernel
+GPU_OUTPUT_LANES = 16         # at most this many contiguous outputs per work item of a GPU elementwise kernel
 # memory dtypes GPU vector lanes are planned for (bool is stored as uchar, half/bfloat16 are emulated)
 _GPU_LANE_MEMORY = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
 MAX_ACCUMULATORS = 16         # vector accumulators of a register block (AVX-512 has 32 registers)
@@ -272,7 +272,8 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
     A reduction over a constant range that every access depending on it reads contiguously (a row sum) folds
     `GPU_REDUCE_LANES`-wide vectors into a vector accumulator; otherwise a kernel whose innermost output range
     every dependent access reads and writes contiguously computes adjacent outputs per item as one vector
-    (`GPU_OUTPUT_LANES` of them, `GPU_REDUCE_OUTPUT_LANES` with vector accumulators in a reduction kernel).
+    (16, 8 or 4 of them, the widest that divides the axis, up to `GPU_OUTPUT_LANES`; `GPU_REDUCE_OUTPUT_LANES`
+    with vector accumulators in a reduction kernel).
     Only kernels whose memory is float32/int32/uint32 and whose values have native vector types qualify, and
     sizes that are a whole number of vectors."""
     nodes = ast.toposort()
@@ -290,8 +291,14 @@ def _gpu_lanes(ast: UOp, outs: list[UOp], max_lanes: int) -> tuple[UOp, list[UOp
             if lanes_are_contiguous(split, lane, arrays=True) and \
                     any(u.op is Op.INDEX and lane in u.toposort() for u in split.toposort()):
                 return split, _output_ranges(split), lane, width
-    width = min(GPU_REDUCE_OUTPUT_LANES if reduces else GPU_OUTPUT_LANES, max_lanes)
-    if not outs or outs[-1].src[0].op is not Op.CONST or outs[-1].src[0].arg % width:
+    if not outs or outs[-1].src[0].op is not Op.CONST:
+        return None
+    if reduces:  # whole vector accumulators only: a narrower one would leave the tile's registers half used
+        width = min(GPU_REDUCE_OUTPUT_LANES, max_lanes)
+    else:  # the widest vector that divides the axis (float16 math built-ins run 4x the float4 ones' lanes)
+        width = next((w for w in (16, 8, 4) if w <= min(GPU_OUTPUT_LANES, max_lanes) and
+                      outs[-1].src[0].arg % w == 0), 0)
+    if not width or outs[-1].src[0].arg % width:
         return None
     split, inner, lane = split_lanes(ast, outs[-1], width)
     if not lanes_are_contiguous(split, lane, arrays=True):
