@@ -5,8 +5,6 @@ import hashlib
 from dataclasses import dataclass
 
 from tolk_core import config
-from tolk_core.codegen.linearize import linearize
-from tolk_core.codegen.optimize import optimize
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, sint
@@ -51,6 +49,10 @@ def _kernel_name(ast: UOp, body: str) -> str:
 
 def generate(ast: UOp, renderer) -> KernelSource:
     """Source for kernel `ast` in `renderer`'s dialect; identical kernels give identical names and text."""
+    # imported here: a process whose kernels all come from the source cache never loads the optimizer (~2 ms)
+    from tolk_core.codegen.linearize import linearize
+    from tolk_core.codegen.optimize import optimize
+
     ast = ast.simplify()
     plan = optimize(ast, renderer, noopt=bool(config.get("NOOPT")))
     lin = linearize(plan.ast, plan.guard)
