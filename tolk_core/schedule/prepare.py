@@ -101,8 +101,12 @@ def _reads_storage_other_than(value: UOp, base: UOp, dest: UOp) -> bool:
     """Whether `value` reads storage `base` through any view other than exactly `dest` (a store hazard:
     elements it has yet to read could be overwritten first)."""
     nodes = value.toposort()
-    if any(x.op is Op.REDUCE_AXIS and base in x.toposort() for x in nodes):
-        return True  # a reduction of the destination reads elements other than the one being stored
+    reads: set[UOp] = {base}  # the nodes that read `base`, in one pass over the sources-first order
+    for x in nodes:
+        if x is not base and any(s in reads for s in x.src):
+            if x.op is Op.REDUCE_AXIS:
+                return True  # a reduction of the destination reads elements other than the one being stored
+            reads.add(x)
     views = {u for u in (value, *(s for x in nodes if x.op not in _VIEW_OPS for s in x.src)) if storage_base(u) is base}
     return bool(views - {dest})
 
