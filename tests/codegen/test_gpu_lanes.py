@@ -14,27 +14,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.frontend.helpers import close
+from tests.frontend.helpers import check_cases_together, layernorm, np_layernorm, np_softmax
 from tolk_core.codegen import KernelSource, generate
 from tolk_core.codegen.optimize import _local_size
 from tolk_core.engine.realize import schedule
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
-
-
-def _np_softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
-
-
-def _np_layernorm(x: np.ndarray) -> np.ndarray:
-    d = x - x.mean(-1, keepdims=True)
-    return d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
-
-
-def _layernorm(x: Tensor) -> Tensor:
-    d = x - x.mean(axis=-1, keepdim=True)
-    return d / ((d * d).mean(axis=-1, keepdim=True) + 1e-5).sqrt()
 
 
 def _cases(rng: np.random.Generator):
@@ -57,20 +42,15 @@ def _cases(rng: np.random.Generator):
          np.maximum(np.exp(wide) + np.sqrt(np.abs(wide)), 0)),
         ("column_sum", lambda T: T(rows).sum(axis=0), rows.sum(axis=0)),
         ("matmul", lambda T: T(a) @ T(b), a @ b),
-        ("softmax_rows", lambda T: T(sm).softmax(-1), _np_softmax(sm)),
-        ("layernorm_guarded", lambda T: _layernorm(T(ln)), _np_layernorm(ln)),
+        ("softmax_rows", lambda T: T(sm).softmax(-1), np_softmax(sm)),
+        ("layernorm_guarded", lambda T: layernorm(T(ln)), np_layernorm(ln)),
         ("odd_row_sum", lambda T: T(odd).sum(axis=1), odd.sum(axis=1)),
         ("strided_elementwise", lambda T: T(wide)[:, ::2] * 2, wide[:, ::2] * 2),
     ]
 
 
 def test_lane_kernels_match_numpy(device):
-    cases = _cases(np.random.default_rng(0))
-    outs = [fn(lambda x: Tensor(x, device=device)) for _, fn, _ in cases]
-    outs[0].realize(*outs[1:])
-    for (name, _, want), got in zip(cases, outs, strict=True):
-        assert got.shape == want.shape, name
-        close(got.numpy(), want, rtol=2e-4, atol=2e-4)
+    check_cases_together(_cases(np.random.default_rng(0)), device, rtol=2e-4, atol=2e-4)
 
 
 def _opencl_source(t: Tensor) -> KernelSource:

@@ -11,22 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.frontend.helpers import close
+from tests.frontend.helpers import close, layernorm, np_layernorm
 from tolk_core.codegen import generate
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule.placements import Lineage
-
-
-def _np_layernorm(a: np.ndarray) -> np.ndarray:
-    d = a - a.mean(-1, keepdims=True)
-    return d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
-
-
-def _layernorm(x: Tensor) -> Tensor:
-    d = x - x.mean(axis=-1, keepdim=True)
-    return d / ((d * d).mean(axis=-1, keepdim=True) + 1e-5).sqrt()
 
 
 def _cases(rng: np.random.Generator):
@@ -44,9 +34,9 @@ def _cases(rng: np.random.Generator):
     sm = np.exp(a - a.max(-1, keepdims=True))
     return [
         ("softmax_whole_strides", lambda T: (T(a).softmax(),), (sm / sm.sum(-1, keepdims=True),)),
-        ("layernorm_clamped", lambda T: (_layernorm(T(b)),), (_np_layernorm(b),)),
+        ("layernorm_clamped", lambda T: (layernorm(T(b)),), (np_layernorm(b),)),
         ("minus_row_max", lambda T: (T(b) - T(b).max(axis=1, keepdim=True),), (b - b.max(1, keepdims=True),)),
-        ("one_row", lambda T: (_layernorm(T(c)),), (_np_layernorm(c),)),
+        ("one_row", lambda T: (layernorm(T(c)),), (np_layernorm(c),)),
         ("whole_local", whole_local, (w + 1, w * w)),
     ]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.frontend.helpers import close
+from tests.frontend.helpers import check_cases_together
 from tolk_core.codegen import generate
 from tolk_core.engine.realize import schedule
 from tolk_core.frontend.tensor import Tensor
@@ -36,12 +36,7 @@ def _cases(rng: np.random.Generator):
 
 def test_upcast_kernels_match_numpy(device):
     """CPU: vector lanes and register blocks; OPENCL: register-blocked work items (GPU_BLOCK tiles)."""
-    cases = _cases(np.random.default_rng(0))
-    outs = [fn(lambda x: Tensor(x, device=device)) for _, fn, _ in cases]
-    outs[0].realize(*outs[1:])
-    for (name, _, want), got in zip(cases, outs, strict=True):
-        assert got.shape == want.shape, name
-        close(got.numpy(), want)
+    check_cases_together(_cases(np.random.default_rng(0)), device)
 
 
 def test_matmul_is_register_blocked_vector_code():

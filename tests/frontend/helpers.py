@@ -21,6 +21,33 @@ def np_mlp(x, w1, b1, w2, b2):
     return np.maximum(x @ w1 + b1, 0) @ w2 + b2
 
 
+def np_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_layernorm(x: np.ndarray) -> np.ndarray:
+    """Layer norm over the last axis without the affine part (eps 1e-5); `layernorm` is Tolk's."""
+    d = x - x.mean(-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
+
+
+def layernorm(x):
+    d = x - x.mean(axis=-1, keepdim=True)
+    return d / ((d * d).mean(axis=-1, keepdim=True) + 1e-5).sqrt()
+
+
+def check_cases_together(cases, device: str, **tol) -> None:
+    """`cases` are (name, build(T) -> Tensor, numpy result) with T making a Tensor on `device` from an array:
+    every case is built, all are realized together (one compile), and each must equal numpy (`close`)."""
+    from tolk_core.frontend.tensor import Tensor
+    outs = [fn(lambda x: Tensor(x, device=device)) for _, fn, _ in cases]
+    outs[0].realize(*outs[1:])
+    for (name, _, want), got in zip(cases, outs, strict=True):
+        assert got.shape == np.shape(want), name
+        close(got.numpy(), want, **tol)
+
+
 def np_attention(q, k, v):
     s = (q @ k.transpose(0, 2, 1)) / 8
     e = np.exp(s - s.max(-1, keepdims=True))
