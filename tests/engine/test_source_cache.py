@@ -47,8 +47,12 @@ def test_read_back_equals_generation(device, tmp_path, generations):
         with config.override(NOOPT=True):  # a setting the optimizer reads: another key
             noopt = source_cache.generate_cached(ast, renderer)
         assert len(generations) == 2 and noopt.source != first.source
+        with pytest.MonkeyPatch.context() as mp:  # a limit set on the renderer's class: another key
+            mp.setattr(type(renderer), "local_max", renderer.local_max + 1)
+            source_cache.generate_cached(ast, renderer)
+        assert len(generations) == 3
     with config.override(CACHE_DIR=str(tmp_path), DISABLE_COMPILER_CACHE=True):
-        assert source_cache.generate_cached(ast, renderer) == first and len(generations) == 3
+        assert source_cache.generate_cached(ast, renderer) == first and len(generations) == 4
 
 
 def test_symbolic_launch_sizes_are_not_stored(device, tmp_path, generations):
@@ -68,8 +72,9 @@ def test_symbolic_launch_sizes_are_not_stored(device, tmp_path, generations):
     assert bool(symbolic) == renderer.has_local and len(stored) == len(linear.src) - len(symbolic)
 
 
-def test_a_new_process_generates_nothing(tmp_path):
+def test_a_new_process_generates_nothing(device, tmp_path):
     script = textwrap.dedent("""
+        import sys
         import numpy as np
         from tolk_core.engine import source_cache
         from tolk_core.frontend.tensor import Tensor
@@ -77,12 +82,15 @@ def test_a_new_process_generates_nothing(tmp_path):
         real = source_cache.generate
         source_cache.generate = lambda ast, r: calls.append(1) or real(ast, r)
         x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
-        got = (Tensor(x, device="CPU").exp() @ Tensor(x, device="CPU")).sum(0).numpy()
+        dev = sys.argv[1]
+        got = (Tensor(x, device=dev).exp() @ Tensor(x, device=dev)).sum(0).numpy()
         assert np.allclose(got, (np.exp(x) @ x).sum(0), rtol=1e-5, atol=1e-5), got
         print(len(calls))
     """)
     env = {**os.environ, "TOLK_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True) for _ in range(2)]
+    # OpenCL's renderer holds sets (its extensions) whose order differs per process: the key must not
+    runs = [subprocess.run([sys.executable, "-c", script, device], env=env, capture_output=True, text=True)
+            for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), [r.stderr[-2000:] for r in runs]
     cold, warm = (int(r.stdout.split()[-1]) for r in runs)
     assert cold >= 1 and warm == 0

@@ -4,7 +4,8 @@ Optimizing, linearizing and rendering the demo MLP's two kernels takes about 20 
 process's first call once the binary itself comes from the compile cache. `generate_cached` keys a kernel by:
 
 - the kernel AST's structure (every node's op, dtype, argument and sources, in topological order);
-- the renderer: its class, its own attributes (OpenCL's extensions, ...) and the limits the optimizer reads;
+- the renderer: its class and its plain-data attributes, class-level ones included (OpenCL's extensions, the
+  limits the optimizer reads);
 - every setting's current value (NOOPT, thread thresholds, ...: settings are few and cheap to read);
 - the code that generates: the size and modification time of every module of tolk_core and of the renderer's
   package, so an edited or upgraded Tolk never reads sources an older version wrote.
@@ -29,9 +30,6 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import KernelParam
 from tolk_core.runtime.compiler import cache_dir
-
-# what the optimizer reads from a renderer beyond its instance attributes (class-level defaults)
-_RENDERER_LIMITS = ("has_local", "vector_bytes", "local_max")
 
 
 def _structure(ast: UOp) -> str | None:
@@ -64,18 +62,27 @@ def _code_fingerprint(renderer_module: str) -> str:
     return h.hexdigest()
 
 
+def _plain(v: Any) -> str | None:
+    """Stable text of a plain-data attribute value (sets sorted: their order follows per-process string
+    hashes); None for anything else (functions, tables of functions, the device object)."""
+    if isinstance(v, (frozenset, set)):
+        return repr(sorted(map(repr, v)))
+    if v is None or isinstance(v, (bool, int, float, str, tuple)):
+        return repr(v)
+    return None
+
+
 def _renderer_identity(renderer: Any) -> str:
-    own = {k: v for k, v in vars(renderer).items() if k != "device_obj"}
-    limits = {k: getattr(renderer, k, None) for k in _RENDERER_LIMITS}
-    return f"{type(renderer).__module__}.{type(renderer).__qualname__} {sorted(own.items(), key=repr)!r} {limits!r}"
+    """The renderer's class and every plain-data attribute it has, its class's included (limits the optimizer
+    reads, such as `local_max` or `shared_bytes`, may be set on the class)."""
+    attrs = ((k, _plain(getattr(renderer, k))) for k in dir(renderer) if not k.startswith("_") and k != "device_obj")
+    return f"{type(renderer).__module__}.{type(renderer).__qualname__} {[(k, t) for k, t in attrs if t is not None]}"
 
 
 def _key(ast: UOp, renderer: Any) -> str | None:
     if (text := _structure(ast)) is None:
         return None
     ident = _renderer_identity(renderer)
-    if " at 0x" in ident:
-        return None
     settings = repr([(n, config.get(n)) for n in sorted(config.SETTINGS)])
     h = hashlib.sha256()
     for part in (_code_fingerprint(type(renderer).__module__), ident, settings, text):

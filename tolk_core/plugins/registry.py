@@ -88,10 +88,6 @@ class _Status:
         self._probe, self._timeout, self._install_hint = probe, timeout, install_hint
         self._lock = threading.Lock()
 
-    @property
-    def probed(self) -> bool:
-        return self._fixed is not None
-
     def get(self) -> tuple[str, str, str, Availability | None]:
         if self._fixed is None:
             with self._lock:
