@@ -1,4 +1,4 @@
-"""The DISK device (copy-only, file-backed) and prepare_rangeify's disk rules (seed 001): values against numpy on
+"""The DISK device (copy-only, file-backed) and prepare_rangeify's disk rules (docs/prepare.md): values against numpy on
 every compiled target, the normal form of a copy from a disk, and the refusals."""
 from __future__ import annotations
 
