@@ -519,11 +519,12 @@ def test_an_inline_call_is_its_body() -> None:
 
 
 def test_a_disk_copy_reads_a_run(tmp_path) -> None:
-    from tolk_core.engine import realize  # noqa: F401 - registers the registry's disk check
+    from tolk_core.engine.target import reading, target_for
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(range(16)))
     disk = Tensor.empty(16, dtype=dtypes.uint8, device=f"DISK:{path}")
-    value = _prepared_store(_buf(2, 1), _copy(disk[4:12].bitcast(dtypes.float32).reshape(2, 1).uop, "CPU")).src[1]
+    sink = _store(_buf(2, 1), _copy(disk[4:12].bitcast(dtypes.float32).reshape(2, 1).uop, "CPU"))
+    value = prepare_rangeify(sink, reading(target_for("CPU"), sink.toposort())).src[0].src[1]
     # the reshape moved past the copy (and the store of a reshape into a reshape then stored the sources)
     assert value.op is Op.COPY and prepare.disk_run(value.src[0])[1:] == (4, 8, dtypes.float32)
 

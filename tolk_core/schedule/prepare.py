@@ -6,8 +6,8 @@ function that says what it rewrites; `rule_fires` counts how often each fired (D
 one call). The nodes the rules speak of: a materialisation (a *stage*) is CONTIGUOUS; new storage (an *alloc*)
 is the new BUFFER the scheduler makes for a value placed On_device; a call to a function without its own
 compilation is `CALL(body, *args)` with an `InlineCall` arg (`tolk_core.function` builds it); a disk is a
-device whose capabilities say `disk` (`DISK:<path>`, runtime/disk.py; the engine registers the check in
-`disk_checks`).
+device whose capabilities say `disk` (`DISK:<path>`, runtime/disk.py). Device facts come in as a `Target`
+(tolk_core/ir/target.py): the rules that need them take it as the matcher's context.
 
 Rules, in the order they run:
 - step 1 `store_in_place`;
@@ -32,6 +32,7 @@ helpers the rules share: `storage_base`, `identity_element`, `is_broadcast`, `st
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from tolk_core.ir.shape import apply_movement_op
+from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements
 
@@ -54,16 +56,6 @@ class BitRunStoreError(TolkError, ValueError):
     """A store through a bitcast that changes the element size whose destination is not a run of whole elements
     of its storage (only such a run can be stored into bit by bit: the value's bits are bitcast to whole
     storage elements)."""
-
-# which device names are disks (capabilities say `disk`): the engine registers the device registry's answer,
-# which this layer cannot import
-disk_checks: list[Callable[[str], bool]] = []
-# a device name in its canonical spelling ("OPENCL" is "OPENCL:0"): the engine registers the registry's
-canonical_device: list[Callable[[str], str]] = []
-
-
-def _same_device(a: str, b: str) -> bool:
-    return a == b or bool(canonical_device) and canonical_device[0](a) == canonical_device[0](b)
 
 _VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
@@ -76,10 +68,11 @@ def storage_base(u: UOp) -> UOp:
     return u
 
 
-def on_disk(u: UOp) -> bool:
-    """Whether `u` lives on a disk device (a device whose capabilities say `disk`: copy-only, no kernels)."""
+def on_disk(u: UOp, target: Target | None) -> bool:
+    """Whether `u` lives on a disk device (a device whose capabilities say `disk`: copy-only, no kernels), by
+    `target`'s facts (no target: no disks)."""
     dev = u.device
-    return isinstance(dev, str) and any(check(dev) for check in disk_checks)
+    return target is not None and isinstance(dev, str) and target.on_disk(dev)
 
 
 def identity_element(op: Op, dt: DType) -> int | float | bool:
@@ -138,8 +131,10 @@ def reads_storage_written(read: UOp, writes: tuple[UOp, ...]) -> bool:
 
 # ---------------------------------------------------------------- the rules
 def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..., UOp | None]]:
-    def rule(**kw: Any) -> UOp | None:
-        out = fn(**kw)
+    wants_target = "ctx" in inspect.signature(fn).parameters  # the rule reads the Target (the matcher's ctx)
+
+    def rule(ctx: Target | None = None, **kw: Any) -> UOp | None:
+        out = fn(ctx=ctx, **kw) if wants_target else fn(**kw)
         if out is not None:
             rule_fires[name] += 1
         return out
@@ -168,13 +163,13 @@ def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
     return x if x.device in (None, dev.arg) else None
 
 
-def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp) -> UOp | None:
+def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp, ctx: Target | None = None) -> UOp | None:
     """Step 2: the movements and bitcasts of a copy from a disk move to the copy's result. The copy reads one
     run of the file's bytes (`disk_run`): the highest view of the source that is a run of whole elements of the
     storage (contiguous_view), its bytes reinterpreted as the view's type (a size-changing bitcast on a disk is
     a byte reinterpretation); the other views are applied after the copy, on the target device. A disk
     value that is computed, not viewed, raises DiskError naming the device and the operation."""
-    if not on_disk(x) or x.op not in _VIEW_OPS:
+    if not on_disk(x, ctx) or x.op not in _VIEW_OPS:
         return None
     if not resolve(prod(x.shape) != 0, True):
         return _filled(0, x.dtype, tuple(x.shape))  # nothing to read
@@ -434,7 +429,7 @@ def store_across_devices(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     """A store across devices first materialises its value on its own device: the store is of a COPY of the
     value's storage (a stage of storage or of a copy is the storage, no copy kernel) to the destination's
     device. A constant, on no device, is on every one."""
-    if value.device is None or dest.device is None or _same_device(value.device, dest.device):
+    if value.device is None or dest.device is None or value.device == dest.device:
         return None
     staged = value if stage_of_storage_or_copy(value, value) is not None else _materialised(value)
     return store.replace(src=(dest, UOp(Op.COPY, value.dtype, (staged, UOp(Op.DEVICE, dtypes.void, (), dest.device)))))
@@ -643,11 +638,11 @@ def _shrink_last(x: UOp, i: int) -> UOp:
     return UOp(Op.SHRINK, x.dtype, (x,), tuple((0, s) for s in x.shape[:-1]) + ((i, i + 1),))
 
 
-def expand_bitcast(bc: UOp) -> UOp | None:
+def expand_bitcast(bc: UOp, ctx: Target | None = None) -> UOp | None:
     """A BITCAST to a type of another size as shifts and casts of unsigned integers, lane by lane along the
     last axis, least significant first; None where the sizes are equal (or on a disk, which has no kernels)."""
     x, new, old = bc.src[0], bc.dtype, bc.src[0].dtype
-    if new.itemsize == old.itemsize or not x.shape or on_disk(x):
+    if new.itemsize == old.itemsize or not x.shape or on_disk(x, ctx):
         return None
     ux, unew = _bits(x, _uint(old.itemsize)), _uint(new.itemsize)
     *lead, last = x.shape
@@ -784,17 +779,18 @@ pm_prepare = PatternMatcher([
 ])
 
 
-def prepare_rangeify(sink: UOp) -> UOp:
-    """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring)."""
+def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
+    """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring), for the
+    device facts of `target` (which of the graph's devices are disks; None: no disks)."""
     before = Counter(rule_fires)
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
     out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
     out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after")
-    out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2: disk copies")
+    out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies")
     out = _split_reductions(out)
     out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages")
     out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores")
-    out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
+    out = graph_rewrite(out, pm_prepare, ctx=target, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
     return out
