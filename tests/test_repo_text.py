@@ -43,17 +43,6 @@ CITATIONS: dict[str, re.Pattern[str]] = {
     "design source": re.compile(r"\b" + "OCA" + r"NNL\b"),
 }
 
-# Files others are rewriting right now; they still hold citations and are cleaned when that work lands. Empty
-# this set then: `test_pending_files_still_need_cleaning` fails as soon as a listed file is clean (or gone), so
-# the set cannot go stale.
-PENDING = frozenset({
-    "docs/architecture.md",
-    "tolk_core/engine/jit.py",
-    "tolk_core/engine/realize.py",
-    "tolk_core/frontend/function.py",
-})
-
-
 def _text_files() -> list[Path]:
     files = [ROOT / name for name in TOP_FILES if (ROOT / name).is_file()]
     for tree in TREES:
@@ -77,13 +66,8 @@ def citations(path: Path, root: Path = ROOT) -> list[str]:
 def test_no_text_cites_what_the_repository_lacks() -> None:
     files = _text_files()
     assert len(files) > 100 and ROOT / "tolk_core/schedule/prepare.py" in files  # the walk found the trees
-    found = [c for f in files if f.relative_to(ROOT).as_posix() not in PENDING for c in citations(f)]
+    found = [c for f in files for c in citations(f)]
     assert not found, "say what and why, or point at a docs/ file, instead of citing:\n" + "\n".join(found)
-
-
-def test_pending_files_still_need_cleaning() -> None:
-    clean = sorted(p for p in PENDING if not (ROOT / p).is_file() or not citations(ROOT / p))
-    assert not clean, f"remove from PENDING (gone or free of citations now): {clean}"
 
 
 # planted citations, written with a "|" that is removed before matching (so this file stays clean itself)

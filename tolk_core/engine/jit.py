@@ -1,4 +1,4 @@
-"""tiny_jit (seed 000, Tolk.Jit): warm up, capture, replay.
+"""tiny_jit: warm up, capture, replay (the user face is `@tolk_core.jit`, docs/jit.md).
 
 Phases, by the call counter `cnt`:
 - 0, warmup: the function runs eagerly (lazy state settles into real buffers).
@@ -174,7 +174,7 @@ class _GraphStep:
 
 
 class CapturedJit(Generic[T]):
-    """A compiled LINEAR with the binding it replays through (seed: captured_jit).
+    """A compiled LINEAR with the binding it replays through (`captured` of a tiny_jit).
 
     `ret` is what the captured function returned; `input_info` the (element count, dtype, device) per input.
     Intermediates live in arena Buffers this object owns (`free_intermediates` releases them; the next call
@@ -297,7 +297,7 @@ def _show(v: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------- the wrapper
 class TinyJit(Generic[T]):
-    """The JIT wrapper (seed: tiny_jit). Build with `create`; run with `call`."""
+    """The JIT wrapper, tiny_jit. Build with `create`; run with `call`."""
 
     def __init__(self, device: str, to_program: ToProgram, fxn: Callable[[list[UOp], dict[str, int]], T] | None,
                  captured: CapturedJit[T] | None, prune: bool):
@@ -369,15 +369,15 @@ def create(device: str, to_program: ToProgram = to_program,
 def call(t: TinyJit[T], input_uops: Sequence[UOp], var_vals: dict[str, int] | None = None,
          buffers: Resolver = storage.runtime_buffer, held_buffers: Callable[[], Sequence[UOp]] | None = None,
          wait: bool = False) -> T:
-    """`t.call(...)` (seed form)."""
+    """`t.call(...)` (the function form of the method)."""
     return t.call(input_uops, var_vals, buffers=buffers, held_buffers=held_buffers, wait=wait)
 
 
 def reset(t: TinyJit[Any]) -> None:
-    """`t.reset()` (seed form)."""
+    """`t.reset()` (the function form of the method)."""
     t.reset()
 
 
 def captured(t: TinyJit[T]) -> CapturedJit[T] | None:
-    """`t.captured` (seed form)."""
+    """`t.captured` (the function form of the method)."""
     return t.captured

@@ -1,4 +1,4 @@
-"""`@tolk_core.function`: call a function of Tensors as one CALL node, inlined by prepare_rangeify (seed 001).
+"""`@tolk_core.function`: call a function of Tensors as one CALL node, inlined by prepare_rangeify (docs/prepare.md).
 
 The function is traced once per argument signature (each Tensor argument's shape, dtype and device; every
 other argument's value) over placeholders: a Tensor argument of shape `s` is a `PARAM (slot, (size,))` of its
@@ -19,7 +19,7 @@ body records its stores into the outer body.
 The body must stay on its arguments' device: reading a placeholder's data while tracing, or a copy between
 devices inside it, raises CallError. Gradients flow through a CALL's inlined body (autograd inlines it).
 
-`custom_kernel` runs a kernel given as code (seed 001: a call compiled on its own), now, like an assignment.
+`custom_kernel` runs a kernel given as code (a call compiled on its own, not inlined), now, like an assignment.
 """
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def _trace(fn: Callable[..., Any], args: tuple) -> _Traced:
 def custom_kernel(source: str, name: str, outputs: Sequence[Tensor | tuple[tuple[int, ...], Any]],
                   inputs: Sequence[Tensor] = (), global_size: tuple[int, int, int] = (1, 1, 1),
                   local_size: tuple[int, int, int] | None = None) -> list[Tensor]:
-    """Run a kernel given as code now (seed 001: a call compiled on its own) and return its outputs.
+    """Run a kernel given as code now (a call compiled on its own, not inlined) and return its outputs.
 
     `source` is one function named `name` in the device's dialect (C for CPU, OpenCL C for OPENCL) taking one
     pointer per output, then one per input, in order. An output is a Tensor viewing storage (written in place:
