@@ -112,21 +112,21 @@ def schedule_kernels(outputs: Sequence[UOp], local_arrays: bool) -> list[UOp]:
     The ONLY place this module uses the engine's and scheduler's APIs: a refactor that renames them updates
     this function alone."""
     from tolk_core.engine import buffers
-    from tolk_core.engine.realize import _concrete
+    from tolk_core.engine.schedule import concrete, lower
     from tolk_core.ir.dtype import dtypes
     from tolk_core.ir.ops import Op
+    from tolk_core.ir.target import Target
     from tolk_core.ir.uop import prod
     from tolk_core.schedule import placements
-    from tolk_core.schedule.linear import create_linear
-    from tolk_core.schedule.prepare import prepare_rangeify, unbind
+    from tolk_core.schedule.prepare import unbind
 
     with placements.Lineage():
         sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, tuple(outputs)))
 
         def new_buffer(v: UOp) -> UOp:
-            return buffers.new_buffer(DEVICE, _concrete(prod(v.shape), var_vals), v.dtype)
+            return buffers.new_buffer(DEVICE, concrete(prod(v.shape), var_vals), v.dtype)
         stores = tuple(UOp(Op.STORE, dtypes.void, (new_buffer(v), v)) for v in sink.src)
-        linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, stores)), new_buffer, local_arrays)
+        linear = lower(Target(DEVICE, local_arrays=local_arrays), UOp(Op.SINK, dtypes.void, stores), new_buffer)
     return [call.src[0] for call in linear.src]
 
 
