@@ -95,9 +95,9 @@ class CStyleRenderer(Renderer):
     def __init__(self, device: object = None):
         super().__init__(device)
         # a dtype the dialect names no C type for cannot be rendered: a DTypeError saying so, not a failed lookup
-        for dt in dtypes.all:
-            if dt not in self.type_names and dt not in self.unsupported:
-                self.unsupported[dt] = f"the {type(self).__name__} dialect names no C type for it (type_names)"
+        unnamed = {dt: f"the {type(self).__name__} dialect names no C type for it (type_names)"
+                   for dt in dtypes.all if dt not in self.type_names}
+        self.unsupported = {**unnamed, **self.unsupported}
 
     # ---- dtype capability (see Renderer for supports/check_dtype)
     def reg_dtype(self, dt: DType) -> DType:
