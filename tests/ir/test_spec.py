@@ -3,7 +3,7 @@ import pytest
 
 from tolk_core import config
 from tolk_core.errors import SpecError
-from tolk_core.ir import AddrSpace, Op, UOp, Variable, dtypes
+from tolk_core.ir import AddrSpace, AxisType, Op, UOp, Variable, dtypes
 from tolk_core.ir.spec import check, validate
 
 
@@ -18,7 +18,7 @@ def _tensor_graph():
 def _kernel_graph(value_dtype=dtypes.float32):
     p0 = UOp(Op.PARAM, dtypes.float32.ptr(16), (), 0)
     p1 = UOp(Op.PARAM, dtypes.float32.ptr(16), (), 1)
-    r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, 16),), 0)
+    r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, 16),), (0, AxisType.LOOP))
     ld = UOp(Op.LOAD, dtypes.float32, (UOp(Op.INDEX, p1.dtype, (p1, r)),))
     val = ld + UOp.const(dtypes.float32, 1.0) if value_dtype == dtypes.float32 else ld.cast(value_dtype)
     st = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, p0.dtype, (p0, r)), val))
@@ -91,4 +91,4 @@ def test_check_follows_setting():
     with pytest.raises(SpecError):
         check(bad, "tensor")  # the test suite runs with SPEC=1
     with pytest.raises(SpecError, match="unknown stage"):
-        validate(bad, "linear")
+        validate(bad, "bogus")

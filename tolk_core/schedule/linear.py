@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tolk_core.ir import spec
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
@@ -17,4 +18,5 @@ def create_linear(sink: UOp, new_buffer: Callable[[UOp], UOp], local_arrays: boo
     """The LINEAR of a prepared `SINK(STORE(dest, value), ...)`; `new_buffer(value)` stores intermediates;
     `local_arrays` as in `rangeify`."""
     kernels = rangeify([(s.src[1], s.src[0]) for s in sink.src if s.op is Op.STORE], new_buffer, local_arrays)
-    return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))
+    linear = UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))
+    return spec.check(linear, "linear", "rangeify")
