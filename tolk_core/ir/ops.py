@@ -47,10 +47,11 @@ class Op(enum.IntEnum):
         return f"Op.{self.name}"
 
 
-class AxisType(enum.StrEnum):
+class AxisType(enum.Enum):
     """The kind of a RANGE: its arg is `(axis number, AxisType)`. The number names the loop variable (`ridx3`);
-    the kind says what the range walks and which passes treat it how. Members are their lower-case name as a
-    string (so they print, hash and order as that text); build ranges with members, never with the strings."""
+    the kind says what the range walks and which passes treat it how. A member is not equal to its value's
+    string, so a range built with a string kind is a different node that no pass takes for a member (and the
+    kernel spec rejects it); members print as `AxisType.LOOP`, the same text in every process."""
     LOOP = "loop"
     """An output axis of a kernel: one per axis of the stored value (rangeify's lowerer); the group plans of
     codegen's optimizer also make one for the strided share of the outputs each work item stores."""

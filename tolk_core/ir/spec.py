@@ -283,15 +283,16 @@ def _linearized_violation(program: list[UOp]) -> tuple[int, str] | None:
             continue
         if u.op is not Op.INDEX and (m := next((m for s in u.src if (m := missing(s)) is not None), None)):
             return i, f"{u.op.name} reads a {m.op.name} that is not computed before it in an enclosing block"
-        scopes[-1].add(u)
         done.add(u)
-        if u.op is Op.DEFINE_REG and isinstance(u.arg, UOp):
-            scopes[-1].add(u.arg)  # after its loop, the REDUCE names this accumulator
-        if u.op is Op.RANGE:
+        if u.op is Op.RANGE:  # its counter exists inside its loop only
             if u in loops:
                 return i, "RANGE opened again inside its own loop"
             loops.append(u)
             scopes.append({u})
+            continue
+        scopes[-1].add(u)
+        if u.op is Op.DEFINE_REG and isinstance(u.arg, UOp):
+            scopes[-1].add(u.arg)  # after its loop, the REDUCE names this accumulator
     return (len(program), f"{len(loops)} loop(s) never closed") if loops else None
 
 
