@@ -38,7 +38,7 @@ from typing import Any
 from tolk_core import config
 from tolk_core.errors import BroadcastStoreError, CallArgumentError, DiskError, ShapeError, TolkError
 from tolk_core.ir import spec
-from tolk_core.ir.calls import InlineCall, KernelCode, is_code_call, is_inline_call  # noqa: F401  (documented here)
+from tolk_core.ir.calls import InlineCall, KernelCode, is_code_call, is_inline_call  # noqa: F401  (re-exported names)
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
