@@ -35,7 +35,7 @@ class KernelCode:
 
 
 def is_inline_call(u: UOp) -> bool:
-    """Whether `u` is a call prepare_rangeify replaces by its body (Ops.is_inline_call)."""
+    """Whether `u` is a call prepare_rangeify replaces by its body."""
     return u.op is Op.CALL and isinstance(u.arg, InlineCall)
 
 
