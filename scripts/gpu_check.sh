@@ -154,6 +154,7 @@ run_cuda() {
 # ---------------------------------------------------------------------------------------------------- bench
 # bench_rows NAME PATTERN: the quick bench rows whose name holds PATTERN; their JSON is merged into bench.json
 bench_rows() {
+  echo "$2" >"$WORK/note"
   cd "$ROOT" && PYTHONPATH=$SITE "$PY" -m bench --device CUDA --quick --only "$2" --json "$WORK/bench-$1.json"
 }
 
@@ -205,6 +206,7 @@ main() {
   report verdict
 }
 
-rm -f "$OUT/gpu-check.log"
+# a rerun into the same $OUT starts clean (the device machine empties it anyway); a pycuda wheel stays
+rm -f "$OUT"/{gpu-check.log,summary.json,cuda-tests.xml,conformance.json,bench.json}
 main 2>&1 | tee "$OUT/gpu-check.log"
 exit "${PIPESTATUS[0]}"
