@@ -137,7 +137,8 @@ ws = [(rng.standard_normal((64, 64)).astype(np.float32) * 0.1, rng.standard_norm
       for _ in range(layers)]
 if who == "tolk":
     from tolk_core.frontend.tensor import Tensor
-    from tolk_core.engine.realize import schedule
+    from tolk_core.engine.schedule import schedule
+    from tolk_core.engine.target import target_for
     mk = lambda a: Tensor(a, device=device)
 else:
     from tinygrad import Tensor
@@ -148,7 +149,7 @@ for w, b in ws:
     x = (x @ mk(w) + mk(b)).relu()
 st = time.perf_counter()
 if who == "tolk":
-    n = len(schedule(device, [x.uop])[0].src)
+    n = len(schedule(target_for(device), [x.uop])[0].src)
 else:
     n = len(x.schedule_linear().src)
 print(json.dumps({"schedule_s": time.perf_counter() - st, "kernels": n}))

@@ -14,7 +14,7 @@ class DTypeError(TolkError, TypeError):
 
 
 class BroadcastStoreError(TolkError, ValueError):
-    """A store whose destination is a broadcast (seed 001): several of its elements are one cell, which the
+    """A store whose destination is a broadcast: several of its elements are one cell, which the
     store would write once per element, in no order."""
 
 
@@ -57,7 +57,7 @@ class CompileError(TolkError):
 
 
 class JitError(TolkError):
-    """Misuse of the JIT (seed 000): nested capture, empty capture, input mismatch on replay."""
+    """Misuse of the JIT (docs/jit.md): nested capture, empty capture, input mismatch on replay."""
 
 
 class SpecError(TolkError, AssertionError):
@@ -74,5 +74,6 @@ class DiskError(TolkError, ValueError):
 
 
 class CallArgumentError(TolkError, ValueError):
-    """An inline call's argument that does not fit its parameter (seed 001): a storage parameter's size, a
-    scalar parameter's shape, or the data type. Names the call, the argument and the parameter."""
+    """An inline call's argument that does not fit its parameter (docs/prepare.md, inline calls): a storage
+    parameter's size, a scalar parameter's shape, or the data type. Names the call, the argument and the
+    parameter."""

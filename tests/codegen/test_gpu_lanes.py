@@ -17,7 +17,8 @@ import pytest
 from tests.frontend.helpers import check_cases_together, layernorm, np_layernorm, np_softmax
 from tolk_core.codegen import KernelSource, generate
 from tolk_core.codegen.optimize import _local_size
-from tolk_core.engine.realize import schedule
+from tolk_core.engine.schedule import schedule
+from tolk_core.engine.target import target_for
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
 
@@ -54,7 +55,7 @@ def test_lane_kernels_match_numpy(device):
 
 
 def _opencl_source(t: Tensor) -> KernelSource:
-    linear, _, _ = schedule("OPENCL", [t.uop])
+    linear, _, _ = schedule(target_for("OPENCL"), [t.uop])
     (call,) = linear.src
     return generate(call.src[0], Device["OPENCL"].renderer)
 

@@ -57,10 +57,11 @@ def test_rows_match_numpy_with_the_kernels_cpu_schedules(device, kernels) -> Non
 
 
 def _softmax_kernel_source(renderer, rows: int, cols: int) -> str:
-    from tolk_core.engine.realize import schedule
+    from tolk_core.engine.schedule import schedule
+    from tolk_core.engine.target import target_for
     x = Tensor(np.ones((rows, cols), np.float32), device="CPU")
     with Lineage():
-        linear, _, _ = schedule("CPU", [x.softmax().uop])
+        linear, _, _ = schedule(target_for("CPU"), [x.softmax().uop])
     assert len(linear.src) == 1
     return generate(linear.src[0].src[0], renderer).source
 

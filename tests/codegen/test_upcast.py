@@ -10,7 +10,8 @@ import numpy as np
 
 from tests.frontend.helpers import check_cases_together
 from tolk_core.codegen import generate
-from tolk_core.engine.realize import schedule
+from tolk_core.engine.schedule import schedule
+from tolk_core.engine.target import target_for
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
 
@@ -41,7 +42,7 @@ def test_upcast_kernels_match_numpy(device):
 
 def test_matmul_is_register_blocked_vector_code():
     a, b = Tensor(np.ones((64, 64), np.float32), device="CPU"), Tensor(np.ones((64, 64), np.float32), device="CPU")
-    linear, _, _ = schedule("CPU", [(a @ b).uop])
+    linear, _, _ = schedule(target_for("CPU"), [(a @ b).uop])
     src = generate(linear.src[0].src[0], Device["CPU"].renderer).source
     assert "tolk_float_x16" in src and src.count("acc") >= 2 * 16  # 16 vector accumulators, declared and used
 
@@ -65,7 +66,7 @@ def test_long_scalar_reduction_splits_across_threads():
     x = np.random.default_rng(1).standard_normal(1 << 20).astype(np.float32)
     with config.override(SPLIT_REDUCEOP=0):
         t = Tensor(x, device="CPU") * 3
-        linear, _, _ = schedule("CPU", [t.sum().uop])
+        linear, _, _ = schedule(target_for("CPU"), [t.sum().uop])
         src = generate(linear.src[0].src[0], Device["CPU"].renderer).source
         got = t.sum().numpy()
     assert "#pragma omp parallel for simd reduction(+:acc" in src

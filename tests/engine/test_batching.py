@@ -1,5 +1,5 @@
-"""batch_graphs (seed 000): which calls batch, batch sizes (JIT_BATCH_SIZE doubling), and where the Graph
-capability comes from (the device's plugin, another distribution, or nobody)."""
+"""batch_graphs (docs/jit.md, graph batching): which calls batch, batch sizes (JIT_BATCH_SIZE doubling), and
+where the Graph capability comes from (the device's plugin, another distribution, or nobody)."""
 from __future__ import annotations
 
 import numpy as np

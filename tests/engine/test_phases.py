@@ -1,4 +1,4 @@
-"""tiny_jit phases (seed 000) and each JitError / ValueError with its message."""
+"""tiny_jit phases (warmup, capture, replay: docs/jit.md) and each JitError / ValueError with its message."""
 from __future__ import annotations
 
 import numpy as np

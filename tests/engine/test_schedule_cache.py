@@ -1,4 +1,4 @@
-"""The schedule cache (engine.realize) and linear-time kernel boundaries (schedule.rangeify.realize_points)."""
+"""The schedule cache (engine.schedule) and linear-time kernel boundaries (schedule.rangeify.realize_points)."""
 from __future__ import annotations
 
 import numpy as np

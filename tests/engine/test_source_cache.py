@@ -12,7 +12,8 @@ import pytest
 
 from tolk_core import config
 from tolk_core.engine import source_cache
-from tolk_core.engine.realize import schedule
+from tolk_core.engine.schedule import schedule
+from tolk_core.engine.target import target_for
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
 
@@ -32,7 +33,7 @@ def generations(monkeypatch):
 
 def _asts(device: str):
     a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
-    linear, _, _ = schedule(device, [((a * 2).relu().sum(1) + 1).uop])
+    linear, _, _ = schedule(target_for(device), [((a * 2).relu().sum(1) + 1).uop])
     return [call.src[0] for call in linear.src]
 
 
@@ -60,7 +61,7 @@ def test_symbolic_launch_sizes_are_not_stored(device, tmp_path, generations):
     n = UOp.variable("n", 1, 64).bind(5)
     a = Tensor(np.arange(64, dtype=np.float32), device=device)[:n]
     with config.override(CACHE_DIR=str(tmp_path)):
-        linear, _, _ = schedule(device, [(a * 3).uop])
+        linear, _, _ = schedule(target_for(device), [(a * 3).uop])
         renderer = Device[device].renderer
         for call in linear.src:
             source_cache.generate_cached(call.src[0], renderer)

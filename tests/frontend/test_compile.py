@@ -11,13 +11,15 @@ import pytest
 
 from tolk_core.codegen import generate
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine.realize import compile_linear, schedule
+from tolk_core.engine.compile import compile_linear
+from tolk_core.engine.schedule import schedule
+from tolk_core.engine.target import target_for
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.plugins import Device
 
 
 def _linear_of(t: Tensor):
-    return schedule(t.device, [t.uop])[0]
+    return schedule(target_for(t.device), [t.uop])[0]
 
 
 def test_second_realize_compiles_nothing(device) -> None:

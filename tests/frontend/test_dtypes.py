@@ -164,7 +164,8 @@ for dt in FLOATS:
 
 
 def bitcast(t: Tensor, dt: DType) -> Tensor:
-    """The bits of `t` read as `dt` (Tensor.bitcast belongs to the operations issue; this is its IR node)."""
+    """The bits of `t` read as `dt`, built as the bare IR node so these dtype tests do not depend on
+    Tensor.bitcast."""
     return Tensor(UOp(Op.BITCAST, dt, (t.uop,)), t.device)
 
 

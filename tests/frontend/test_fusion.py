@@ -29,7 +29,7 @@ def test_reduce_then_elementwise_is_one_kernel(device, kernels) -> None:
 
 
 def test_softmax_kernels(device, kernels) -> None:
-    """One kernel: row max and sum fused, the exp row a kernel-local array (placements, seed 002): a stack array
+    """One kernel: row max and sum fused, the exp row a kernel-local array (docs/placements.md): a stack array
     per row on CPU, work-group shared memory on OpenCL (one group per row)."""
     x = _rand(64, 1000)
     with kernels() as k:

@@ -1,4 +1,4 @@
-"""The op surface of issue 5 over the dtype matrix (test_ops_parity covers float32/int32/bool in depth; here every
+"""The wider op surface over the dtype matrix (test_ops_parity covers float32/int32/bool in depth; here every
 op meets float16, bfloat16, float64 and the narrow and wide integers), per device, realized together.
 
 Tolerances: integer and bool results are exact. Float results are compared with a float64 numpy reference of

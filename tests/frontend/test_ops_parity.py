@@ -1,4 +1,5 @@
-"""Parity of the wider Tensor op surface (issue 5, operations) with numpy, on every available compiled device.
+"""Parity of the wider Tensor op surface (math, reductions, shape, indexing, nn ops) with numpy, on every
+available compiled device.
 
 Where numpy has no equivalent, the reference is written out with torch's semantics and says so: `var`/`std`
 (correction=1), `gelu` (tanh approximation), `squeeze` of a non-1 axis (a no-op), `conv2d` (cross-correlation

@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tolk_core.engine import buffers
-from tolk_core.engine.realize import schedule
+from tolk_core.engine.schedule import schedule
+from tolk_core.engine.target import target_for
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.uop import UOp
 
@@ -18,6 +19,6 @@ def kernel_asts(tensors: Iterable[Tensor]) -> list[UOp]:
             todo[t.device].append(t.uop)
     asts: dict[UOp, None] = {}
     for device, values in todo.items():
-        linear, _, _ = schedule(device, values)
+        linear, _, _ = schedule(target_for(device), values)
         asts.update((call.src[0], None) for call in linear.src)
     return list(asts)

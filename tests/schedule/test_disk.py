@@ -1,11 +1,11 @@
-"""The DISK device (copy-only, file-backed) and prepare_rangeify's disk rules (seed 001): values against numpy on
+"""The DISK device (copy-only, file-backed) and prepare_rangeify's disk rules (docs/prepare.md): values against numpy on
 every compiled target, the normal form of a copy from a disk, and the refusals."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tolk_core.engine import realize  # noqa: F401 - registers the device registry's disk check with prepare
+from tolk_core.engine.target import reading, target_for
 from tolk_core.errors import DiskError, TolkError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
@@ -66,13 +66,17 @@ def test_a_whole_disk_tensor_reads_back(disk) -> None:
 def test_the_disk_device_says_disk(disk) -> None:
     assert Device.is_disk(disk.device) and not Device.is_disk("CPU")
     assert Device.capabilities(disk.device).extras["disk"] is True
-    assert on_disk(disk.uop) and not on_disk(Tensor([1.0], device="CPU").uop)
+    cpu = Tensor([1.0], device="CPU")
+    target = reading(target_for("CPU"), [*disk.uop.toposort(), *cpu.uop.toposort()])
+    assert on_disk(disk.uop, target) and not on_disk(cpu.uop, target)
+    assert not on_disk(disk.uop, None)  # without a target's facts nothing is a disk
 
 
 # ---------------------------------------------------------------- the rule's normal form
 def _copy_form(t: Tensor) -> UOp:
     """The graph of `t.to("CPU")` after prepare's disk-copy rule."""
-    return graph_rewrite(UOp(Op.SINK, dtypes.void, (t.to("CPU").uop,)), pm_disk_copies).src[0]
+    sink = UOp(Op.SINK, dtypes.void, (t.to("CPU").uop,))
+    return graph_rewrite(sink, pm_disk_copies, ctx=reading(target_for("CPU"), sink.toposort())).src[0]
 
 
 def _the_copy(u: UOp) -> UOp:
@@ -101,14 +105,16 @@ def test_a_copy_of_a_non_run_reads_the_smallest_run_below_it(disk) -> None:
 
 def test_a_disk_copy_in_normal_form_is_left_alone(disk) -> None:
     form = _copy_form(disk[8:16])
-    assert graph_rewrite(UOp(Op.SINK, dtypes.void, (form,)), pm_disk_copies).src[0] is form
+    sink = UOp(Op.SINK, dtypes.void, (form,))
+    assert graph_rewrite(sink, pm_disk_copies, ctx=reading(target_for("CPU"), sink.toposort())).src[0] is form
 
 
 def test_expand_bitcast_is_none_on_a_disk(disk) -> None:
     bc = disk[8:].bitcast(dtypes.float32).uop
-    assert bc.op is Op.BITCAST and expand_bitcast(bc) is None
+    target = reading(target_for("CPU"), bc.toposort())
+    assert bc.op is Op.BITCAST and expand_bitcast(bc, target) is None
     on_cpu = Tensor(np.zeros(8, np.uint8), device="CPU").bitcast(dtypes.float32).uop
-    assert expand_bitcast(on_cpu) is not None
+    assert expand_bitcast(on_cpu, target) is not None
 
 
 # ---------------------------------------------------------------- refusals

@@ -1,7 +1,9 @@
-"""The 55 rows of reference/placements.md §7.3 (seed 002), numbered as there.
+"""The placement rules of docs/placements.md as 55 numbered cases ("rows"; the numbers only order them): the
+update lattice (1-19), the forcing queries (20-34), peeks and defaulting (35-41), promotion and undo (42-46),
+lineages and predicates (47-50), the scheduler (51-54) and the schedule-cache digest (55).
 
 Rows 1-50 and 55 exercise the Placements table directly on tensor-level UOps; rows 51-54 run the scheduler
-(see test_placements_schedule.py for the end-to-end programs). Conventions of §7.3: p0 the existing provenance,
+(see test_placements_schedule.py for the end-to-end programs). Conventions: p0 the existing provenance,
 p the new one; "small" is 100 float32 elements, "large" 5000 (20 000 bytes > 16 384); nodes are unobservable and
 not aliases unless the row says so.
 """
@@ -162,7 +164,8 @@ def test_row19_unchanged_update_still_creates_an_entry() -> None:
 
 
 def test_full_lattice_table() -> None:
-    """Every cell of §2's table: acc (new provenance), unch (old entry), UE, IA."""
+    """Every cell of the lattice table (docs/placements.md): acc (accepted: the mode listed, with the new provenance),
+    unch (unchanged: the old entry), ue (PlacementUserError), ia (inconsistent: PlacementConflict)."""
     acc, unch, ue, ia = "acc", "unch", PlacementUserError, PlacementConflict
     table = {
         None: {EC: (acc, EC), V: (acc, V), NV: (acc, NV), L: (acc, L), OD: (acc, OD)},
@@ -448,3 +451,27 @@ def test_row55_digest_tells_local_from_on_device() -> None:
     c = Placements.create()
     c.update(u, L, p0)  # provenance is not part of the placement class
     assert pm.digest(sink, a) == pm.digest(sink, c)
+
+
+# ---------------------------------------------------------------- the provenance codes
+def test_provenance_codes_are_distinct_and_documented() -> None:
+    """Every provenance tag defined in placements.py and rangeify.py has a code of its own (DEBUG>=3 prints the
+    code, so one code with two meanings would make a dump ambiguous), and both tables of codes list it: the
+    docstring of `Provenance` and docs/placements.md."""
+    import re
+    from pathlib import Path
+
+    from tolk_core.schedule import rangeify
+
+    tags = {v for mod in (pm, rangeify, Provenance) for v in vars(mod).values()
+            if isinstance(v, Provenance) and not v.is_refined}
+    by_code: dict[int, set[str]] = {}
+    for t in tags:
+        by_code.setdefault(t.code, set()).add(t.reason)
+    assert {c: r for c, r in by_code.items() if len(r) > 1} == {}
+    assert len(tags) == 19 and pm.REALIZE.code != pm.CONTIGUOUS.code
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "placements.md").read_text()
+    doc_rows = set(re.findall(r"^\| (\d+) \| `([a-z-]+)` \|", doc, re.M))
+    docstring_rows = set(re.findall(r"^ {4}(\d+) +([a-z-]+) ", Provenance.__doc__, re.M))
+    want = {(str(t.code), t.reason) for t in tags}
+    assert doc_rows == want and docstring_rows == want

@@ -1,4 +1,4 @@
-"""Placements driving the scheduler (seed 002, issue 7's "must show"), on every compiled device.
+"""Placements driving the scheduler (docs/placements.md, "What the scheduler records"), on every compiled device.
 
 Each test compiles from its own `Lineage` (not the process root), so tests cannot see each other's decisions.
 """

@@ -1,4 +1,4 @@
-"""prepare_rangeify (seed 001), rule by rule: structure of the normal form, and values against numpy."""
+"""prepare_rangeify (docs/prepare.md), rule by rule: structure of the normal form, and values against numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -229,7 +229,7 @@ def test_split_reduceop_sum_of_2_24(device, kernels) -> None:
     assert got == pytest.approx(float(a.sum(dtype=np.float64)), rel=1e-5)
 
 
-def test_split_reduceop_first_stage_obeys_the_seed() -> None:
+def test_split_reduceop_first_stage_size_is_capped() -> None:
     x = _buf(1 << 24)
     red = UOp(Op.REDUCE_AXIS, dtypes.float32, (x,), (Op.ADD, (0,)))
     out = _prepared_store(_buf(1), red).src[1]
@@ -330,12 +330,12 @@ CONTIGUOUS_VIEWS = [
     ("a step skips", lambda: _t()[::2], None),
     ("an expand repeats", lambda: _t()[:1].expand(5), None),
     ("empty", lambda: _t()[3:3], None),
-    # The seed lists three views its simplifier misses (None there). Ours recombines their index to
-    # `range + offset`, so the contract's answer comes back: these rows pin that down.
-    ("27 elements (a seed miss, found here)", lambda: _t(27).reshape(3, 3, 3)[:2].reshape(18)[6:9], ("BUFFER", 6)),
-    ("flips that cancel across a reshape (a seed miss, found here)",
+    # Three runs whose index only comes out as `range + offset` once the simplifier recombines the divisions
+    # and remainders the reshapes introduce; a weaker simplifier answers None. These rows pin the runs down.
+    ("27 elements (divisions recombined)", lambda: _t(27).reshape(3, 3, 3)[:2].reshape(18)[6:9], ("BUFFER", 6)),
+    ("flips that cancel across a reshape (divisions recombined)",
      lambda: _t().flip(0).reshape(4, 6).flip((0, 1)), ("BUFFER", 0)),
-    ("a read within one copy of an expanded value (a seed miss, found here)",
+    ("a read within one copy of an expanded value (divisions recombined)",
      lambda: _t(6).reshape(1, 6).expand(2, 6)[1], ("BUFFER", 0)),
     ("two copies of an expanded value repeat", lambda: _t(6).reshape(1, 6).expand(2, 6), None),
     # bitcasts: equal sizes are looked through; other sizes where the run starts and ends on whole elements
@@ -519,11 +519,12 @@ def test_an_inline_call_is_its_body() -> None:
 
 
 def test_a_disk_copy_reads_a_run(tmp_path) -> None:
-    from tolk_core.engine import realize  # noqa: F401 - registers the registry's disk check
+    from tolk_core.engine.target import reading, target_for
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(range(16)))
     disk = Tensor.empty(16, dtype=dtypes.uint8, device=f"DISK:{path}")
-    value = _prepared_store(_buf(2, 1), _copy(disk[4:12].bitcast(dtypes.float32).reshape(2, 1).uop, "CPU")).src[1]
+    sink = _store(_buf(2, 1), _copy(disk[4:12].bitcast(dtypes.float32).reshape(2, 1).uop, "CPU"))
+    value = prepare_rangeify(sink, reading(target_for("CPU"), sink.toposort())).src[0].src[1]
     # the reshape moved past the copy (and the store of a reshape into a reshape then stored the sources)
     assert value.op is Op.COPY and prepare.disk_run(value.src[0])[1:] == (4, 8, dtypes.float32)
 

@@ -1,6 +1,6 @@
-"""Inline calls (seed 001, prepare step 2): `@tolk_core.function` traces a body once per signature, each call is a
-CALL node, and prepare_rangeify replaces it by the body with its parameters bound to the arguments as flat
-storage. Values against numpy on every compiled device; the normal form; each refusal's message."""
+"""Inline calls (docs/prepare.md; prepare step 2): `@tolk_core.function` traces a body once per signature, each
+call is a CALL node, and prepare_rangeify replaces it by the body with its parameters bound to the arguments as
+flat storage. Values against numpy on every compiled device; the normal form; each refusal's message."""
 from __future__ import annotations
 
 import numpy as np
@@ -308,7 +308,7 @@ def _code_call(written: tuple[bool, ...], *args: UOp) -> UOp:
     return UOp(Op.CALL, dtypes.void, (callee, *args))
 
 
-def test_code_call_arguments_follow_the_seed() -> None:
+def test_code_call_arguments_pass_runs_in_place_and_materialise_the_rest() -> None:
     buf = UOp.new_buffer("CPU", 12, dtypes.float32)
     other = UOp.new_buffer("CPU", 12, dtypes.float32)
     head = UOp(Op.SHRINK, dtypes.float32, (buf,), ((0, 6),))

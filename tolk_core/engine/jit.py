@@ -1,8 +1,8 @@
-"""tiny_jit (seed 000, Tolk.Jit): warm up, capture, replay.
+"""tiny_jit: warm up, capture, replay (the user face is `@tolk_core.jit`, docs/jit.md).
 
 Phases, by the call counter `cnt`:
 - 0, warmup: the function runs eagerly (lazy state settles into real buffers).
-- 1, capture: a capturer in `realize.capturing` records every LINEAR the function schedules (nothing runs);
+- 1, capture: inside `run.capture()` every LINEAR the function schedules is recorded (nothing runs);
   the records are lowered once (`jit_lower`): concatenated; input buffers become slotted PARAMs; every kernel is
   compiled (one unit per device); intermediates are planned into per-device arenas (`schedule.memory`);
   consecutive graph-compatible calls are batched (`batch_graphs`). Non-input buffers are bound through the
@@ -23,12 +23,14 @@ import numpy as np
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers as storage
-from tolk_core.engine import realize
+from tolk_core.engine import run
+from tolk_core.engine.compile import CompiledKernel, arg_device, compile_linear, kernel_vals, to_program
+from tolk_core.engine.target import target_for
 from tolk_core.errors import JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.runtime import Allocator, Buffer, Launch
+from tolk_core.runtime import Buffer, Launch
 from tolk_core.schedule.memory import plan_memory, written_slots
 
 T = TypeVar("T")
@@ -36,7 +38,7 @@ Resolver = Callable[[UOp], Buffer | None]
 ToProgram = Callable[[UOp, str], UOp]
 
 
-def _device(name: str):
+def _device(name: str) -> Any:
     from tolk_core.plugins import Device
     return Device[name]
 
@@ -44,10 +46,7 @@ def _device(name: str):
 def view_alignment(device: str) -> int | None:
     """Byte alignment of sub-buffer offsets on `device`, or None when its allocator makes no views (the planner
     then leaves the device's buffers alone). OpenCL reports CL_DEVICE_MEM_BASE_ADDR_ALIGN."""
-    alloc = _device(device).allocator
-    if type(alloc).offset is Allocator.offset:
-        return None
-    return int(getattr(alloc, "offset_alignment", 1))
+    return target_for(device).view_alignment
 
 
 # ---------------------------------------------------------------------------------------------- graph batching
@@ -58,7 +57,7 @@ def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
     if body.op is Op.PROGRAM and not isinstance(body.arg, str) and \
             any(not isinstance(g, int) for g in body.arg.source.global_size):
         return False  # Graph updates rebind buffers and values, not launch sizes
-    return all(realize.arg_device(a) == device for a in call.src[1:])
+    return all(arg_device(a) == device for a in call.src[1:])
 
 
 def _input_params(calls: Sequence[UOp]) -> tuple[UOp, ...]:
@@ -117,12 +116,12 @@ def jit_lower(device: str, to_program: ToProgram, linears: Sequence[UOp], input_
     """The replayable LINEAR of a capture: inputs slotted, every kernel compiled, memory planned, batched."""
     calls = [c for lin in linears for c in (lin.src if lin.op is Op.LINEAR else (lin,))]
     combined = UOp(Op.LINEAR, dtypes.void, tuple(calls))
-    realize.compile_linear(combined)  # every kernel of the capture in one compile per device
+    compile_linear(combined)  # every kernel of the capture in one compile per device
     params = {u: _param(i, u) for i, u in enumerate(input_uops)}
     linear = combined.replace(src=tuple(c.replace(src=(c.src[0], *(params.get(a, a) for a in c.src[1:])))
                                         for c in calls))
     linear = plan_memory(linear, [*held, *input_uops], view_alignment)
-    linear = linear.replace(src=tuple(c.replace(src=(to_program(c.src[0], realize.arg_device(c.src[1])), *c.src[1:]))
+    linear = linear.replace(src=tuple(c.replace(src=(to_program(c.src[0], arg_device(c.src[1])), *c.src[1:]))
                                       if c.src[0].op is Op.SINK else c for c in linear.src))
     return batch_graphs(device, linear)
 
@@ -132,7 +131,7 @@ class _KernelStep:
     """One launch: bound handles, and the (argument position, input slot) pairs patched per call."""
     __slots__ = ("prg", "handles", "patches", "gs", "ls", "ks", "has_vars", "symbolic")
 
-    def __init__(self, ck: realize.CompiledKernel, handles: list[Any], patches: tuple[tuple[int, int], ...]):
+    def __init__(self, ck: CompiledKernel, handles: list[Any], patches: tuple[tuple[int, int], ...]):
         self.prg, self.handles, self.patches, self.ks = ck.program, handles, patches, ck.source
         self.gs, self.ls = ck.source.global_size, ck.source.local_size
         self.has_vars = bool(ck.source.vars)
@@ -142,7 +141,7 @@ class _KernelStep:
         hs = self.handles
         for pos, slot in self.patches:
             hs[pos] = inputs[slot]
-        vals = realize.kernel_vals(self.ks, var_vals) if self.has_vars else ()
+        vals = kernel_vals(self.ks, var_vals) if self.has_vars else ()
         gs = self.ks.launch_dims(var_vals) if self.symbolic else self.gs
         self.prg(*hs, global_size=gs, local_size=self.ls, vals=vals, wait=wait)
         GlobalCounters.kernels_launched += 1
@@ -167,7 +166,7 @@ class _GraphStep:
             if changed:
                 self.graph.update(li, bufs=bufs)
         for li, ks in self.var_launches:
-            if (vals := realize.kernel_vals(ks, var_vals)) != self.vals[li]:
+            if (vals := kernel_vals(ks, var_vals)) != self.vals[li]:
                 self.vals[li] = vals
                 self.graph.update(li, vals=vals)
         self.graph(wait=wait)
@@ -175,7 +174,7 @@ class _GraphStep:
 
 
 class CapturedJit(Generic[T]):
-    """A compiled LINEAR with the binding it replays through (seed: captured_jit).
+    """A compiled LINEAR with the binding it replays through (`captured` of a tiny_jit).
 
     `ret` is what the captured function returned; `input_info` the (element count, dtype, device) per input.
     Intermediates live in arena Buffers this object owns (`free_intermediates` releases them; the next call
@@ -244,9 +243,9 @@ class CapturedJit(Generic[T]):
                 continue
             launches, gpatches, var_launches = [], [], []
             for li, inner in enumerate(body.src[0].src):
-                ck: realize.CompiledKernel = inner.src[0].arg
+                ck: CompiledKernel = inner.src[0].arg
                 hs, patches = args(inner)
-                launches.append(Launch(ck.program, hs, list(realize.kernel_vals(ck.source, var_vals)),
+                launches.append(Launch(ck.program, hs, list(kernel_vals(ck.source, var_vals)),
                                        ck.source.launch_dims(var_vals), ck.source.local_size, ck.source.source))
                 if patches:
                     gpatches.append((li, patches))
@@ -298,7 +297,7 @@ def _show(v: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------- the wrapper
 class TinyJit(Generic[T]):
-    """The JIT wrapper (seed: tiny_jit). Build with `create`; run with `call`."""
+    """The JIT wrapper, tiny_jit. Build with `create`; run with `call`."""
 
     def __init__(self, device: str, to_program: ToProgram, fxn: Callable[[list[UOp], dict[str, int]], T] | None,
                  captured: CapturedJit[T] | None, prune: bool):
@@ -340,21 +339,14 @@ class TinyJit(Generic[T]):
 
     def _capture(self, input_uops: Sequence[UOp], var_vals: dict[str, int],
                  held_buffers: Callable[[], Sequence[UOp]] | None) -> CapturedJit[T]:
-        if realize.capturing:
+        if run.capturing():
             raise JitError("nested JIT capture: a jitted function was called while another JIT was capturing; "
                            "call the inner function directly instead")
         assert self.fxn is not None
-        linears: list[UOp] = []
-
-        def capture(linear: UOp, vv: dict[str, int]) -> None:
-            linears.append(linear)
-            var_vals.update(vv)
-
-        realize.capturing.append(capture)
-        try:
+        with run.capture() as rec:
             ret = self.fxn(list(input_uops), var_vals)
-        finally:
-            realize.capturing.remove(capture)
+        var_vals.update(rec.var_vals)
+        linears = rec.linears
         if not linears:
             raise JitError("didn't JIT anything: the function ran no kernels while capturing (is everything it "
                            "returns already computed?)")
@@ -364,7 +356,7 @@ class TinyJit(Generic[T]):
         return CapturedJit(ret, linear, info, self.device)
 
 
-def create(device: str, to_program: ToProgram = realize.to_program,
+def create(device: str, to_program: ToProgram = to_program,
            fxn: Callable[[list[UOp], dict[str, int]], T] | None = None, captured: CapturedJit[T] | None = None,
            prune: bool = False) -> TinyJit[T]:
     """A JIT wrapper over `fxn(input_uops, var_vals)`, or over a `captured` schedule (starts at replay).
@@ -377,15 +369,15 @@ def create(device: str, to_program: ToProgram = realize.to_program,
 def call(t: TinyJit[T], input_uops: Sequence[UOp], var_vals: dict[str, int] | None = None,
          buffers: Resolver = storage.runtime_buffer, held_buffers: Callable[[], Sequence[UOp]] | None = None,
          wait: bool = False) -> T:
-    """`t.call(...)` (seed form)."""
+    """`t.call(...)` (the function form of the method)."""
     return t.call(input_uops, var_vals, buffers=buffers, held_buffers=held_buffers, wait=wait)
 
 
 def reset(t: TinyJit[Any]) -> None:
-    """`t.reset()` (seed form)."""
+    """`t.reset()` (the function form of the method)."""
     t.reset()
 
 
 def captured(t: TinyJit[T]) -> CapturedJit[T] | None:
-    """`t.captured` (seed form)."""
+    """`t.captured` (the function form of the method)."""
     return t.captured

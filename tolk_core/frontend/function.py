@@ -1,4 +1,4 @@
-"""`@tolk_core.function`: call a function of Tensors as one CALL node, inlined by prepare_rangeify (seed 001).
+"""`@tolk_core.function`: call a function of Tensors as one CALL node, inlined by prepare_rangeify (docs/prepare.md).
 
 The function is traced once per argument signature (each Tensor argument's shape, dtype and device; every
 other argument's value) over placeholders: a Tensor argument of shape `s` is a `PARAM (slot, (size,))` of its
@@ -19,7 +19,7 @@ body records its stores into the outer body.
 The body must stay on its arguments' device: reading a placeholder's data while tracing, or a copy between
 devices inside it, raises CallError. Gradients flow through a CALL's inlined body (autograd inlines it).
 
-`custom_kernel` runs a kernel given as code (seed 001: a call compiled on its own), now, like an assignment.
+`custom_kernel` runs a kernel given as code (a call compiled on its own, not inlined), now, like an assignment.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tolk_core.engine import realize as engine
 from tolk_core.errors import DeviceMismatchError, TolkError
 from tolk_core.frontend import tensor as tensor_mod
 from tolk_core.frontend.tensor import Tensor
@@ -140,7 +141,6 @@ def _perform_stores(name: str, traced: _Traced, args: list[Tensor]) -> tuple[tup
     Returns the result bodies, their reads of a stored argument's earlier value taken from a copy made first,
     and the call's arguments: an argument that is not stored into but reads storage the call writes
     (Shape.reads_storage_written) is a value at the time of the call, so it is materialised first."""
-    from tolk_core.engine.realize import realize_assign
     written = {_param_of(s.src[0]) for s in traced.stores}
     nested = bool(_traces) and any(_param_of(a.uop) is not None for a in args)
     for p in written:  # a stored argument must be storage (or a placeholder of an enclosing trace)
@@ -169,7 +169,7 @@ def _perform_stores(name: str, traced: _Traced, args: list[Tensor]) -> tuple[tup
         if _traces and _param_of(dest) is not None:
             _traces[-1].record(dest, value)  # a call inside a body: its stores are the enclosing body's
         else:
-            realize_assign(args[0].device, dest, value)
+            engine.assign(args[0].device, dest, value)
     return (tuple(o.substitute(fix) for o in traced.outs) if snapshot else traced.outs), uops
 
 
@@ -203,7 +203,7 @@ def _trace(fn: Callable[..., Any], args: tuple) -> _Traced:
 def custom_kernel(source: str, name: str, outputs: Sequence[Tensor | tuple[tuple[int, ...], Any]],
                   inputs: Sequence[Tensor] = (), global_size: tuple[int, int, int] = (1, 1, 1),
                   local_size: tuple[int, int, int] | None = None) -> list[Tensor]:
-    """Run a kernel given as code now (seed 001: a call compiled on its own) and return its outputs.
+    """Run a kernel given as code now (a call compiled on its own, not inlined) and return its outputs.
 
     `source` is one function named `name` in the device's dialect (C for CPU, OpenCL C for OPENCL) taking one
     pointer per output, then one per input, in order. An output is a Tensor viewing storage (written in place:
@@ -213,7 +213,6 @@ def custom_kernel(source: str, name: str, outputs: Sequence[Tensor | tuple[tuple
     other input (a computed value, a view that reorders) is computed into new storage first. `global_size`
     counts work groups of `local_size` items. All Tensors must be on one device (DeviceMismatchError).
     """
-    from tolk_core.engine.realize import realize_code_call
     outs = [o if isinstance(o, Tensor) else Tensor.empty(*o[0], dtype=o[1],
                                                           device=inputs[0].device if inputs else None)
             for o in outputs]
@@ -223,5 +222,5 @@ def custom_kernel(source: str, name: str, outputs: Sequence[Tensor | tuple[tuple
     code = prepare.KernelCode(source, name, (True,) * len(outs) + (False,) * len(inputs), tuple(global_size),
                               None if local_size is None else tuple(local_size))
     callee = UOp(Op.SINK, dtypes.void, (), code)
-    realize_code_call(tensors[0].device, UOp(Op.CALL, dtypes.void, (callee, *(t.uop for t in tensors))))
+    engine.run_code_call(tensors[0].device, UOp(Op.CALL, dtypes.void, (callee, *(t.uop for t in tensors))))
     return outs

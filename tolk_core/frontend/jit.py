@@ -17,16 +17,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from tolk_core import config
 from tolk_core.engine import jit as engine_jit
-from tolk_core.engine import realize
 from tolk_core.errors import JitError
-from tolk_core.frontend import tensor as tensor_mod
-from tolk_core.frontend.tensor import Tensor
+from tolk_core.frontend.tensor import ReadGuard, Tensor
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp
 from tolk_core.schedule import placements
@@ -72,29 +69,18 @@ def _describe(value: Any) -> Any:
     return ("object", id(value))
 
 
-class _Generations:
-    """Which call of which jit produced a returned Tensor; checked when the Tensor's data is read."""
+class _Stamp(ReadGuard):
+    """The read guard of a Tensor returned by call `call` of jitted `fn`: its data may be read until a later
+    call of `fn` overwrites the buffers it views."""
 
-    def __init__(self) -> None:
-        # keyed by identity: a WeakKeyDictionary would compare Tensors with ==, which is elementwise
-        self.of: dict[int, tuple[weakref.ref, TolkJit, int]] = {}
-
-    def stamp(self, t: Tensor, fn: TolkJit, call: int) -> None:
-        key = id(t)
-        self.of[key] = (weakref.ref(t, lambda _, k=key: self.of.pop(k, None)), fn, call)
+    def __init__(self, fn: TolkJit, call: int):
+        self.fn, self.call = fn, call
 
     def check(self, t: Tensor) -> None:
-        if realize.capturing:
-            raise JitError("cannot read tensor data while a JIT captures: the value would be baked into every "
-                           "replay. Return the tensor from the jitted function and read it outside")
-        if (hit := self.of.get(id(t))) is not None and hit[0]() is t and hit[2] != hit[1].calls:
-            _, fn, gen = hit
-            raise JitError(f"this Tensor was returned by call {gen} of jitted {fn.name}, whose buffers call "
-                           f"{fn.calls} has since overwritten; read it (.numpy()) or copy it before calling again")
-
-
-_generations = _Generations()
-tensor_mod.read_checks.append(_generations.check)
+        if self.call != self.fn.calls:
+            raise JitError(f"this Tensor was returned by call {self.call} of jitted {self.fn.name}, whose buffers "
+                           f"call {self.fn.calls} has since overwritten; read it (.numpy()) or copy it before "
+                           "calling again")
 
 
 class TolkJit(Generic[R]):
@@ -216,7 +202,7 @@ class TolkJit(Generic[R]):
             if not isinstance(t, Tensor):
                 return t
             out = Tensor(t.uop, t.device)
-            _generations.stamp(out, self, self.calls)
+            out._read_guard = _Stamp(self, self.calls)
             return out
         if isinstance(ret, (list, tuple)):
             return type(ret)(wrap(t) for t in ret)

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from tolk_core.engine import buffers as storage
-from tolk_core.errors import DeviceMismatchError, ShapeError
+from tolk_core.engine import realize as engine
+from tolk_core.engine.run import capturing
+from tolk_core.errors import DeviceMismatchError, JitError, ShapeError
 from tolk_core.frontend.ops_index import IndexMixin
 from tolk_core.frontend.ops_math import MathMixin
 from tolk_core.frontend.ops_nn import NNMixin
@@ -30,11 +32,30 @@ from tolk_core.ir.uop import UOp, prod, resolve, sint, sym_eq
 from tolk_core.schedule import placements
 
 Scalar = int | float | bool
-# called with a Tensor before its data is read (the JIT refuses reads during capture and of stale outputs)
+# Filled only while `tolk_core.function` traces a body (frontend/function.py pushes and pops them around the
+# trace), never at import: called with a Tensor before its data is read (a traced body must not read data)...
 read_checks: list[Callable[[Tensor], None]] = []
-# called with (target, value) by assign before it stores; a hook returning True has taken the store (an inline
-# call's trace records stores into its parameters)
+# ... and with (target, value) by assign before it stores; a hook returning True has taken the store (the trace
+# records stores into the body's parameters)
 assign_hooks: list[Callable[[Tensor, Tensor], bool]] = []
+
+
+class ReadGuard:
+    """Attached to a Tensor (`Tensor._read_guard`) by whoever must vet reads of its data: `check(t)` raises
+    when the data may not be read (a jitted call's output whose buffer a later call overwrote)."""
+
+    def check(self, t: Tensor) -> None:
+        raise NotImplementedError
+
+
+def realize_tensors(tensors: Sequence[Tensor]) -> None:
+    """Compute every lazy tensor of `tensors` (one schedule per device) and point each at its storage."""
+    by_device: dict[str, list[Tensor]] = {}
+    for t in tensors:
+        by_device.setdefault(t.device, []).append(t)
+    for device, ts in by_device.items():
+        for t, view in zip(ts, engine.realize(device, [t.uop for t in ts]), strict=True):
+            t.uop = view
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
@@ -95,7 +116,8 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
     """A lazily evaluated n-dimensional array on one device. The core (construction, movement, arithmetic,
     basic reductions) lives here; the wider op surface comes from the mixins, one module per job."""
 
-    __slots__ = ("uop", "device", "__weakref__", "_requires_grad", "_grad")  # the last two: autograd block
+    # `_requires_grad`, `_grad`: autograd's; `_read_guard`: a ReadGuard (unset for most tensors)
+    __slots__ = ("uop", "device", "__weakref__", "_requires_grad", "_grad", "_read_guard")
     __array_priority__ = 1000  # numpy defers to our reflected operators
 
     def __init__(self, data: Any, device: str | None = None, dtype: Any = None):
@@ -202,7 +224,6 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
 
     # ---- realization ----
     def realize(self, *others: Tensor) -> Tensor:
-        from tolk_core.engine.realize import realize_tensors
         for t in (self, *others):
             placements.seed_realize(t.uop)
         realize_tensors([self, *others])
@@ -214,7 +235,11 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         return Tensor(out, self.device)
 
     def numpy(self) -> np.ndarray:
-        from tolk_core.engine.realize import realize_tensors
+        if capturing():
+            raise JitError("cannot read tensor data while a JIT captures: the value would be baked into every "
+                           "replay. Return the tensor from the jitted function and read it outside")
+        if (guard := getattr(self, "_read_guard", None)) is not None:
+            guard.check(self)
         for check in read_checks:
             check(self)
         placements.seed_observed(self.uop)
@@ -238,7 +263,6 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         place: other tensors viewing the same storage see the new values. A destination that is a broadcast
         (an expand of an axis of one) raises BroadcastStoreError. A value on another device is copied here. A
         tensor without storage yet (lazy) simply takes the new value."""
-        from tolk_core.engine.realize import realize_assign
         if not isinstance(value, Tensor):
             value = Tensor.full(self.shape, value, self.dtype, self.device)
         value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
@@ -248,7 +272,7 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         if not _views_storage(self.uop):  # no storage to write into yet: the whole value is replaced
             self.uop = value.to(self.device).uop
             return self
-        realize_assign(self.device, self.uop, value.uop)
+        engine.assign(self.device, self.uop, value.uop)
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:

@@ -16,6 +16,8 @@ class Allocator:
     """
 
     cache_limit: int = 1 << 30
+    # sub-buffer views (``offset``) must start on a multiple of this many bytes (OpenCL reports its own)
+    offset_alignment: int = 1
 
     def __init__(self) -> None:
         self._cache: OrderedDict[int, list[Any]] = OrderedDict()

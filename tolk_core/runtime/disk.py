@@ -1,4 +1,4 @@
-"""DISK: a copy-only, file-backed device in core (seed 001's disk).
+"""DISK: a copy-only, file-backed device in core (docs/prepare.md, "DISK").
 
 A device name ``DISK:<path>`` names one file; its storage is the file's bytes, mapped read-only with
 numpy.memmap (nothing is read until a copy asks for it). Its capabilities say ``disk``: no kernel runs on it,

@@ -9,12 +9,14 @@ from collections.abc import Callable
 
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp
 from tolk_core.schedule.rangeify import rangeify
 
 
-def create_linear(sink: UOp, new_buffer: Callable[[UOp], UOp], local_arrays: bool = False) -> UOp:
+def create_linear(sink: UOp, new_buffer: Callable[[UOp], UOp], target: Target | None = None) -> UOp:
     """The LINEAR of a prepared `SINK(STORE(dest, value), ...)`; `new_buffer(value)` stores intermediates;
-    `local_arrays` as in `rangeify`."""
+    kernel-local arrays are used where `target` allows them (`Target.local_arrays`; no target: none)."""
+    local_arrays = target is not None and target.local_arrays
     kernels = rangeify([(s.src[1], s.src[0]) for s in sink.src if s.op is Op.STORE], new_buffer, local_arrays)
     return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))

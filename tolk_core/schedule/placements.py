@@ -1,4 +1,4 @@
-"""Placements (seed 002): where each value lives, decided per compilation lineage.
+"""Placements: where each value lives, decided per compilation lineage (docs/placements.md).
 
 Two layers:
 - *Declared intent* lives on the node, in a weak side table keyed by UOp (UOps are immutable and hash-consed, so
@@ -75,7 +75,35 @@ SETTLED = frozenset({V, L, OD})
 class Provenance:
     """Why a mode was requested or decided. A leaf is `code:reason`; a refinement chain `prior -> refinement`
     (built when an open state is turned into a concrete placement) nests to the left. Equality is structural;
-    codes are labels, never arithmetic."""
+    codes are labels, never arithmetic.
+
+    Each code has one meaning, and `DEBUG>=3` prints it (`On-dev/42:realize-output`), so codes are stable: a new
+    site takes an unused number. The codes in use (docs/placements.md, "Provenance codes", has the same table):
+
+    code  reason                defined in  meaning
+    1     visit-cap             placements  heuristic cap: a value read more than once per element it feeds
+                                            (reserved: nothing mints it yet; `decide_inline` would lift it)
+    16    scope-local           placements  reserved: a value computed as scalar scratch inside one kernel
+    17    surviving-read        placements  reserved: a read left in the final code, so the value needs storage
+    24    constant              placements  intent: a constant (Effectively_constant)
+    26    never-recompute       placements  intent: a random draw, copy or assigned target (Never_virtual)
+    28    contiguous            placements  intent: a user `contiguous()` (On_device)
+    29    realize               placements  intent: a user `realize()` (On_device)
+    31    decide-materialized   placements  decision: a `decide_materialized` sibling stores the value
+    36    read-before-write     placements  reserved: a value read before it is written (a recurrence)
+    37    read-only-input       placements  decision: storage a later compile reads but does not compute
+    39    inline-reduction-cap  placements  heuristic cap: a reduction read by more than one kernel, or broadcast
+                                            to its consumer (Never_virtual; `decide_inline` lifts it)
+    41    inline-fanin-cap      placements  heuristic cap (reserved): inlining would read too many stored values
+    42    realize-output        rangeify    decision: a value the caller asked for (On_device)
+    43    crosses-kernel        rangeify    refinement: stored by one kernel, read by another (On_device)
+    46    kernel-scratch        rangeify    refinement: a Never_virtual value settled by size (Local or On_device)
+    47    row-scratch           rangeify    scheduler: a row a fused reduction and its consumer both read
+                                            (Never_virtual, row-sized; then kernel-scratch)
+    49    ndarray-backed        placements  intent: storage from the host or `Tensor.empty` (On_device)
+    151   inlined               rangeify    decision: everything else, recomputed where read (Virtual)
+    177   kernel-fission        placements  decision: a Local two kernels touch, promoted On_device
+    """
     code: int = 0
     reason: str = ""
     prior: Provenance | None = None
@@ -124,11 +152,11 @@ Provenance.SCOPE_LOCAL = Provenance(16, "scope-local")
 Provenance.SURVIVING_READ = Provenance(17, "surviving-read")
 HEURISTIC_CAPS = frozenset({Provenance.VISIT_CAP, Provenance.INLINE_REDUCTION_CAP, Provenance.INLINE_FANIN_CAP})
 
-# sites that mint tags nobody reads back (codes follow OCANNL's where the meaning matches)
+# sites that mint tags nobody reads back (codes: the table in Provenance's docstring; one meaning per code)
 CONSTANT = Provenance.site(24, "constant")
 NEVER_RECOMPUTE = Provenance.site(26, "never-recompute")
 CONTIGUOUS = Provenance.site(28, "contiguous")
-REALIZE = Provenance.site(28, "realize")
+REALIZE = Provenance.site(29, "realize")
 DECIDE_MATERIALIZED = Provenance.site(31, "decide-materialized")
 INPUT = Provenance.site(49, "ndarray-backed")
 FISSION = Provenance.site(177, "kernel-fission")

@@ -1,14 +1,15 @@
-"""prepare_rangeify (seed 001): bring a function's tensor graph to the normal form that ranges index.
+"""prepare_rangeify: bring a function's tensor graph to the normal form that ranges index (docs/prepare.md).
 
 Input and output: `SINK(STORE(destination, value), ...)`. A destination is storage (a BUFFER) or a view of
-one through movements and equal-size bitcasts; a value is any tensor-level graph. Each rule below is named
-after the seed's bullet it implements; `rule_fires` counts how often each fired (DEBUG>=3 prints the counts of
-one call). The seed's nodes in this IR: Stage is CONTIGUOUS, Alloc is the new BUFFER the scheduler makes for a
-value placed On_device, a call to a function without its own compilation is `CALL(body, *args)` with an
-`InlineCall` arg (`tolk_core.function` builds it), a disk is a device whose capabilities say `disk`
-(`DISK:<path>`, runtime/disk.py; the engine registers the check in `disk_checks`).
+one through movements and equal-size bitcasts; a value is any tensor-level graph. Each rule below is a named
+function that says what it rewrites; `rule_fires` counts how often each fired (DEBUG>=3 prints the counts of
+one call). The nodes the rules speak of: a materialisation (a *stage*) is CONTIGUOUS; new storage (an *alloc*)
+is the new BUFFER the scheduler makes for a value placed On_device; a call to a function without its own
+compilation is `CALL(body, *args)` with an `InlineCall` arg (`tolk_core.function` builds it); a disk is a
+device whose capabilities say `disk` (`DISK:<path>`, runtime/disk.py). Device facts come in as a `Target`
+(tolk_core/ir/target.py): the rules that need them take it as the matcher's context.
 
-Rules, in the seed's order:
+Rules, in the order they run:
 - step 1 `store_in_place`;
 - step 2 `inline_call` (refusals: CallArgumentError), then top-down `repeated_store` and `resolve_returned_after`,
   `disk_copy_views_move_to_result` (also run by the engine before it performs copies, with `store_across_devices`:
@@ -17,19 +18,21 @@ Rules, in the seed's order:
 - step 3 `split_reduceop`, `stage_of_storage_or_copy` (a pass of its own, before the store-hazard rule adds
   materialisations that must stay), `store_bit_run` (a pass of its own, before expand_bitcast rewrites the
   destination's bitcast), then `pm_prepare`: `refuse_broadcast_store`, `drop_self_store`,
-  `store_reshape_pair`, `store_into_bitcast`, `store_across_devices`, `store_hazard` (no seed bullet:
-  reference/tolk.md §3.2), `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`, `expand_bitcast`,
-  `fold_empty`. Calls compiled on their own (a kernel given as code, `KernelCode`): `code_call_arguments`
-  (`pm_code_calls`, applied by the engine when it runs one).
+  `store_reshape_pair`, `store_into_bitcast`, `store_across_devices`, `store_hazard` (a value that reads
+  its destination's storage through another view is materialised first, so the store cannot overwrite
+  elements the value has yet to read), `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`,
+  `expand_bitcast`, `fold_empty`. Calls compiled on their own (a kernel given as code, `KernelCode`):
+  `code_call_arguments` (`pm_code_calls`, applied by the engine when it runs one).
 Cross-device copies are performed by the engine (`realize._copy_across_devices`), which stores the value into new
 storage on the copy's device.
 
 Also here: `unbind` (bound Variables leave the graph for var_vals), `contiguous_view`, `expand_bitcast`, and the
-seed's helpers `storage_base`, `identity_element`, `is_broadcast`, `storage_phase`, `reads_storage_written`,
-`is_inline_call`, `is_gather`, `on_disk`.
+helpers the rules share: `storage_base`, `identity_element`, `is_broadcast`, `storage_phase`,
+`reads_storage_written`, `is_inline_call`, `is_gather`, `on_disk`.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -42,6 +45,7 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from tolk_core.ir.shape import apply_movement_op
+from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements
 
@@ -50,22 +54,13 @@ rule_fires: Counter[str] = Counter()
 
 class BitRunStoreError(TolkError, ValueError):
     """A store through a bitcast that changes the element size whose destination is not a run of whole elements
-    of its storage (seed 001: only such runs are stored into bit by bit)."""
-
-# which device names are disks (capabilities say `disk`): the engine registers the device registry's answer,
-# which this layer cannot import
-disk_checks: list[Callable[[str], bool]] = []
-# a device name in its canonical spelling ("OPENCL" is "OPENCL:0"): the engine registers the registry's
-canonical_device: list[Callable[[str], str]] = []
-
-
-def _same_device(a: str, b: str) -> bool:
-    return a == b or bool(canonical_device) and canonical_device[0](a) == canonical_device[0](b)
+    of its storage (only such a run can be stored into bit by bit: the value's bits are bitcast to whole
+    storage elements)."""
 
 _VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
 
-# ---------------------------------------------------------------- helpers the seed names
+# ---------------------------------------------------------------- helpers the rules share
 def storage_base(u: UOp) -> UOp:
     """The node a view reads: `u` stripped of movements and bitcasts."""
     while u.op in _VIEW_OPS:
@@ -73,14 +68,15 @@ def storage_base(u: UOp) -> UOp:
     return u
 
 
-def on_disk(u: UOp) -> bool:
-    """Whether `u` lives on a disk device (a device whose capabilities say `disk`: copy-only, no kernels)."""
+def on_disk(u: UOp, target: Target | None) -> bool:
+    """Whether `u` lives on a disk device (a device whose capabilities say `disk`: copy-only, no kernels), by
+    `target`'s facts (no target: no disks)."""
     dev = u.device
-    return isinstance(dev, str) and any(check(dev) for check in disk_checks)
+    return target is not None and isinstance(dev, str) and target.on_disk(dev)
 
 
 def identity_element(op: Op, dt: DType) -> int | float | bool:
-    """The value `x` with `op(x, y) == y` for every y of `dt` (Ops.identity_element): 0, 1, or dt's minimum."""
+    """The value `x` with `op(x, y) == y` for every y of `dt`: 0, 1, or dt's minimum."""
     if op is Op.ADD:
         return False if dtypes.is_bool(dt) else (0.0 if dtypes.is_float(dt) else 0)
     if op is Op.MUL:
@@ -112,7 +108,7 @@ def _reads_storage_other_than(value: UOp, base: UOp, dest: UOp) -> bool:
 
 
 def storage_phase(u: UOp) -> sint | None:
-    """Shape.storage_phase: the element of its storage at which view `u` starts, when `u` is a run of the
+    """The element of its storage at which view `u` starts, when `u` is a run of the
     storage's elements (contiguous_view onto storage, or onto storage ordered after effects); None otherwise.
     A parameter assumes phase 0: its argument starts at the first element of its storage."""
     cv = contiguous_view(u)
@@ -123,7 +119,7 @@ def storage_phase(u: UOp) -> sint | None:
 
 
 def reads_storage_written(read: UOp, writes: tuple[UOp, ...]) -> bool:
-    """Shape.reads_storage_written: whether the value `read` reads storage that one of the store destinations
+    """Whether the value `read` reads storage that one of the store destinations
     `writes` writes (a view of the same storage, through movements, bitcasts and AFTERs)."""
     def base(u: UOp) -> UOp:
         while u.op in _VIEW_OPS or u.op is Op.AFTER:
@@ -135,8 +131,10 @@ def reads_storage_written(read: UOp, writes: tuple[UOp, ...]) -> bool:
 
 # ---------------------------------------------------------------- the rules
 def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..., UOp | None]]:
-    def rule(**kw: Any) -> UOp | None:
-        out = fn(**kw)
+    wants_target = "ctx" in inspect.signature(fn).parameters  # the rule reads the Target (the matcher's ctx)
+
+    def rule(ctx: Target | None = None, **kw: Any) -> UOp | None:
+        out = fn(ctx=ctx, **kw) if wants_target else fn(**kw)
         if out is not None:
             rule_fires[name] += 1
         return out
@@ -144,8 +142,8 @@ def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..
 
 
 def store_in_place(store: UOp, dest: UOp, value: UOp) -> UOp | None:
-    """Step 1: an output whose value is materialised (a STAGE: CONTIGUOUS here, whose new storage, the seed's
-    ALLOC, the scheduler would make) stores the value into the output's storage directly."""
+    """Step 1: an output whose value is materialised (a stage: CONTIGUOUS, whose new storage the
+    scheduler would otherwise make) stores the value into the output's storage directly."""
     return store.replace(src=(dest, value.src[0])) if value.op is Op.CONTIGUOUS else None
 
 
@@ -165,13 +163,13 @@ def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
     return x if x.device in (None, dev.arg) else None
 
 
-def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp) -> UOp | None:
+def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp, ctx: Target | None = None) -> UOp | None:
     """Step 2: the movements and bitcasts of a copy from a disk move to the copy's result. The copy reads one
     run of the file's bytes (`disk_run`): the highest view of the source that is a run of whole elements of the
     storage (contiguous_view), its bytes reinterpreted as the view's type (a size-changing bitcast on a disk is
     a byte reinterpretation); the other views are applied after the copy, on the target device. A disk
     value that is computed, not viewed, raises DiskError naming the device and the operation."""
-    if not on_disk(x) or x.op not in _VIEW_OPS:
+    if not on_disk(x, ctx) or x.op not in _VIEW_OPS:
         return None
     if not resolve(prod(x.shape) != 0, True):
         return _filled(0, x.dtype, tuple(x.shape))  # nothing to read
@@ -223,7 +221,7 @@ class InlineCall:
 
 
 def is_inline_call(u: UOp) -> bool:
-    """Whether `u` is a call prepare_rangeify replaces by its body (Ops.is_inline_call)."""
+    """Whether `u` is a call prepare_rangeify replaces by its body."""
     return u.op is Op.CALL and isinstance(u.arg, InlineCall)
 
 
@@ -327,7 +325,9 @@ def drop_detach(x: UOp, u: UOp) -> UOp:
 
 
 def split_reduceop(red: UOp, x: UOp) -> UOp | None:
-    """A large reduction over few outputs is split in two, the first materialised (see the seed)."""
+    """A large reduction over few outputs is split in two, the first materialised: reduced in one kernel,
+    each of the few outputs is one long serial loop; the first stage computes out*d partial results in
+    parallel and the second folds them (`_split`)."""
     if not config.get("SPLIT_REDUCEOP") or not all(isinstance(s, int) for s in (*x.shape, *red.shape)):
         return None
     op, axes = red.arg
@@ -429,7 +429,7 @@ def store_across_devices(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     """A store across devices first materialises its value on its own device: the store is of a COPY of the
     value's storage (a stage of storage or of a copy is the storage, no copy kernel) to the destination's
     device. A constant, on no device, is on every one."""
-    if value.device is None or dest.device is None or _same_device(value.device, dest.device):
+    if value.device is None or dest.device is None or value.device == dest.device:
         return None
     staged = value if stage_of_storage_or_copy(value, value) is not None else _materialised(value)
     return store.replace(src=(dest, UOp(Op.COPY, value.dtype, (staged, UOp(Op.DEVICE, dtypes.void, (), dest.device)))))
@@ -501,7 +501,8 @@ def _fmt(shape: tuple) -> str:
 
 
 def refuse_broadcast_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
-    """The seed's refusal: a store whose destination is (a view of) a broadcast."""
+    """Refuse a store whose destination is (a view of) a broadcast: several destination elements are one
+    cell, which the store would write once per element, in no order."""
     u = dest
     while u.op in _VIEW_OPS or u.op in (Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.AFTER):
         if is_broadcast(u):
@@ -546,18 +547,19 @@ def _filled(value: Any, dt: DType, shape: tuple[sint, ...]) -> UOp:
 # The INDEX form pm_mops rewrites: `INDEX(x, *idxs)` reads x at one index expression per axis of x (arg None);
 # `INDEX(x, *idxs, gate)` with arg "gated" is valid only where `gate` holds. A selection `WHERE(c, index, 0)` is
 # what a padded view makes. rangeify's _Lowerer walks the same form procedurally: it calls
-# `index_through_movement` for every movement it indexes (bullet 1, counted as index_of_movement) and
-# `store_target` gates a store through a padded view by the same validity (bullet 3). The forms of bullets 2, 4
-# and 5 do not arise there today (every index has one expression per axis, tensor graphs hold no AFTER and ENDs
-# are kernel-level); their rules are exercised on INDEX-form graphs built by hand.
+# `index_through_movement` for every movement it indexes (`index_of_movement`, counted as such) and
+# `store_target` gates a store through a padded view by the same validity (`store_through_selection`). The forms
+# of `index_reshape_fewer_indices`, `movement_after_effects` and `end_of_movement` do not arise there today
+# (every index has one expression per axis, tensor graphs hold no AFTER and ENDs are kernel-level); their rules
+# are exercised on INDEX-form graphs built by hand.
 def is_gather(idxs: tuple[UOp, ...]) -> bool:
-    """An index by a value with axes (Indexing.is_gather): left whole by pm_mops."""
+    """An index by a value with axes (a gather): left whole by pm_mops."""
     return any(i.shape is not None and len(i.shape) > 0 for i in idxs)
 
 
 def index_through_movement(m: UOp, idxs: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp | None]:
-    """pm_mops bullet 1: the indices of movement `m`'s source that `idxs` of its output map to, and the condition
-    under which they read it (None: always). Counted as index_of_movement; the lowerer calls it too."""
+    """pm_mops' `index_of_movement`: the indices of movement `m`'s source that `idxs` of its output map to, and
+    the condition under which they read it (None: always). Counted as index_of_movement; the lowerer calls it too."""
     rule_fires["index_of_movement"] += 1
     return apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, idxs)
 
@@ -636,11 +638,11 @@ def _shrink_last(x: UOp, i: int) -> UOp:
     return UOp(Op.SHRINK, x.dtype, (x,), tuple((0, s) for s in x.shape[:-1]) + ((i, i + 1),))
 
 
-def expand_bitcast(bc: UOp) -> UOp | None:
+def expand_bitcast(bc: UOp, ctx: Target | None = None) -> UOp | None:
     """A BITCAST to a type of another size as shifts and casts of unsigned integers, lane by lane along the
     last axis, least significant first; None where the sizes are equal (or on a disk, which has no kernels)."""
     x, new, old = bc.src[0], bc.dtype, bc.src[0].dtype
-    if new.itemsize == old.itemsize or not x.shape or on_disk(x):
+    if new.itemsize == old.itemsize or not x.shape or on_disk(x, ctx):
         return None
     ux, unew = _bits(x, _uint(old.itemsize)), _uint(new.itemsize)
     *lead, last = x.shape
@@ -673,7 +675,7 @@ def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
 
     Found by indexing the flattened view with one range over its elements, pushing the index through the
     movements and reading off `range + offset`; an index the simplifier leaves with divisions it does not
-    recombine is a miss (the seed lists such cases), and the caller treats `u` as a value of its own.
+    recombine is a miss, and the caller treats `u` as a value of its own.
     """
     n, found = prod(u.shape), _run(u)
     while found is not None and (b := found[0]).op is Op.BITCAST and isinstance(off := found[1], int):
@@ -777,17 +779,18 @@ pm_prepare = PatternMatcher([
 ])
 
 
-def prepare_rangeify(sink: UOp) -> UOp:
-    """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring)."""
+def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
+    """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring), for the
+    device facts of `target` (which of the graph's devices are disks; None: no disks)."""
     before = Counter(rule_fires)
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
     out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
     out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after")
-    out = graph_rewrite(out, pm_disk_copies, name="prepare_rangeify step 2: disk copies")
+    out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies")
     out = _split_reductions(out)
     out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages")
     out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores")
-    out = graph_rewrite(out, pm_prepare, name="prepare_rangeify step 3")
+    out = graph_rewrite(out, pm_prepare, ctx=target, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
     return out

@@ -4,8 +4,8 @@ Input: the prepared tensor graph of the outputs to compute, each paired with whe
 or a view of existing storage for an assignment).
 Output: kernels, each a kernel-level SINK whose PARAM slots name the buffers it reads and writes.
 
-Which values get storage (a kernel boundary) is a placement decision (seed 002, `placements.py`), recorded in the
-compile's lineage with a provenance and read back through the forcing queries:
+Which values get storage (a kernel boundary) is a placement decision (`placements.py`, docs/placements.md),
+recorded in the compile's lineage with a provenance and read back through the forcing queries:
 - every output (On_device, 42:realize-output), every value declared or decided On_device (`contiguous()`,
   `realize()`, `decide_materialized`);
 - heuristic caps (39:inline-reduction-cap, lifted by `decide_inline`): a value holding an unstored reduction
@@ -47,7 +47,9 @@ def _is_expanding(u: UOp) -> bool:
     return u.op is Op.EXPAND and any(i != o for i, o in zip(u.src[0].shape, u.arg, strict=True))
 
 
-# the scheduler's decisions, as provenances (seed 002): each candidate for storage gets one
+# the scheduler's decisions, as provenances: each candidate for storage gets one. Codes are stable labels printed
+# by DEBUG>=3, one meaning each; the full table (these and placements.py's) is in `placements.Provenance`'s
+# docstring and docs/placements.md
 INLINED = pm.Provenance.site(151, "inlined")               # Virtual: recomputed in each kernel that reads it
 OUTPUT = pm.Provenance.site(42, "realize-output")          # On_device: a value the caller asked for
 CROSSES_KERNEL = pm.Provenance.site(43, "crosses-kernel")  # On_device: stored by one kernel, read by another
@@ -67,11 +69,12 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     """The values that need storage, given the values the caller asked for; every decision is recorded in the
     placements of `lineage` (a compile's working fork; default: a throwaway fork of the current lineage).
 
-    Order (reference/placements.md §8): outputs are On_device; storage read but not computed here must own a
-    buffer; settled decisions (lineage or intent) are honoured; the heuristic caps (see the module docstring;
-    lifted for `decide_inline` nodes) mark Never_virtual values that then cross a kernel boundary, so On_device;
-    other Never_virtual values settle Local or On_device by size; fission promotes Locals that two kernels touch
-    and undoes promotions whose crossing went away; the rest is inlined (Virtual). The result is read back
+    Order (docs/placements.md, "What the scheduler records"): outputs are On_device; storage read but not
+    computed here must own a buffer; settled decisions (lineage or intent) are honoured; the heuristic caps (see
+    the module docstring; lifted for `decide_inline` nodes) mark Never_virtual values that then cross a kernel
+    boundary, so On_device; other Never_virtual values settle Local or On_device by size; fission promotes
+    Locals that two kernels touch and undoes promotions whose crossing went away; the rest is inlined
+    (Virtual). The result is read back
     through `is_in_context_force`.
 
     Row fusion: a reduction broadcast back only along the axes it reduced (softmax's row max and row sum) is

@@ -14,15 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.codegen import KernelSource, generate
+from tolk_core.codegen import KernelSource
 from tolk_core.engine import buffers
+from tolk_core.engine.compile import kernel_vals, load, render_together
+from tolk_core.engine.schedule import concrete, lower
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.ir.target import Target
+from tolk_core.ir.uop import UOp, prod
 from tolk_core.runtime import Buffer, CompiledDevice, Launch
-from tolk_core.schedule.linear import create_linear
-from tolk_core.schedule.prepare import prepare_rangeify, unbind
+from tolk_core.schedule.prepare import unbind
 
 Spec = tuple[tuple[int, ...], str]
 
@@ -49,24 +51,20 @@ def build(fn: Callable[..., Tensor], *specs: Spec, device: str = "PYTHON") -> Bu
     out = fn(*ts)
     value, var_vals = unbind(out.uop)  # bound Variables become kernel arguments, their values launch values
 
-    def concrete(x: sint) -> int:
-        return x if isinstance(x, int) else int(x.eval(var_vals))
-
     def new_buffer(v: UOp) -> UOp:
-        return buffers.new_buffer(out.device, concrete(prod(v.shape)), v.dtype)
+        return buffers.new_buffer(out.device, concrete(prod(v.shape), var_vals), v.dtype)
     obuf = new_buffer(value)
-    linear = create_linear(prepare_rangeify(UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (obuf, value)),))),
-                           new_buffer)
+    # the device's facts, without opening it (it may be unavailable here): no disks, no kernel-local arrays
+    target = Target(out.device, local_arrays=False)
+    linear = lower(target, UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (obuf, value)),)), new_buffer)
     ins = [buffers.base_buffer(t.uop) for t in ts]
     assert all(b is not None for b in ins)
-    return Built(linear, ins, obuf, tuple(concrete(d) for d in out.shape), var_vals)  # type: ignore[arg-type]
+    return Built(linear, ins, obuf, tuple(concrete(d, var_vals) for d in out.shape), var_vals)  # type: ignore[arg-type]
 
 
 def render(built: Built, renderer: Any) -> tuple[str, list[KernelSource]]:
     """The module text (every distinct kernel once) and each CALL's KernelSource, in `renderer`'s dialect."""
-    sources = [generate(call.src[0], renderer) for call in built.calls]
-    unique = {ks.name: ks.source for ks in sources}
-    return renderer.render_module(list(unique.values())), sources
+    return render_together([call.src[0] for call in built.calls], renderer, cached=False)
 
 
 @dataclass
@@ -100,9 +98,10 @@ def bind(dev: CompiledDevice, built: Built, arrays: Sequence[np.ndarray], lib: b
         if b in bufs and a.size:
             bufs[b].copyin(memoryview(np.ascontiguousarray(a, dtypes.to_np(b.dtype)).reshape(-1).view(np.uint8)))
     vv = built.var_vals
-    launches = [Launch(dev.runtime(dev, ks.name, lib), [bufs[b].handle for b in call.src[1:]],
-                       [vv[v] for v in ks.vars], ks.launch_dims(vv), ks.local_size)
-                for call, ks in zip(built.calls, sources, strict=True)]
+    programs = load(dev, sources, lib)
+    launches = [Launch(prg, [bufs[b].handle for b in call.src[1:]], list(kernel_vals(ks, vv)),
+                       ks.launch_dims(vv), ks.local_size)
+                for call, ks, prg in zip(built.calls, sources, programs, strict=True)]
     if built.output not in bufs:  # an output no kernel writes (empty programs) is still a buffer
         bufs[built.output] = Buffer(dev.name, built.output.arg, built.output.dtype).allocate()
     return Bound(launches, bufs, bufs[built.output], built.shape)

@@ -1,0 +1,79 @@
+"""run: launch a LINEAR's programs on their buffers, and the capture point the JIT records through.
+
+`run_linear(linear, input_uops, var_vals)` compiles what is missing (`compile.compile_linear`) and launches
+each CALL in order. Inside `capture()` nothing runs: every LINEAR about to run is recorded instead (the JIT
+compiles what it recorded and replays it, so the capturing call still returns real results). Captures nest
+per thread of control (a context variable), innermost first.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from tolk_core import config
+from tolk_core.counters import GlobalCounters
+from tolk_core.engine import buffers
+from tolk_core.engine.compile import arg_device, compile_linear, kernel_vals
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+
+
+class Capture:
+    """What one `capture()` recorded: the LINEARs that would have run, in order, and the Variable values
+    they were scheduled with."""
+
+    def __init__(self) -> None:
+        self.linears: list[UOp] = []
+        self.var_vals: dict[str, int] = {}
+
+
+_captures: contextvars.ContextVar[tuple[Capture, ...]] = contextvars.ContextVar("tolk_captures", default=())
+
+
+def capturing() -> bool:
+    """Whether a capture is in progress (LINEARs are recorded, not run)."""
+    return bool(_captures.get())
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[Capture]:
+    """Record every LINEAR that would run inside the block instead of running it."""
+    rec = Capture()
+    token = _captures.set((*_captures.get(), rec))
+    try:
+        yield rec
+    finally:
+        _captures.reset(token)
+
+
+def _runtime_arg(b: UOp, input_uops: Sequence[UOp]) -> Any:
+    """The runtime Buffer of a CALL argument: a BUFFER, a JIT input PARAM, or a SLICE (byte offset, size) of one."""
+    if b.op is Op.SLICE:
+        return _runtime_arg(b.src[0], input_uops).view(b.arg[1], b.dtype, b.arg[0])
+    return buffers.runtime_buffer(input_uops[b.arg[0]] if b.op is Op.PARAM else b)
+
+
+def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, int] | None = None) -> None:
+    """Launch the CALLs of `linear` in order; `input_uops` bind its PARAMs (the JIT's slotted inputs).
+    Inside `capture()` the LINEAR is recorded by the innermost capture and nothing runs."""
+    var_vals = var_vals or {}
+    if captures := _captures.get():
+        captures[-1].linears.append(linear)
+        captures[-1].var_vals.update(var_vals)
+        return
+    programs = compile_linear(linear)
+    debug = config.get("DEBUG")
+    for call, (prg, ks) in zip(linear.src, programs, strict=True):
+        handles = [_runtime_arg(b, input_uops).allocate().handle for b in call.src[1:]]
+        vals = kernel_vals(ks, var_vals)
+        gsize = ks.launch_dims(var_vals)
+        st = time.perf_counter()
+        et = prg(*handles, global_size=gsize, local_size=ks.local_size, vals=vals, wait=debug >= 2)
+        GlobalCounters.kernels_launched += 1
+        if debug >= 2:
+            GlobalCounters.time_sum_s += et or 0.0
+            print(f"*** {arg_device(call.src[1]):8s} {ks.name:40s} global={gsize} "
+                  f"local={ks.local_size} {((et or 0.0) if et else time.perf_counter() - st) * 1e6:9.1f} us")
