@@ -262,16 +262,20 @@ class Tensor(MathMixin, ReduceMixin, ShapeMixin, IndexMixin, NNMixin, RandomMixi
         """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor's storage, in
         place: other tensors viewing the same storage see the new values. A destination that is a broadcast
         (an expand of an axis of one) raises BroadcastStoreError. A value on another device is copied here. A
-        tensor without storage yet (lazy) simply takes the new value."""
+        tensor without storage yet (lazy) gets new storage holding the value (stored now, like any assign)."""
         if not isinstance(value, Tensor):
             value = Tensor.full(self.shape, value, self.dtype, self.device)
         value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
             value.cast(self.dtype)
         if any(hook(self, value) for hook in assign_hooks):
             return self
-        if not _views_storage(self.uop):  # no storage to write into yet: the whole value is replaced
-            self.uop = value.to(self.device).uop
-            return self
+        if not _views_storage(self.uop):
+            if not all(isinstance(d, int) for d in self.shape):  # symbolic: the value is this tensor now
+                self.uop = value.to(self.device).uop
+                return self
+            # no storage yet: this tensor gets its own, and the value is stored there now (a lazy tensor
+            # assigned in a loop keeps a graph of constant size, and never aliases the value's storage)
+            self.uop = Tensor.empty(*self.shape, dtype=self.dtype, device=self.device).uop
         engine.assign(self.device, self.uop, value.uop)
         return self
 

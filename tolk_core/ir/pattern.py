@@ -238,14 +238,15 @@ rewrite_stats = RewriteStats()
 
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
-                  name: str | None = None) -> UOp:
+                  name: str | None = None, on_rebuild: Callable[[UOp, UOp], None] | None = None) -> UOp:
     """Rewrite the graph under `sink` with `pm` to a fixed point and return the new root.
 
     bottom_up=False (default): a node's sources are rewritten first, then the node (rebuilt on its new
     sources) is matched; a replacement is itself fully rewritten. bottom_up=True: each node is matched
     and replaced to a fixed point before its sources are visited (tinygrad's naming).
     Each distinct node is processed once (memoised), and the walk uses an explicit stack.
-    With DEBUG>=5 every rule that fires is printed.
+    With DEBUG>=5 every rule that fires is printed. `on_rebuild(old, new)` is called for each node rebuilt on
+    rewritten sources (the same op, dtype and argument), so side tables keyed by nodes can follow them.
     """
     debug = config.get("DEBUG") >= 5
     fired: list[str] | None = [] if debug else None
@@ -297,6 +298,8 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
                     continue
             else:
                 nxt = UOp(new_n.op, new_n.dtype, new_src, new_n.arg)
+                if on_rebuild is not None:
+                    on_rebuild(new_n, nxt)
             push((n, 2, nxt))
             push((nxt, 0, nxt))
         else:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Union
 
 from tolk_core.errors import ShapeError, TolkError
@@ -150,9 +150,9 @@ class UOp:
             u = u.src[0]
         return chain, u
 
-    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    def substitute(self, mapping: dict[UOp, UOp], on_rebuild: Callable[[UOp, UOp], None] | None = None) -> UOp:
         """This graph with every occurrence of a key of `mapping` replaced by its value (no rewriting of the
-        replacements themselves)."""
+        replacements themselves). `on_rebuild(old, new)` is called for each node rebuilt on new sources."""
         memo: dict[UOp, UOp] = dict(mapping)
         if self in memo:
             return memo[self]
@@ -161,6 +161,8 @@ class UOp:
                 continue
             new_src = tuple(memo.get(s, s) for s in u.src)
             memo[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg)
+            if on_rebuild is not None and memo[u] is not u:
+                on_rebuild(u, memo[u])
         return memo[self]
 
     def simplify(self) -> UOp:

@@ -719,14 +719,16 @@ def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
     """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring), for the
     device facts of `target` (which of the graph's devices are disks; None: no disks)."""
     before = Counter(rule_fires)
-    out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
-    out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
-    out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after")
-    out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies")
+    keep = placements.carry_intent  # a node rebuilt on rewritten sources keeps its declared placement
+    out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1", on_rebuild=keep)
+    out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls", on_rebuild=keep)
+    out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after",
+                        on_rebuild=keep)
+    out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies", on_rebuild=keep)
     out = _split_reductions(out)
-    out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages")
-    out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores")
-    out = graph_rewrite(out, pm_prepare, ctx=target, name="prepare_rangeify step 3")
+    out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages", on_rebuild=keep)
+    out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores", on_rebuild=keep)
+    out = graph_rewrite(out, pm_prepare, ctx=target, name="prepare_rangeify step 3", on_rebuild=keep)
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
     return spec.check(out, "prepared", "prepare_rangeify")
@@ -773,4 +775,6 @@ def unbind(sink: UOp) -> tuple[UOp, dict[str, int]]:
         src = tuple(rebuilt[s] for s in u.src)
         rebuilt[u] = mapping.get(u) or (u if src == u.src and not isinstance(u.arg, (tuple, UOp)) else
                                         UOp(u.op, u.dtype, src, _strip(u.arg, mapping)))
+        if rebuilt[u] is not u and u not in mapping:
+            placements.carry_intent(u, rebuilt[u])
     return rebuilt[sink], var_vals
