@@ -32,7 +32,7 @@ from typing import Any, Union
 
 from tolk_core.errors import ShapeError, TolkError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
-from tolk_core.ir.ops import GroupOp, Op, exec_alu, python_alu, truncate
+from tolk_core.ir.ops import GroupOp, Op, exec_alu, python_alu, trunc_div, truncate
 
 sint = Union[int, "UOp"]
 
@@ -608,8 +608,7 @@ def _range(u: UOp) -> tuple[Any, Any]:
         r = (max(a_lo, b_lo), max(a_hi, b_hi))
     elif op is Op.IDIV and isint:
         if b_lo > 0 or b_hi < 0:
-            from tolk_core.ir.ops import _trunc_div
-            c = [_trunc_div(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
+            c = [trunc_div(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
             r = (min(c), max(c))
     elif op is Op.MOD and isint:
         m = max(abs(b_lo), abs(b_hi)) - 1
