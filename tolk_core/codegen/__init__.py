@@ -5,10 +5,12 @@ import hashlib
 from dataclasses import dataclass
 
 from tolk_core import config
+from tolk_core.ir import spec
 from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import AxisType, Op
 from tolk_core.ir.uop import UOp, sint
 from tolk_core.render.cstyle import KernelParam
+from tolk_core.render.renderer import Renderer
 
 
 @dataclass(frozen=True)
@@ -42,20 +44,26 @@ def kernel_params(ast: UOp) -> tuple[KernelParam, ...]:
 def _kernel_name(ast: UOp, body: str) -> str:
     nodes = ast.toposort()
     kind = "r" if any(u.op is Op.REDUCE for u in nodes) else "E"
-    dims = ["".join(c for c in str(r.src[0]) if c.isalnum()) for r in nodes if r.op is Op.RANGE and r.arg[1] == "loop"]
+    dims = ["".join(c for c in str(r.src[0]) if c.isalnum()) for r in nodes
+            if r.op is Op.RANGE and r.arg[1] is AxisType.LOOP]
     digest = hashlib.sha256(body.encode()).hexdigest()[:8]
     return "_".join([kind, *dims, digest])
 
 
-def generate(ast: UOp, renderer) -> KernelSource:
-    """Source for kernel `ast` in `renderer`'s dialect; identical kernels give identical names and text."""
+def generate(ast: UOp, renderer: Renderer) -> KernelSource:
+    """Source for kernel `ast` in `renderer`'s dialect; identical kernels give identical names and text. Raises
+    TypeError when `renderer` is not a `Renderer` (the capabilities the optimizer reads are declared there)."""
+    if not isinstance(renderer, Renderer):
+        raise TypeError(f"{type(renderer).__qualname__} is not a tolk_core.render.renderer.Renderer: a renderer "
+                        "subclasses Renderer (or CStyleRenderer), see docs/plugins.md")
     # imported here: a process whose kernels all come from the source cache never loads the optimizer (~2 ms)
     from tolk_core.codegen.linearize import linearize
     from tolk_core.codegen.optimize import optimize
 
     ast = ast.simplify()
     plan = optimize(ast, renderer, noopt=bool(config.get("NOOPT")))
-    lin = linearize(plan.ast, plan.guard)
+    spec.check(plan.ast, "kernel", "codegen.optimize")
+    lin = spec.check(linearize(plan.ast, plan.guard), "linearized", "codegen.linearize")
     params = kernel_params(plan.ast)
     body = renderer.render_kernel("KERNEL", lin, params, plan.loop_kinds)
     name = _kernel_name(ast, body)

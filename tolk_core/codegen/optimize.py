@@ -1,8 +1,9 @@
 """optimize: choose how a kernel's loops map onto the machine, from the renderer's capabilities.
 
-CPU-style renderers (no locals) keep loops and annotate them: the outermost output loop is split across
-threads (`parallel`) when the kernel does enough work to pay for a thread team, the innermost output loop
-with no reduction inside is vectorized (`simd`), and a small reduction loop is unrolled. A kernel whose
+CPU-style renderers (no locals) keep loops and annotate them with `LoopKind`s (tolk_core.render.renderer): the
+outermost output loop is split across threads (`PARALLEL`) when the kernel does enough work to pay for a thread
+team, the innermost output loop with no reduction inside is vectorized (`SIMD`), and a small reduction loop is
+unrolled (`UNROLL`). A kernel whose
 reduction sits inside its output loops (matmul, column sums) cannot be vectorized by the C compiler across
 outputs, so it is upcast (codegen.upcast): the contiguous output axis becomes vector lanes, that axis and
 another output axis whose value some loads do not depend on are unrolled into a register block of
@@ -48,8 +49,9 @@ from tolk_core.codegen.upcast import (
     vectorize_lanes,
 )
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import AxisType, Op, identity_element
 from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.render.renderer import LoopKind, Renderer
 
 # element-operations below which waking a thread team (passive OpenMP wait) costs more than it saves
 PARALLEL_MIN_WORK = 1 << 20
@@ -86,7 +88,7 @@ _LANE_DTYPES = frozenset({dtypes.void, dtypes.bool, dtypes.index, dtypes.int32, 
 class Plan:
     """What optimize decided: the (rewritten) AST, loop annotations, launch dims and the work-item guard."""
     ast: UOp
-    loop_kinds: dict[UOp, str] = field(default_factory=dict)
+    loop_kinds: dict[UOp, LoopKind] = field(default_factory=dict)
     global_size: tuple[sint, ...] = (1, 1, 1)
     local_size: tuple[int, int, int] | None = None
     guard: UOp | None = None
@@ -106,33 +108,36 @@ def _most(r: UOp) -> int:
     return int(r.src[0].vmax)
 
 
-def optimize(ast: UOp, renderer, noopt: bool = False) -> Plan:
+def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
+    """The plan for kernel `ast` on `renderer`'s device (see the module docstring); `noopt`: the plainest
+    correct plan (no annotations, no lanes, one item per group)."""
     outs = _output_ranges(ast)
-    reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
+    reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     if renderer.has_local:
         return _gpu_plan(ast, outs, renderer, noopt)
     if noopt:
         return Plan(ast)
-    if reduce_ranges and getattr(renderer, "vector_bytes", 0):
+    if reduce_ranges and renderer.vector_bytes:
         ast = _upcast(ast, outs, renderer.vector_bytes)
         outs = _output_ranges(ast)
-        reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
+        reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     plan = Plan(ast)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
     if outs and work >= PARALLEL_MIN_WORK and _most(outs[0]) > 1:
-        plan.loop_kinds[outs[0]] = "parallel"
+        plan.loop_kinds[outs[0]] = LoopKind.PARALLEL
     if outs and not reduce_ranges:
         inner = outs[-1]
-        plan.loop_kinds[inner] = "parallel simd" if plan.loop_kinds.get(inner) == "parallel" else "simd"
+        plan.loop_kinds[inner] = LoopKind.PARALLEL_SIMD if plan.loop_kinds.get(inner) is LoopKind.PARALLEL \
+            else LoopKind.SIMD
     if not plan.loop_kinds and (split := _parallel_reduction(ast, outs)) is not None:
-        plan.loop_kinds[split] = "parallel reduce"
+        plan.loop_kinds[split] = LoopKind.PARALLEL_REDUCE
     for r in reduce_ranges:
         if r in plan.loop_kinds:
             continue
         if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX:
-            plan.loop_kinds[r] = "unroll"
+            plan.loop_kinds[r] = LoopKind.UNROLL
         elif any(u.dtype.count > 1 for u in ast.toposort()):
-            plan.loop_kinds[r] = "unroll4"
+            plan.loop_kinds[r] = LoopKind.UNROLL4
     return plan
 
 
@@ -213,7 +218,7 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
     return vectorize_lanes(ast, lane, width)
 
 
-def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
+def _gpu_plan(ast: UOp, outs: list[UOp], renderer: Renderer, noopt: bool) -> Plan:
     if not noopt and (plan := _row_item_plan(ast, outs, renderer)) is not None:
         return plan
     if not noopt and (plan := _row_group_plan(ast, outs, renderer)) is not None:
@@ -224,7 +229,7 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
             return plan
     if not noopt and (plan := _group_reduce_plan(ast, outs, renderer)) is not None:
         return plan
-    lanes = None if noopt else _gpu_lanes(ast, outs, getattr(renderer, "max_lanes", 0))
+    lanes = None if noopt else _gpu_lanes(ast, outs, renderer.max_lanes)
     if lanes is not None:
         ast, outs, lane, width = lanes
     if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
@@ -253,12 +258,12 @@ def _gpu_lane_dtypes(nodes: list[UOp]) -> bool:
         all(u.dtype.base in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX)
 
 
-def _local_size(renderer, most: int, items: int) -> int:
+def _local_size(renderer: Renderer, most: int, items: int) -> int:
     """Work items per group for `items` items: up to `most` (and the renderer's limit), no more than the items
     need; on a CPU device (`renderer.cpu_threads`, one thread per group) small enough for `CPU_GROUPS_PER_THREAD`
     groups per thread where the items allow, down to `CPU_MIN_LOCAL` items."""
     local = min(renderer.local_max or 1, most, 1 << max(items - 1, 1).bit_length())
-    while (threads := getattr(renderer, "cpu_threads", 0)) and local > CPU_MIN_LOCAL and \
+    while (threads := renderer.cpu_threads) and local > CPU_MIN_LOCAL and \
             -(-items // local) < CPU_GROUPS_PER_THREAD * threads:
         local //= 2
     return local
@@ -327,15 +332,15 @@ def _row_kernel(ast: UOp, outs: list[UOp]) -> tuple[list[UOp], list[UOp], list[U
     return rows, reduces, fills
 
 
-def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+def _row_item_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None:
     """One work item per row, for a row kernel (`_row_kernel`) with at least `ROW_ITEM_MIN_ROWS` rows on a CPU
     device with vector types (its work group is a loop on one thread: a row group's barriers only serialize,
     and the row's loops vectorize within the item instead): the row ranges become the item index, the row's
     arrays are the item's own (at most `ROW_ITEM_ARRAY_BYTES`), and every innermost loop of the row (an array
     fill, a reduction, the row's outputs) whose accesses are contiguous runs over `GPU_ROW_LANES`-wide
     vectors. None otherwise."""
-    max_lanes = getattr(renderer, "max_lanes", 0)
-    if not max_lanes or not getattr(renderer, "cpu_threads", 0) or (row := _row_kernel(ast, outs)) is None:
+    max_lanes = renderer.max_lanes
+    if not max_lanes or not renderer.cpu_threads or (row := _row_kernel(ast, outs)) is None:
         return None
     rows, reduces, fills = row
     nodes = ast.toposort()
@@ -391,7 +396,7 @@ def _lanes_apart(ast: UOp, lanes: list[UOp]) -> bool:
     return True
 
 
-def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None:
     """One work group per row: for a kernel holding kernel-local arrays (Local rows) or reductions that depend
     on only some output ranges (the row's), computed once per row and shared by the row's items. None when the
     kernel has neither, when some range is symbolic, when a reduction or array fill depends on a loop other than
@@ -422,7 +427,7 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("gidx0", 0))
     ids = itertools.count(max(r.arg[0] for r in nodes if r.op is Op.RANGE) + 1)
 
-    def strided(rngs: list[UOp], kind: str) -> tuple[UOp, UOp | None, dict[UOp, UOp]]:
+    def strided(rngs: list[UOp], kind: AxisType) -> tuple[UOp, UOp | None, dict[UOp, UOp]]:
         """(the loop over this item's share of `rngs`' flat extent, the in-extent gate or None, each range's
         value at the item's clamped position)."""
         sizes = [_size(r) for r in rngs]
@@ -456,10 +461,10 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
         src = tuple(new.get(s, s) for s in u.src)
         if u.op is Op.REDUCE:
             rngs = [s for s in u.src[1:] if s.op is Op.RANGE]
-            step, valid, at = strided(rngs, "reduce")
+            step, valid, at = strided(rngs, AxisType.REDUCE)
             body = src[0].substitute(at)
             if valid is not None:
-                body = valid.where(body, UOp.const(u.dtype, _identity(u)))
+                body = valid.where(body, UOp.const(u.dtype, identity_element(u.arg, u.dtype)))
             partial = UOp(Op.REDUCE, u.dtype, (body, step), u.arg) if step.op is Op.RANGE else body
             temp = UOp(Op.DEFINE_LOCAL, u.dtype.ptr(local, AddrSpace.LOCAL), (), (f"temp{temps}", local))
             temps += 1
@@ -469,7 +474,7 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
             # publishes the total in slot 0, which it alone has read; a second barrier, and every item reads it
             first = lid < 1
             folds = first.where(UOp.const(dtypes.index, local), UOp.const(dtypes.index, 0))
-            slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(ids), "reduce"))
+            slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(ids), AxisType.REDUCE))
             total = UOp(Op.REDUCE, u.dtype, (UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)),
                                                                       barrier)), slot), u.arg)
             zero = UOp.const(dtypes.index, 0)
@@ -478,7 +483,8 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
             new[u] = UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, zero)), published))
         elif u in fills:  # END(STORE(INDEX(array, i), value), *ranges), or the bare STORE of a 1-element array
             store = src[0] if u.op is Op.END else u.replace(src=src)
-            step, valid, at = strided([s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else [], "local")
+            rngs = [s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else []
+            step, valid, at = strided(rngs, AxisType.LOCAL)
             store = store.substitute(at)
             store = store.replace(src=(gated(store.src[0], valid), *store.src[1:]))
             new[u] = UOp(Op.BARRIER, dtypes.void, (ended(store, step),))
@@ -487,7 +493,7 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     tops = []
     for top in ast.src:
         store = new.get(top.src[0], top.src[0]) if top.op is Op.END else new.get(top, top)
-        step, valid, at = strided(inner, "loop")
+        step, valid, at = strided(inner, AxisType.LOOP)
         store = store.substitute(at)
         tops.append(ended(store.replace(src=(gated(store.src[0], valid), *store.src[1:])), step))
     return Plan(UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), global_size=(n_rows, 1, 1),
@@ -518,7 +524,7 @@ def _flatten_outputs(ast: UOp, outs: list[UOp], index: UOp) -> UOp:
     return UOp(Op.SINK, dtypes.void, tuple(t.src[0] if t.op is Op.END else t for t in ast.src))
 
 
-def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None:
     nodes = ast.toposort()
     reduces = [u for u in nodes if u.op is Op.REDUCE]
     if len(reduces) != 1 or any(r.src[0].op is not Op.CONST for r in outs + list(reduces[0].src[1:])):
@@ -529,23 +535,24 @@ def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     # a CPU device's threads are kept busy by one item per output (its loop vectorized) once there are a few
     # outputs per thread; its barriers cost more than a GPU's (measured on PoCL: 640 outputs of 256 terms
     # each, 1.4 ms as groups, 16 us as items)
-    threads = getattr(renderer, "cpu_threads", 0)
+    threads = renderer.cpu_threads
     most = min(GROUP_MAX_OUTPUTS, CPU_GROUPS_PER_THREAD * threads - 1) if threads else GROUP_MAX_OUTPUTS
     if n > most or size < GROUP_MIN_REDUCE or red.arg not in (Op.ADD, Op.MAX, Op.MUL):
         return None
     lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n),), ("gidx0", 0))
     ids = [r.arg[0] for r in nodes if r.op is Op.RANGE]
-    strided = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-size // local)),), (max(ids) + 1, "reduce"))
+    strided = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-size // local)),),
+                  (max(ids) + 1, AxisType.REDUCE))
     pos = strided * local + lid
     body = red.src[0].substitute({split: pos})
     if size % local:  # the last stride runs past the end: those items fold the identity
-        body = (pos < size).where(body, UOp.const(red.dtype, _identity(red)))
+        body = (pos < size).where(body, UOp.const(red.dtype, identity_element(red.arg, red.dtype)))
     partial = UOp(Op.REDUCE, red.dtype, (body, *(strided if r is split else r for r in red.src[1:])), red.arg)
     temp = UOp(Op.DEFINE_LOCAL, red.dtype.ptr(local, AddrSpace.LOCAL), (), ("temp0", local))
     barrier = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, temp.dtype, (temp, lid)),
                                                                       partial)),))
-    slot = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, local),), (max(ids) + 2, "reduce"))
+    slot = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, local),), (max(ids) + 2, AxisType.REDUCE))
     total = UOp(Op.REDUCE, red.dtype, (UOp(Op.LOAD, red.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)), barrier)),
                                        slot), red.arg)
     ast = _flatten_outputs(ast.substitute({red: total}), outs, group)
@@ -553,11 +560,3 @@ def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     stores = {u: u.replace(src=(u.src[0].replace(src=(*u.src[0].src, first)), u.src[1]))
               for u in ast.toposort() if u.op is Op.STORE and u.src[0].src[0].op is Op.PARAM}
     return Plan(ast.substitute(stores).simplify(), global_size=(n, 1, 1), local_size=(local, 1, 1))
-
-
-def _identity(red: UOp) -> int | float | bool:
-    if red.arg is Op.ADD:
-        return 0
-    if red.arg is Op.MUL:
-        return 1
-    return -math.inf if dtypes.is_float(red.dtype) else dtypes.min(red.dtype)

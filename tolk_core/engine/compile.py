@@ -17,12 +17,13 @@ from tolk_core import config
 from tolk_core.codegen import KernelSource, generate
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
+from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.plugins import Device
 from tolk_core.render.cstyle import KernelParam
-from tolk_core.schedule.prepare import KernelCode
+from tolk_core.render.renderer import Renderer
 
 # (opened device, kernel AST) -> (loaded program, its rendered source)
 _programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}
@@ -48,7 +49,7 @@ def arg_device(u: UOp) -> str:
     return u.arg[2] if u.op is Op.PARAM else buffers.buffer_device(u)
 
 
-def render_together(asts: Sequence[UOp], renderer: Any, cached: bool = True) -> tuple[str, list[KernelSource]]:
+def render_together(asts: Sequence[UOp], renderer: Renderer, cached: bool = True) -> tuple[str, list[KernelSource]]:
     """The module text holding every distinct kernel of `asts` once, and each AST's KernelSource, in
     `renderer`'s dialect. `cached=False` generates every source anew (the conformance suite checks exactly
     what codegen makes)."""

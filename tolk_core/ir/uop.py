@@ -134,6 +134,22 @@ class UOp:
             stack.append((u, True))
             stack.extend((s, False) for s in u.src if not hasattr(s, slot))
 
+    def storage_base(self, through: frozenset[Op] = GroupOp.View) -> UOp:
+        """The node this view reads: this node with every op in `through` stripped off (each is followed to its
+        first source). `GroupOp.Movement`: through movements only (a BUFFER is then read whole, rearranged);
+        `GroupOp.View` (the default): movements and BITCASTs; `GroupOp.ViewOfState`: AFTERs too (the storage
+        itself, not one state of it)."""
+        return self.view_chain(through)[1]
+
+    def view_chain(self, through: frozenset[Op] = GroupOp.View) -> tuple[list[UOp], UOp]:
+        """(the ops in `through` from this node down, outermost first, `storage_base(through)`): for walks that
+        act on each view on the way down."""
+        chain, u = [], self
+        while u.op in through:
+            chain.append(u)
+            u = u.src[0]
+        return chain, u
+
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
         """This graph with every occurrence of a key of `mapping` replaced by its value (no rewriting of the
         replacements themselves)."""
@@ -493,8 +509,8 @@ def sym_eq(a: sint, b: sint) -> bool:
 # ---------------------------------------------------------------- derived-fact rules
 def _compute_shape(u: UOp) -> tuple | None:
     op = u.op
-    if op in GroupOp.ALU or op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.COPY, Op.STAGE,
-                                   Op.ASSIGN, Op.AFTER, Op.BITCAST):
+    if op in GroupOp.ALU or op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.COPY, Op.ASSIGN,
+                                   Op.AFTER, Op.BITCAST):
         srcs = u.src if op in GroupOp.ALU else u.src[:1]
         shapes = [s._shape for s in srcs]
         if not shapes or any(s is None for s in shapes):
@@ -668,13 +684,6 @@ def _shift_bounds(op: Op) -> Callable[[Bounds, Bounds, UOp, bool], Bounds | None
     return bounds
 
 
-def _mulacc_bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds | None:
-    if not isint:
-        return None
-    c, acc = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]), u.src[2]
-    return min(c) + acc._vmin, max(c) + acc._vmax
-
-
 _ALU_BOUNDS: dict[Op, Callable[[Bounds, Bounds, UOp, bool], Bounds | None]] = {
     Op.ADD: lambda a, b, u, isint: (a[0] + b[0], a[1] + b[1]),
     Op.SUB: lambda a, b, u, isint: (a[0] - b[1], a[1] - b[0]),
@@ -689,7 +698,6 @@ _ALU_BOUNDS: dict[Op, Callable[[Bounds, Bounds, UOp, bool], Bounds | None]] = {
     Op.WHERE: _where_bounds,
     **{op: _logic_bounds(op) for op in (Op.AND, Op.OR, Op.XOR)},
     **{op: _shift_bounds(op) for op in (Op.SHL, Op.SHR)},
-    Op.MULACC: _mulacc_bounds,
 }
 
 
@@ -724,7 +732,7 @@ def render_leaf(u: UOp) -> str:
     if u.op is Op.BIND:
         return u.src[0].arg[0]
     if u.op is Op.RANGE:
-        # arg is an axis number or (axis number(s)..., AxisType): the numbers name the loop variable
+        # arg is an axis number or (axis number, AxisType): the number names the loop variable
         return f"ridx{u.arg if not isinstance(u.arg, tuple) else '_'.join(str(a) for a in u.arg if type(a) is int)}"
     if u.op is Op.SPECIAL:
         return str(u.arg)
