@@ -1,4 +1,5 @@
 """`python -m bench --device D [--quick] [--json PATH]`: Tolk next to numpy, torch and tinygrad, one run.
+(`python -m bench --models ...` runs the model workloads against torch instead: bench.models.)
 
 Each throughput row prints Tolk's number, every importable peer's, and the ratio Tolk/peer (> 1: Tolk is
 faster). Memory-bound rows also print the fraction of the bandwidth baseline: `np.copyto` of an output-sized
@@ -213,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and no N=2048 matmul (< 5 minutes)")
     ap.add_argument("--json", help="write every measurement to this path")
     ap.add_argument("--only", help="run only rows whose name contains this text")
+    ap.add_argument("--models", action="store_true",
+                    help="run the model workloads against torch instead of the rows (bench.models)")
     args = ap.parse_args(argv)
+    if args.models:
+        from bench.models import run_models
+        return run_models(args.device, args.quick, args.json, args.only)
     reps, min_total = (5, 1.5) if args.quick else (10, 4.0)
     peers = {"torch": _have("torch"), "tinygrad": _have("tinygrad")}
     selected = [r for r in rows(args.device) if (r.quick or not args.quick) and

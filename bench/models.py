@@ -1,0 +1,462 @@
+"""Model workloads against torch: `python -m bench --models [--device CPU|OPENCL] [--quick] [--json PATH]`.
+
+Six workloads a PyTorch user writes, each written twice, once with Tolk's public API (`tolk_core.Tensor`,
+`tolk_core.jit`, `tolk_core.nn`, `tolk_core.nn.optim`; layers nn does not have are written here from Tensor ops,
+as a user would) and once with torch:
+
+- cnn: conv3x3-batchnorm(batch statistics)-relu-maxpool2 twice + linear on the 8x8 digits, Adam: one train step
+- gpt: a char-level GPT (2 layers, 4 heads, d 128, context 64, batch 8), AdamW: one train step
+- resnet: a stem conv to 16 channels and 4 basic blocks on 16x3x32x32, batch norm with fixed statistics: forward
+- attention: causal attention, forward + backward of a sum loss (torch twice: written out, and its fused
+  `scaled_dot_product_attention`)
+- gru: a GRU cell unrolled 32 steps: forward
+- gru_train: a GRU cell unrolled 8 steps, regression loss, SGD: one train step
+
+Both sides start from the same numbers: the Tolk child draws every weight and input from a seeded numpy
+generator (in sorted state-dict order) and writes them to a file that the torch child loads. Each side runs in
+a child process of its own (no library's thread pool spins while the other is timed; a Tolk compile that
+does not finish is stopped after `--timeout` seconds and reported, the other rows still run). A child first
+runs two steps and records what it compares: the first step's outputs, the state after it (the parameters of
+a training step) and the second step's outputs (a train step's loss after the update); the parent compares
+them by the normwise relative error max|tolk - torch| / max|torch| per array and fails the row above 1e-3. Then
+each child times its steps: Tolk eagerly and through `tolk_core.jit` (after its warm-up and capture calls),
+torch eagerly, each the median of several steps, with Tolk's kernel launches per step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED = 0
+RTOL = 1e-3
+WORKLOADS = ("cnn", "gpt", "resnet", "attention", "gru", "gru_train")
+# the ways torch writes a workload, where there is more than its eager modules ("eager"): attention written
+# out as matmul/softmax, and as torch's fused scaled_dot_product_attention
+TORCH_VARIANTS = {"attention": ("written", "sdpa")}
+
+# ---------------------------------------------------------------- sizes
+# "full" is the workload as described above; "quick" what `--quick` runs; "tiny" what the tests run
+SIZES: dict[str, dict[str, dict[str, int]]] = {
+    "cnn": {"full": {"batch": 64, "c1": 16, "c2": 32}, "tiny": {"batch": 8, "c1": 4, "c2": 8}},
+    "gpt": {"full": {"vocab": 65, "layers": 2, "heads": 4, "d": 128, "ctx": 64, "batch": 8},
+            "tiny": {"vocab": 11, "layers": 1, "heads": 2, "d": 16, "ctx": 8, "batch": 2}},
+    "resnet": {"full": {"batch": 16, "cin": 3, "c": 16, "blocks": 4, "hw": 32},
+               "tiny": {"batch": 2, "cin": 3, "c": 4, "blocks": 1, "hw": 8}},
+    "attention": {"full": {"b": 8, "h": 8, "t": 256, "d": 64}, "quick": {"b": 2, "h": 4, "t": 128, "d": 64},
+                  "tiny": {"b": 1, "h": 2, "t": 16, "d": 8}},
+    "gru": {"full": {"steps": 32, "batch": 16, "inp": 64, "hidden": 128},
+            "tiny": {"steps": 4, "batch": 2, "inp": 4, "hidden": 8}},
+    "gru_train": {"full": {"steps": 8, "batch": 16, "inp": 64, "hidden": 128},
+                  "tiny": {"steps": 3, "batch": 2, "inp": 4, "hidden": 8}},
+}
+
+
+def size_of(name: str, size: str) -> dict[str, int]:
+    """The sizes of workload `name` at `size` ("full", "quick" or "tiny"; quick is full where not given)."""
+    sizes = SIZES[name]
+    return sizes.get(size) or sizes["full"]
+
+
+# ---------------------------------------------------------------- seeded numbers, shared by both sides
+def fill_state(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A value for every state entry, drawn in sorted-name order: a matrix or filter N(0, 1/fan_in); a norm's
+    scale 1 + N(0, 0.1^2); a running variance U(0.5, 1.5); any other vector (biases, shifts, running
+    means) N(0, 0.1^2)."""
+    out = {}
+    for name in sorted(shapes):
+        shape = shapes[name]
+        if len(shape) >= 2:
+            v = rng.standard_normal(shape) / math.sqrt(math.prod(shape[1:]))
+        elif name.endswith("running_var"):
+            v = rng.uniform(0.5, 1.5, shape)
+        elif name.endswith("weight"):
+            v = 1 + 0.1 * rng.standard_normal(shape)
+        else:
+            v = 0.1 * rng.standard_normal(shape)
+        out[name] = v.astype(np.float32)
+    return out
+
+
+def _digits_batch(batch: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    from tolk_core.demo import load_digits
+    x, y = load_digits()
+    idx = rng.choice(len(x), batch, replace=False)
+    return x[idx].reshape(batch, 1, 8, 8), y[idx]
+
+
+def make_data(name: str, cfg: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The step's inputs (in the order the step takes them): float32 data, int32 labels and tokens."""
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
+    if name == "cnn":
+        x, y = _digits_batch(cfg["batch"], rng)
+        return {"x": x, "y": y.astype(np.int32)}
+    if name == "gpt":
+        tokens = rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["ctx"] + 1)).astype(np.int32)
+        return {"x": tokens[:, :-1].copy(), "y": tokens[:, 1:].copy()}
+    if name == "resnet":
+        return {"x": f32(cfg["batch"], cfg["cin"], cfg["hw"], cfg["hw"])}
+    if name == "attention":
+        return {k: f32(cfg["b"], cfg["h"], cfg["t"], cfg["d"]) for k in "qkv"}
+    if name in ("gru", "gru_train"):
+        data = {"x": f32(cfg["steps"], cfg["batch"], cfg["inp"])}
+        return data | ({"y": f32(cfg["batch"], cfg["hidden"])} if name == "gru_train" else {})
+    raise KeyError(name)
+
+
+# ---------------------------------------------------------------- one side of a workload, in a child process
+@dataclass
+class Side:
+    """What differs between Tolk and torch when a step is run and read: `finish` makes a step's outputs exist
+    (Tolk: realize, then wait for the device), `numpy` reads one, `counters` are Tolk's (none for torch)."""
+    finish: Callable[[list[Any]], None]
+    numpy: Callable[[Any], np.ndarray]
+    counters: Callable[[], dict[str, float]] = dict
+
+
+def _say(phase: str) -> None:
+    """The phase a child is in, on stderr: the parent names the last one when a child runs out of time."""
+    print(f"phase: {phase}", file=sys.stderr, flush=True)
+
+
+def _delta(side: Side, before: dict[str, float]) -> dict[str, float]:
+    return {k: v - before[k] for k, v in side.counters().items()}
+
+
+def check_steps(step: Callable[..., list[Any]], probe: Callable[[], dict[str, Any]], inputs: list[Any],
+                side: Side) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Two steps: the arrays to compare (`out1.i` the first step's outputs, `probe.NAME` the state after it,
+    `out2.i` the second step's outputs) and the first step's seconds and counters."""
+    _say("first step")
+    before, t0 = side.counters(), time.perf_counter()
+    outs = step(*inputs)
+    side.finish(outs)
+    rec: dict[str, Any] = {"first_step_s": time.perf_counter() - t0, "first_step": _delta(side, before)}
+    arrays = {f"out1.{i}": side.numpy(o) for i, o in enumerate(outs)}
+    arrays |= {f"probe.{k}": side.numpy(v) for k, v in probe().items()}
+    _say("second step")
+    outs = step(*inputs)
+    side.finish(outs)
+    arrays |= {f"out2.{i}": side.numpy(o) for i, o in enumerate(outs)}
+    return arrays, rec
+
+
+def time_steps(call: Callable[[], Any], side: Side, reps: int, budget_s: float) -> dict[str, Any]:
+    """Median seconds of `reps` calls of `call` (at least 3, fewer than `reps` once `budget_s` is spent), and
+    the counters per call (Tolk's kernel launches)."""
+    times, before = [], side.counters()
+    while len(times) < reps and (len(times) < 3 or sum(times) < budget_s):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    per = {k: v / len(times) for k, v in _delta(side, before).items()}
+    return {"median_s": statistics.median(times), "steps": len(times), "per_step": per}
+
+
+def max_rel_error(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[float, str]:
+    """The largest normwise relative error max|got - want| / max|want| over the arrays of `want`, and the name
+    of that array (inf and the name where an array is missing or differs in shape)."""
+    worst, where = 0.0, ""
+    for name, w in sorted(want.items()):
+        g = got.get(name)
+        if g is None or g.shape != w.shape:
+            return float("inf"), f"{name} (missing or shape {None if g is None else g.shape} vs {w.shape})"
+        w64, g64 = w.astype(np.float64), g.astype(np.float64)
+        err = float(np.max(np.abs(g64 - w64))) / max(float(np.max(np.abs(w64))), 1e-30) if w.size else 0.0
+        if math.isnan(err):
+            return err, name
+        if err > worst:
+            worst, where = err, name
+    return worst, where
+
+
+def tolk_threads(device: str) -> int:
+    """The threads Tolk's kernels use on `device`: on CPU, OpenMP's (OMP_NUM_THREADS where set, else one per
+    CPU); elsewhere (PoCL's OpenCL on this CPU) one per CPU too."""
+    env = os.environ.get("OMP_NUM_THREADS", "") if device.partition(":")[0].upper() == "CPU" else ""
+    return int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1
+
+
+def profile_rows(call: Callable[[], Any]) -> dict[str, Any]:
+    """Per-kernel profile of one more call of `call`: the top 5 kernels by time (name, launches, time share,
+    work ratio), from Tolk's profiler `tolk_core.engine.profile` where this build has one. Without it, the
+    rows are left out and the note says so: this is the one place they would be collected."""
+    import importlib.util
+    if importlib.util.find_spec("tolk_core.engine.profile") is None:
+        return {"note": "no profiler in this build (tolk_core.engine.profile)", "top": []}
+    return {"note": "tolk_core.engine.profile exists but bench.models does not read it yet", "top": []}
+
+
+def _tolk_side(device: str) -> Side:
+    from tolk_core.counters import GlobalCounters
+    from tolk_core.plugins import Device
+    dev = Device[device]
+
+    def finish(outs: list[Any]) -> None:
+        outs[0].realize(*outs[1:])
+        dev.synchronize()  # OpenCL launches are asynchronous: a step is done when its results exist
+    keys = ("kernels_launched", "compiles", "disk_cache_hits")
+    return Side(finish, lambda t: np.array(t.numpy()), lambda: {k: getattr(GlobalCounters, k) for k in keys})
+
+
+def tolk_child(name: str, size: str, device: str, workdir: str, reps: int, budget_s: float) -> dict[str, Any]:
+    """Build the Tolk workload, write the seeded weights and data (state.npz, for the torch child), check two
+    steps (tolk.npz), then time eager and jitted steps."""
+    import tolk_core
+    from bench.models_tolk import BUILDERS
+    from tolk_core import Tensor
+    _say("build")
+    cfg, rng = size_of(name, size), np.random.default_rng(SEED)
+    job = BUILDERS[name](cfg, device)
+    model_state = job.model.state_dict() if job.model is not None else {}
+    state = fill_state({k: tuple(v.shape) for k, v in model_state.items()}, rng)
+    data = make_data(name, cfg, rng)
+    np.savez(os.path.join(workdir, "state.npz"), **{f"state.{k}": v for k, v in state.items()},
+             **{f"data.{k}": v for k, v in data.items()})
+    if job.model is not None:
+        job.model.load_state_dict({k: Tensor(v, device=device) for k, v in state.items()})
+    inputs = [Tensor(v, device=device).realize() for v in data.values()]
+    side = _tolk_side(device)
+    arrays, rec = check_steps(job.step, job.probe, inputs, side)
+    np.savez(os.path.join(workdir, "tolk.npz"), **arrays)
+    _say("eager steps")
+    rec["eager"] = time_steps(lambda: side.finish(job.step(*inputs)), side, reps, budget_s)
+    jitted = tolk_core.jit(job.step)
+    for phase in ("jit warm-up", "jit capture"):
+        _say(phase)
+        t0 = time.perf_counter()
+        side.finish(jitted(*inputs))
+        rec[phase.replace(" ", "_").replace("-", "_") + "_s"] = time.perf_counter() - t0
+    _say("jit replays")
+    rec["jit"] = time_steps(lambda: side.finish(jitted(*inputs)), side, reps, budget_s)
+    if not job.probe():  # a forward (no state changes): the replay's outputs must be the first step's
+        outs = jitted(*inputs)
+        side.finish(outs)
+        rec["jit_max_rel_error"] = max_rel_error({f"out1.{i}": side.numpy(o) for i, o in enumerate(outs)},
+                                                 {k: v for k, v in arrays.items() if k.startswith("out1.")})[0]
+    rec["profile"] = profile_rows(lambda: side.finish(jitted(*inputs)))
+    rec["threads"] = tolk_threads(device)
+    return rec
+
+
+def torch_child(name: str, size: str, variant: str, workdir: str, reps: int, budget_s: float,
+                threads: int) -> dict[str, Any]:
+    """Build the torch workload from state.npz (weights loaded with load_state_dict: only the batch counters
+    of batch norms may be missing), check two steps (torch-VARIANT.npz), then time eager steps."""
+    import torch
+
+    from bench.models_torch import BUILDERS
+    torch.set_num_threads(threads)
+    _say("build")
+    with np.load(os.path.join(workdir, "state.npz")) as f:
+        state = {k[6:]: f[k] for k in f.files if k.startswith("state.")}
+        data = {k[5:]: f[k] for k in f.files if k.startswith("data.")}
+    job = BUILDERS[name](size_of(name, size), variant)
+    if job.model is not None:
+        missing, unexpected = job.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()},
+                                                        strict=False)
+        if unexpected or any(not k.endswith("num_batches_tracked") for k in missing):
+            raise RuntimeError(f"torch model's state dict differs: missing {missing}, unexpected {unexpected}")
+    inputs = [torch.from_numpy(v) for v in data.values()]
+    side = Side(lambda outs: None, lambda t: t.detach().numpy().copy())  # .numpy() shares the tensor's memory
+    arrays, rec = check_steps(job.step, job.probe, inputs, side)
+    np.savez(os.path.join(workdir, f"torch-{variant}.npz"), **arrays)
+    _say("eager steps")
+    rec["eager"] = time_steps(lambda: job.step(*inputs), side, reps, budget_s)
+    rec["threads"] = torch.get_num_threads()
+    return rec
+
+
+# ---------------------------------------------------------------- the parent: children, comparison, table
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def run_child(args: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run `python -m bench.models child ARGS`; its JSON record, or {"error": why} naming the phase it was in
+    when it failed or ran out of `timeout_s`."""
+    cmd = [sys.executable, "-m", "bench.models", "child", *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(), cwd=ROOT, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
+        return {"error": f"timeout after {timeout_s:.0f} s in phase {_last_phase(err)!r}", "status": "timeout"}
+    if proc.returncode != 0:
+        tail = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("phase: ")][-3:]
+        return {"error": f"failed in phase {_last_phase(proc.stderr)!r}: " + " | ".join(tail), "status": "failed"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _last_phase(stderr: str) -> str:
+    phases = [ln[7:] for ln in stderr.splitlines() if ln.startswith("phase: ")]
+    return phases[-1] if phases else "start"
+
+
+@dataclass
+class Settings:
+    device: str
+    size: str
+    reps: int
+    budget_s: float
+    timeout_s: float
+    threads: int = field(default=0)
+
+
+def run_workload(name: str, s: Settings) -> list[dict[str, Any]]:
+    """One row per torch variant of workload `name`: Tolk's child, then torch's, their numbers compared."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tolk-models-") as work:
+        tolk = run_child(["tolk", name, s.size, s.device, work, str(s.reps), str(s.budget_s)], s.timeout_s)
+        have_state = os.path.exists(os.path.join(work, "state.npz"))
+        got = _load(os.path.join(work, "tolk.npz"))
+        for variant in TORCH_VARIANTS.get(name, ("eager",)):
+            torch_rec = run_child(["torch", name, s.size, variant, work, str(s.reps), str(s.budget_s),
+                                   str(s.threads)], s.timeout_s) if have_state else {"error": "no weights written"}
+            want = _load(os.path.join(work, f"torch-{variant}.npz"))
+            rows.append(_row(name, variant, s, tolk, torch_rec, got, want))
+    return rows
+
+
+def _load(path: str) -> dict[str, np.ndarray] | None:
+    if not os.path.exists(path):
+        return None
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _row(name: str, variant: str, s: Settings, tolk: dict[str, Any], torch_rec: dict[str, Any],
+         got: dict[str, np.ndarray] | None, want: dict[str, np.ndarray] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"workload": name, "torch_variant": variant, "size": size_of(name, s.size),
+                           "device": s.device, "torch_threads": s.threads, "tolk": tolk, "torch": torch_rec}
+    if got is not None and want is not None:
+        row["max_rel_error"], row["worst_array"] = max_rel_error(got, want)
+        row["ok"] = bool(row["max_rel_error"] <= RTOL)
+    else:
+        row["max_rel_error"], row["ok"] = None, False
+    row["status"] = tolk.get("status") or torch_rec.get("status") or ("ok" if row["ok"] else "MISMATCH")
+    t_torch = torch_rec.get("eager", {}).get("median_s")
+    for mode in ("eager", "jit"):
+        t = tolk.get(mode, {}).get("median_s")
+        row[f"torch_over_tolk_{mode}"] = t_torch / t if t and t_torch else None
+    return row
+
+
+TITLES = {"cnn": "CNN digits train step (Adam)", "gpt": "char GPT train step (AdamW)",
+          "resnet": "ResNet stack forward (eval)", "attention": "causal attention fwd+bwd",
+          "gru": "GRU cell x32 forward", "gru_train": "GRU cell x8 train step (SGD)"}
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.2f}"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table_cells(row: dict[str, Any]) -> list[str]:
+    """The cells of one row of the table (what `print_table` prints and docs/performance.md shows)."""
+    tolk, torch_rec = row["tolk"], row["torch"]
+    label = TITLES[row["workload"]] + ("" if row["torch_variant"] == "eager" else f" [torch {row['torch_variant']}]")
+    err = row["max_rel_error"]
+    check = "-" if err is None else f"{err:.1e}" + ("" if row["ok"] else f" FAIL ({row['worst_array']})")
+    kernels = "/".join(f"{tolk[m]['per_step'].get('kernels_launched', 0):.0f}" if m in tolk else "-"
+                       for m in ("eager", "jit"))
+    first = tolk.get("first_step_s")
+    status = row["status"] if row["status"] != "ok" else "ok"
+    if "error" in tolk or "error" in torch_rec:
+        status += ": " + "; ".join(f"{who} {r['error']}" for who, r in (("tolk", tolk), ("torch", torch_rec))
+                                   if "error" in r)
+    return [label, check, _ms(tolk.get("eager", {}).get("median_s")), _ms(tolk.get("jit", {}).get("median_s")),
+            _ms(torch_rec.get("eager", {}).get("median_s")), _ratio(row["torch_over_tolk_jit"]),
+            _ratio(row["torch_over_tolk_eager"]), kernels, "-" if first is None else f"{first:.1f}",
+            _ms(torch_rec.get("first_step_s")), status]
+
+
+HEADER = ["workload", "max rel err", "Tolk eager ms", "Tolk jit ms", "torch ms", "torch/jit", "torch/eager",
+          "kernels eager/jit", "Tolk 1st step s", "torch 1st ms", "status"]
+WIDTHS = [44, 11, 13, 11, 9, 9, 11, 17, 15, 12, 0]
+
+
+def format_line(cells: list[str]) -> str:
+    return " ".join(c.rjust(w) if 0 < i < len(cells) - 1 else c.ljust(w) for i, (c, w) in
+                    enumerate(zip(cells, WIDTHS, strict=True))).rstrip()
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown")
+    except OSError:
+        return "unknown"
+
+
+def run_models(device: str, quick: bool, json_path: str | None, only: str | None = None,
+               timeout_s: float = 180.0) -> int:
+    """Every workload (or those whose name contains `only`), one row each (two for attention); prints the table
+    and writes JSON rows. Returns 1 when a row failed its check, a child failed or ran out of time."""
+    s = Settings(device, "quick" if quick else "full", reps=5 if quick else 20, budget_s=3.0 if quick else 10.0,
+                 timeout_s=timeout_s, threads=tolk_threads(device))
+    load = os.getloadavg()
+    print(f"tolk model workloads on {device} ({'quick' if quick else 'full'} sizes); torch threads {s.threads}; "
+          f"load average {load[0]:.1f} on {os.cpu_count()} cpus; {cpu_model()}")
+    print(format_line(HEADER), flush=True)
+    started, rows = time.perf_counter(), []
+    for name in WORKLOADS:
+        if only is not None and only not in name:
+            continue
+        for row in run_workload(name, s):
+            rows.append(row)
+            print(format_line(table_cells(row)), flush=True)
+    bad = [r for r in rows if r["status"] != "ok"]
+    print(f"models took {time.perf_counter() - started:.0f} s; " +
+          (f"{len(bad)} ROW(S) FAILED: " + ", ".join(r["workload"] for r in bad) if bad else "every row matches torch"))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": device, "quick": quick, "loadavg": load, "cpu": cpu_model(), "rows": rows}, f,
+                      indent=1)
+    return 1 if bad else 0
+
+
+def _child_main(argv: list[str]) -> int:
+    """`python -m bench.models child tolk NAME SIZE DEVICE WORKDIR REPS BUDGET` or
+    `... child torch NAME SIZE VARIANT WORKDIR REPS BUDGET THREADS`: one side, its record as JSON on stdout."""
+    who, name, size, where, workdir, reps, budget = argv[:7]
+    if who == "tolk":
+        rec = tolk_child(name, size, where, workdir, int(reps), float(budget))
+    else:
+        rec = torch_child(name, size, where, workdir, int(reps), float(budget), int(argv[7]))
+    print(json.dumps(rec))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["child"]:
+        return _child_main(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m bench.models", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="CPU")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    ap.add_argument("--only")
+    ap.add_argument("--timeout", type=float, default=180.0, help="seconds each child may run")
+    args = ap.parse_args(argv)
+    return run_models(args.device, args.quick, args.json, args.only, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
