@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tolk_core import config
-from tolk_core.counters import GlobalCounters
 from tolk_core.codegen import KernelSource, generate
+from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
 from tolk_core.ir.calls import KernelCode
