@@ -11,23 +11,24 @@ gives its results), so each kernel gets its own time and the batch's saved launc
 The counts come from the kernel, not from timers (docs/performance.md, "Profiling"):
 
 - executed operations: counted on the kernel AST as rangeify lowered it (before codegen's optimizations), on
-  the loop nest it states: the output ranges nest in order, outermost first, and a range a REDUCE or END
-  closes nests inside the loops that node is evaluated in (a reduction's loops open where its value is
-  needed), after the ranges it closes before it. A node is evaluated inside the innermost loop among the
-  ranges it depends on, so once per iteration of that loop and of every loop enclosing it; a node that
-  depends on no range runs once. Each ALU op and CAST counts one operation per evaluation, a REDUCE one per
-  iteration of its loops (the element it folds in); address arithmetic (index-typed values and the boolean
-  masks computed from them) and the zero a padded view selects where it is padding are not counted. Sizes
-  are evaluated with the launch's Variable values.
+  the loop nest it states. The ranges an END or a REDUCE closes are loops nested in the order listed, the
+  first of them inside the loops that END or REDUCE itself is evaluated in (the output loops of the kernel's
+  END are outermost; a reduction's loops open where its value is needed). A node is evaluated inside the
+  innermost loop among the ranges it depends on: once per iteration of that loop and of every loop enclosing
+  it; a node that depends on no range runs once. Each ALU op and CAST counts one operation per evaluation, a
+  REDUCE one per iteration of its own loops (the element it folds in); address arithmetic (index-typed values
+  and constants, and the boolean masks computed from them) and the zero a padded view selects where it is
+  padding are not counted. Sizes are evaluated with the launch's Variable values.
 - FLOPs: the executed ALU ops and REDUCEs on floats (a float result, or a comparison of floats); casts are not.
 - bytes: per buffer the kernel reads, and per buffer it writes, the elements its loads (stores) touch, counted
   like operations and capped at the buffer's size: an upper bound on the distinct bytes the kernel moves
   (a matmul's inputs count once, not once per use; a cache that misses moves more).
-- nominal operations: what the tensor ops the kernel implements stand for, each computed once (`KernelInfo`,
-  from the tensor graph before lowering: an elementwise op one per element of its shape, a REDUCE_AXIS one
-  per element of its input). `work ratio` = executed / nominal; 1.0 when nominal is 0 (a copy). Above 1, the
-  kernel recomputes values its fusion inlined (once per iteration of a loop they do not depend on); below 1,
-  lowering folded operations away.
+- nominal operations: what the tensor ops the kernel implements stand for, each computed once by its distinct
+  values (`KernelInfo`, from the tensor graph before lowering, `schedule/work.py`). `work ratio` = executed /
+  nominal; 1.0 when nominal is 0 (a copy). Above 1, the kernel recomputes values its fusion inlined (once per
+  iteration of a loop they do not depend on); below 1, lowering folded operations away.
+
+A kernel given as code (`custom_kernel`) has no AST to count: its rows have launches and time, no counts.
 """
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ def _sizes(scope: frozenset[UOp]) -> tuple[sint, ...]:
 
 
 def _is_flop(u: UOp) -> bool:
+    """Whether counted node `u` is a floating-point operation (a float result or a comparison of floats)."""
     return u.op is not Op.CAST and (dtypes.is_float(u.dtype) or (u.op in GroupOp.Comparison and
                                                                   dtypes.is_float(u.src[0].dtype)))
 
@@ -117,6 +119,7 @@ def _term(terms: dict[tuple[sint, ...], int], sizes: tuple[sint, ...]) -> None:
 
 
 def _count(ast: UOp) -> KernelCost:
+    """The KernelCost of kernel SINK `ast`: one term per counted node and per buffer access."""
     deps, scope = _loop_nest(ast)
     addr: set[UOp] = set()
     ops: dict[tuple[sint, ...], int] = {}
