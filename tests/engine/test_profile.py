@@ -15,8 +15,8 @@ from tolk_core.engine.profile import launch_cost
 from tolk_core.engine.schedule import schedule
 from tolk_core.engine.target import target_for
 from tolk_core.frontend.tensor import Tensor
+from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.ops import GroupOp, Op
-from tolk_core.schedule.work import KernelInfo
 
 F32 = 4  # bytes
 

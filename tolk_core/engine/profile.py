@@ -40,10 +40,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import range_deps
+from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.dtype import PtrDType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp, prod, sint
-from tolk_core.schedule.work import KernelInfo
 
 _NO_INFO = KernelInfo()
 
@@ -104,8 +104,8 @@ def _loop_nest(ast: UOp) -> tuple[dict[UOp, frozenset[UOp]], Callable[[frozenset
 
 
 def _sizes(scope: frozenset[UOp]) -> tuple[sint, ...]:
-    """The trip counts of the loops in `scope`, in a fixed order (by range number)."""
-    return tuple(r.src[0].arg if r.src[0].op is Op.CONST else r.src[0] for r in sorted(scope, key=lambda r: r.arg))
+    """The trip counts of the loops in `scope` (their product is what counts: the order is any)."""
+    return tuple(r.src[0].arg if r.src[0].op is Op.CONST else r.src[0] for r in scope)
 
 
 def _is_flop(u: UOp) -> bool:
@@ -114,25 +114,25 @@ def _is_flop(u: UOp) -> bool:
                                                                   dtypes.is_float(u.src[0].dtype)))
 
 
-def _term(terms: dict[tuple[sint, ...], int], sizes: tuple[sint, ...]) -> None:
-    terms[sizes] = terms.get(sizes, 0) + 1
+def _term(terms: dict[frozenset[UOp], int], scope: frozenset[UOp]) -> None:
+    terms[scope] = terms.get(scope, 0) + 1
 
 
 def _count(ast: UOp) -> KernelCost:
     """The KernelCost of kernel SINK `ast`: one term per counted node and per buffer access."""
     deps, scope = _loop_nest(ast)
     addr: set[UOp] = set()
-    ops: dict[tuple[sint, ...], int] = {}
-    flops: dict[tuple[sint, ...], int] = {}
+    ops: dict[frozenset[UOp], int] = {}  # loops a counted node is evaluated in -> how many such nodes
+    flops: dict[frozenset[UOp], int] = {}
     accesses = []
     for u in ast.toposort():
         if _addressing(u, addr):
             addr.add(u)
             continue
         if u.op is Op.REDUCE:
-            sizes = _sizes(scope(deps[u] | {r for r in u.src[1:] if r.op is Op.RANGE}))
+            loops = scope(deps[u] | {r for r in u.src[1:] if r.op is Op.RANGE})
         elif (u.op in GroupOp.ALU and not (u.op is Op.WHERE and u.src[0] in addr)) or u.op is Op.CAST:
-            sizes = _sizes(scope(deps[u]))
+            loops = scope(deps[u])
         elif u.op in (Op.LOAD, Op.STORE) and u.src[0].op is Op.INDEX and u.src[0].src[0].op is Op.PARAM:
             p = u.src[0].src[0]
             cap = p.dtype.size if isinstance(p.dtype, PtrDType) and p.dtype.size >= 0 else None
@@ -140,10 +140,11 @@ def _count(ast: UOp) -> KernelCost:
             continue
         else:
             continue
-        _term(ops, sizes)
+        _term(ops, loops)
         if _is_flop(u):
-            _term(flops, sizes)
-    return KernelCost(tuple(ops.items()), tuple(flops.items()), tuple(accesses))
+            _term(flops, loops)
+    return KernelCost(tuple((_sizes(k), n) for k, n in ops.items()), tuple((_sizes(k), n) for k, n in flops.items()),
+                      tuple(accesses))
 
 
 _costs: weakref.WeakKeyDictionary[UOp, KernelCost] = weakref.WeakKeyDictionary()

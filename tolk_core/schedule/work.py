@@ -2,7 +2,8 @@
 
 `kernel_info(root, body)` names the tensor-level operations a kernel computing `root` holds and counts the
 operations they stand for (its *nominal* work); rangeify puts the result on the kernel, and the LINEAR on the
-kernel's CALL (`KernelInfo`, the CALL's arg: the kernel AST, which keys the program caches, stays as it was).
+kernel's CALL (`ir.calls.KernelInfo`, the CALL's arg: the kernel AST, which keys the program caches, stays as
+it was).
 The profiler (`engine/profile.py`) divides the operations the lowered kernel executes by this count: the work
 ratio (docs/performance.md, "Profiling").
 
@@ -15,26 +16,10 @@ nodes computed from constants alone (the lowered kernel folds them into a consta
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
 
+from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp, prod, sint
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """What a kernel implements: `ops`, its tensor-level operations counted by name in the order they are first
-    computed ((("MUL", 2), ("ADD", 1), ("REDUCE_AXIS(ADD)", 1))), and `nominal`, the operations they stand for
-    (module docstring; symbolic where a shape is)."""
-    ops: tuple[tuple[str, int], ...] = ()
-    nominal: sint = 0
-
-    def ops_text(self) -> str:
-        """`ops` as text: "MUL x2, ADD, REDUCE_AXIS(ADD)"."""
-        return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in self.ops)
-
-    def __repr__(self) -> str:
-        return f"KernelInfo({self.ops_text() or '-'}; nominal {self.nominal})"
 
 
 def _label(u: UOp) -> str | None:
