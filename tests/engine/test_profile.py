@@ -48,11 +48,13 @@ M, K, N = 128, 1024, 512  # y is (K, M); y.T @ B with B (K, N)
 
 
 def test_planted_chain_inlined_into_a_matmul_recomputes_it_per_output_column() -> None:
+    """With the fusion bound off, the scheduler inlines the chain into the matmul (what it did before the bound)."""
     x, b = Tensor.empty(K, M), Tensor.empty(K, N)
     y = _chain(x)
     c = _chain_ops_per_element(y)
     assert c == 60  # per step: MUL, ADD, and tanh = 2*sigmoid(2y)-1 as MUL, NEG, MUL, EXP2, ADD, RECIPROCAL, MUL, ADD
-    [(call, cost)] = _costs(y.T @ b)
+    with config.override(FUSION_WORK_BOUND=0):
+        [(call, cost)] = _costs(y.T @ b)
     # the chain is evaluated inside the matmul's reduction, once per (row, column, k): N times too often
     assert cost.executed == c * M * N * K + 2 * M * N * K
     assert cost.nominal == c * K * M + 2 * M * N * K
@@ -62,11 +64,13 @@ def test_planted_chain_inlined_into_a_matmul_recomputes_it_per_output_column() -
     assert "REDUCE_AXIS(ADD)" in call.arg.ops_text() and "EXP2 x6" in call.arg.ops_text()
 
 
-def test_planted_chain_stored_first_makes_every_kernel_do_its_nominal_work() -> None:
+@pytest.mark.parametrize("stored", ["contiguous", "fusion bound"])
+def test_planted_chain_stored_first_makes_every_kernel_do_its_nominal_work(stored: str) -> None:
+    """Stored by the user (`contiguous()`) or by the scheduler's fusion bound (the default settings)."""
     x, b = Tensor.empty(K, M), Tensor.empty(K, N)
     y = _chain(x)
     c = _chain_ops_per_element(y)
-    costs = _costs(y.contiguous().T @ b)
+    costs = _costs((y.contiguous() if stored == "contiguous" else y).T @ b)
     assert len(costs) == 2
     assert all(cost.work_ratio == 1.0 for _, cost in costs)
     (_, chain), (_, mm) = costs
