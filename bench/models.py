@@ -16,9 +16,10 @@ Both sides start from the same numbers: the Tolk child draws every weight and in
 generator (in sorted state-dict order) and writes them to a file that the torch child loads. Each side runs in
 a child process of its own (no library's thread pool spins while the other is timed; a Tolk compile that
 does not finish is stopped after `--timeout` seconds and reported, the other rows still run). A child first
-runs two steps and records what it compares: the first step's outputs, the state after it (the parameters of
-a training step) and the second step's outputs (a train step's loss after the update); the parent compares
-them by the normwise relative error max|tolk - torch| / max|torch| per array and fails the row above 1e-3. Then
+runs two steps and records what it compares: the first step's outputs, the state after it (a train step's
+parameters and the gradients it computed for them) and the second step's outputs (a train step's loss after
+the update); the parent compares them by the normwise relative error max|tolk - torch| / max|torch| per array
+and fails the row above 1e-3 (a jitted forward's replay is also checked against the eager step). Then
 each child times its steps: Tolk eagerly and through `tolk_core.jit` (after its warm-up and capture calls),
 torch eagerly, each the median of several steps, with Tolk's kernel launches per step.
 """
@@ -35,13 +36,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = 0
 RTOL = 1e-3
+MAX_CALLS = 200
 WORKLOADS = ("cnn", "gpt", "resnet", "attention", "gru", "gru_train")
 # the ways torch writes a workload, where there is more than its eager modules ("eager"): attention written
 # out as matmul/softmax, and as torch's fused scaled_dot_product_attention
@@ -50,7 +52,7 @@ TORCH_VARIANTS = {"attention": ("written", "sdpa")}
 # ---------------------------------------------------------------- sizes
 # "full" is the workload as described above; "quick" what `--quick` runs; "tiny" what the tests run
 SIZES: dict[str, dict[str, dict[str, int]]] = {
-    "cnn": {"full": {"batch": 64, "c1": 16, "c2": 32}, "tiny": {"batch": 8, "c1": 4, "c2": 8}},
+    "cnn": {"full": {"batch": 64, "c1": 16, "c2": 32}, "tiny": {"batch": 20, "c1": 4, "c2": 8}},
     "gpt": {"full": {"vocab": 65, "layers": 2, "heads": 4, "d": 128, "ctx": 64, "batch": 8},
             "tiny": {"vocab": 11, "layers": 1, "heads": 2, "d": 16, "ctx": 8, "batch": 2}},
     "resnet": {"full": {"batch": 16, "cin": 3, "c": 16, "blocks": 4, "hw": 32},
@@ -136,9 +138,9 @@ def _delta(side: Side, before: dict[str, float]) -> dict[str, float]:
 
 
 def check_steps(step: Callable[..., list[Any]], probe: Callable[[], dict[str, Any]], inputs: list[Any],
-                side: Side) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Two steps: the arrays to compare (`out1.i` the first step's outputs, `probe.NAME` the state after it,
-    `out2.i` the second step's outputs) and the first step's seconds and counters."""
+                side: Side, steps: int = 2) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """One or two steps: the arrays to compare (`out1.i` the first step's outputs, `probe.NAME` the state after
+    it, `out2.i` the second step's outputs) and the first step's seconds and counters."""
     _say("first step")
     before, t0 = side.counters(), time.perf_counter()
     outs = step(*inputs)
@@ -146,6 +148,8 @@ def check_steps(step: Callable[..., list[Any]], probe: Callable[[], dict[str, An
     rec: dict[str, Any] = {"first_step_s": time.perf_counter() - t0, "first_step": _delta(side, before)}
     arrays = {f"out1.{i}": side.numpy(o) for i, o in enumerate(outs)}
     arrays |= {f"probe.{k}": side.numpy(v) for k, v in probe().items()}
+    if steps == 1:
+        return arrays, rec
     _say("second step")
     outs = step(*inputs)
     side.finish(outs)
@@ -153,16 +157,34 @@ def check_steps(step: Callable[..., list[Any]], probe: Callable[[], dict[str, An
     return arrays, rec
 
 
-def time_steps(call: Callable[[], Any], side: Side, reps: int, budget_s: float) -> dict[str, Any]:
-    """Median seconds of `reps` calls of `call` (at least 3, fewer than `reps` once `budget_s` is spent), and
-    the counters per call (Tolk's kernel launches)."""
+class Timing(NamedTuple):
+    """How long a child times each kind of step: at least `reps` calls, more (up to MAX_CALLS) until `min_s`
+    is spent, fewer (but 3) once `budget_s` is."""
+    reps: int
+    min_s: float
+    budget_s: float
+
+    def arg(self) -> str:
+        return ",".join(map(str, self))
+
+    @classmethod
+    def parse(cls, text: str) -> Timing:
+        reps, min_s, budget_s = text.split(",")
+        return cls(int(reps), float(min_s), float(budget_s))
+
+
+def time_steps(call: Callable[[], Any], side: Side, t: Timing) -> dict[str, Any]:
+    """Median seconds per call of `call` over the calls `t` asks for, and the counters per call (Tolk's
+    kernel launches)."""
     times, before = [], side.counters()
-    while len(times) < reps and (len(times) < 3 or sum(times) < budget_s):
+    while len(times) < 3 or (len(times) < t.reps or sum(times) < t.min_s) and len(times) < MAX_CALLS:
+        if sum(times) > t.budget_s:
+            break
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
     per = {k: v / len(times) for k, v in _delta(side, before).items()}
-    return {"median_s": statistics.median(times), "steps": len(times), "per_step": per}
+    return {"median_s": statistics.median(times), "best_s": min(times), "steps": len(times), "per_step": per}
 
 
 def max_rel_error(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[float, str]:
@@ -189,17 +211,22 @@ def tolk_threads(device: str) -> int:
     return int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1
 
 
-def profile_rows(call: Callable[[], Any]) -> dict[str, Any]:
-    """Per-kernel profile of one more call of `call`: the top 5 kernels by time (name, launches, time share,
-    work ratio), from Tolk's profiler `tolk_core.engine.profile` where this build has one. Without it, the
-    rows are left out and the note says so: this is the one place they would be collected."""
-    import importlib.util
-    if importlib.util.find_spec("tolk_core.engine.profile") is None:
-        return {"note": "no profiler in this build (tolk_core.engine.profile)", "top": []}
-    return {"note": "tolk_core.engine.profile exists but bench.models does not read it yet", "top": []}
+def profile_rows(call: Callable[[], Any], top: int = 5) -> dict[str, Any]:
+    """Tolk's profiler over one more call of `call`: the `top` kernels by time (name, launches, time share, work
+    ratio: executed / nominal operations, above 1 where fusion recomputes), the kernel time in all and the
+    number of distinct kernels. While profiled every launch waits for the device (tolk_core.profile)."""
+    import tolk_core
+    if getattr(tolk_core, "profile", None) is None:
+        return {"note": "no profiler in this build (tolk_core.profile)", "top": []}
+    with tolk_core.profile() as prof:
+        call()
+    rows = prof.rows
+    return {"kernel_s": prof.total_s, "kernels": len(rows),
+            "top": [{"name": r.name, "launches": r.launches, "share": r.share, "work_ratio": r.work_ratio,
+                     "total_s": r.total_s, "gflops": r.gflops, "ops": r.ops} for r in rows[:top]]}
 
 
-def _tolk_side(device: str) -> Side:
+def tolk_side(device: str) -> Side:
     from tolk_core.counters import GlobalCounters
     from tolk_core.plugins import Device
     dev = Device[device]
@@ -211,28 +238,53 @@ def _tolk_side(device: str) -> Side:
     return Side(finish, lambda t: np.array(t.numpy()), lambda: {k: getattr(GlobalCounters, k) for k in keys})
 
 
-def tolk_child(name: str, size: str, device: str, workdir: str, reps: int, budget_s: float) -> dict[str, Any]:
-    """Build the Tolk workload, write the seeded weights and data (state.npz, for the torch child), check two
-    steps (tolk.npz), then time eager and jitted steps."""
-    import tolk_core
+def tolk_setup(name: str, size: str, device: str) -> tuple[Any, list[Any], dict[str, np.ndarray]]:
+    """The Tolk job of workload `name`, its state dict loaded with seeded numbers, its input tensors, and those
+    numbers ("state.KEY" and "data.KEY" arrays, what the torch side is built from)."""
     from bench.models_tolk import BUILDERS
     from tolk_core import Tensor
-    _say("build")
     cfg, rng = size_of(name, size), np.random.default_rng(SEED)
     job = BUILDERS[name](cfg, device)
     model_state = job.model.state_dict() if job.model is not None else {}
     state = fill_state({k: tuple(v.shape) for k, v in model_state.items()}, rng)
     data = make_data(name, cfg, rng)
-    np.savez(os.path.join(workdir, "state.npz"), **{f"state.{k}": v for k, v in state.items()},
-             **{f"data.{k}": v for k, v in data.items()})
     if job.model is not None:
         job.model.load_state_dict({k: Tensor(v, device=device) for k, v in state.items()})
     inputs = [Tensor(v, device=device).realize() for v in data.values()]
-    side = _tolk_side(device)
+    return job, inputs, {f"state.{k}": v for k, v in state.items()} | {f"data.{k}": v for k, v in data.items()}
+
+
+def torch_setup(name: str, size: str, variant: str, numbers: dict[str, np.ndarray]) -> tuple[Any, list[Any]]:
+    """The torch job of workload `name` (way `variant`) built from `tolk_setup`'s numbers (its weights loaded
+    with load_state_dict: only the batch counters of batch norms may be missing), and its input tensors."""
+    import torch
+
+    from bench.models_torch import BUILDERS
+    state = {k[6:]: torch.from_numpy(v) for k, v in numbers.items() if k.startswith("state.")}
+    job = BUILDERS[name](size_of(name, size), variant)
+    if job.model is not None:
+        missing, unexpected = job.model.load_state_dict(state, strict=False)
+        if unexpected or any(not k.endswith("num_batches_tracked") for k in missing):
+            raise RuntimeError(f"torch model's state dict differs: missing {missing}, unexpected {unexpected}")
+    return job, [torch.from_numpy(v) for k, v in numbers.items() if k.startswith("data.")]
+
+
+def torch_side() -> Side:
+    return Side(lambda outs: None, lambda t: t.detach().numpy().copy())  # .numpy() shares the tensor's memory
+
+
+def tolk_child(name: str, size: str, device: str, workdir: str, timing: Timing) -> dict[str, Any]:
+    """Build the Tolk workload, write its seeded weights and data (state.npz, for the torch child), check two
+    steps (tolk.npz), then time eager and jitted steps."""
+    import tolk_core
+    _say("build")
+    job, inputs, numbers = tolk_setup(name, size, device)
+    np.savez(os.path.join(workdir, "state.npz"), **numbers)
+    side = tolk_side(device)
     arrays, rec = check_steps(job.step, job.probe, inputs, side)
     np.savez(os.path.join(workdir, "tolk.npz"), **arrays)
     _say("eager steps")
-    rec["eager"] = time_steps(lambda: side.finish(job.step(*inputs)), side, reps, budget_s)
+    rec["eager"] = time_steps(lambda: side.finish(job.step(*inputs)), side, timing)
     jitted = tolk_core.jit(job.step)
     for phase in ("jit warm-up", "jit capture"):
         _say(phase)
@@ -240,7 +292,7 @@ def tolk_child(name: str, size: str, device: str, workdir: str, reps: int, budge
         side.finish(jitted(*inputs))
         rec[phase.replace(" ", "_").replace("-", "_") + "_s"] = time.perf_counter() - t0
     _say("jit replays")
-    rec["jit"] = time_steps(lambda: side.finish(jitted(*inputs)), side, reps, budget_s)
+    rec["jit"] = time_steps(lambda: side.finish(jitted(*inputs)), side, timing)
     if not job.probe():  # a forward (no state changes): the replay's outputs must be the first step's
         outs = jitted(*inputs)
         side.finish(outs)
@@ -251,30 +303,18 @@ def tolk_child(name: str, size: str, device: str, workdir: str, reps: int, budge
     return rec
 
 
-def torch_child(name: str, size: str, variant: str, workdir: str, reps: int, budget_s: float,
-                threads: int) -> dict[str, Any]:
-    """Build the torch workload from state.npz (weights loaded with load_state_dict: only the batch counters
-    of batch norms may be missing), check two steps (torch-VARIANT.npz), then time eager steps."""
+def torch_child(name: str, size: str, variant: str, workdir: str, timing: Timing, threads: int) -> dict[str, Any]:
+    """Build the torch workload from state.npz, check two steps (torch-VARIANT.npz), then time eager steps."""
     import torch
-
-    from bench.models_torch import BUILDERS
     torch.set_num_threads(threads)
     _say("build")
     with np.load(os.path.join(workdir, "state.npz")) as f:
-        state = {k[6:]: f[k] for k in f.files if k.startswith("state.")}
-        data = {k[5:]: f[k] for k in f.files if k.startswith("data.")}
-    job = BUILDERS[name](size_of(name, size), variant)
-    if job.model is not None:
-        missing, unexpected = job.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()},
-                                                        strict=False)
-        if unexpected or any(not k.endswith("num_batches_tracked") for k in missing):
-            raise RuntimeError(f"torch model's state dict differs: missing {missing}, unexpected {unexpected}")
-    inputs = [torch.from_numpy(v) for v in data.values()]
-    side = Side(lambda outs: None, lambda t: t.detach().numpy().copy())  # .numpy() shares the tensor's memory
+        job, inputs = torch_setup(name, size, variant, {k: f[k] for k in f.files})
+    side = torch_side()
     arrays, rec = check_steps(job.step, job.probe, inputs, side)
     np.savez(os.path.join(workdir, f"torch-{variant}.npz"), **arrays)
     _say("eager steps")
-    rec["eager"] = time_steps(lambda: job.step(*inputs), side, reps, budget_s)
+    rec["eager"] = time_steps(lambda: job.step(*inputs), side, timing)
     rec["threads"] = torch.get_num_threads()
     return rec
 
@@ -310,8 +350,7 @@ def _last_phase(stderr: str) -> str:
 class Settings:
     device: str
     size: str
-    reps: int
-    budget_s: float
+    timing: Timing
     timeout_s: float
     threads: int = field(default=0)
 
@@ -320,11 +359,11 @@ def run_workload(name: str, s: Settings) -> list[dict[str, Any]]:
     """One row per torch variant of workload `name`: Tolk's child, then torch's, their numbers compared."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="tolk-models-") as work:
-        tolk = run_child(["tolk", name, s.size, s.device, work, str(s.reps), str(s.budget_s)], s.timeout_s)
+        tolk = run_child(["tolk", name, s.size, s.device, work, s.timing.arg()], s.timeout_s)
         have_state = os.path.exists(os.path.join(work, "state.npz"))
         got = _load(os.path.join(work, "tolk.npz"))
         for variant in TORCH_VARIANTS.get(name, ("eager",)):
-            torch_rec = run_child(["torch", name, s.size, variant, work, str(s.reps), str(s.budget_s),
+            torch_rec = run_child(["torch", name, s.size, variant, work, s.timing.arg(),
                                    str(s.threads)], s.timeout_s) if have_state else {"error": "no weights written"}
             want = _load(os.path.join(work, f"torch-{variant}.npz"))
             rows.append(_row(name, variant, s, tolk, torch_rec, got, want))
@@ -347,6 +386,9 @@ def _row(name: str, variant: str, s: Settings, tolk: dict[str, Any], torch_rec: 
         row["ok"] = bool(row["max_rel_error"] <= RTOL)
     else:
         row["max_rel_error"], row["ok"] = None, False
+    if tolk.get("jit_max_rel_error", 0.0) > RTOL:
+        row["ok"] = False
+        row["worst_array"] = f"jitted replay differs from the eager step by {tolk['jit_max_rel_error']:.1e}"
     row["status"] = tolk.get("status") or torch_rec.get("status") or ("ok" if row["ok"] else "MISMATCH")
     t_torch = torch_rec.get("eager", {}).get("median_s")
     for mode in ("eager", "jit"):
@@ -364,6 +406,11 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.2f}"
 
 
+def _times(rec: dict[str, Any] | None) -> str:
+    """A time_steps record as "median (best)" in ms."""
+    return "-" if not rec else f"{rec['median_s'] * 1e3:.2f} ({rec['best_s'] * 1e3:.2f})"
+
+
 def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -376,25 +423,38 @@ def table_cells(row: dict[str, Any]) -> list[str]:
     check = "-" if err is None else f"{err:.1e}" + ("" if row["ok"] else f" FAIL ({row['worst_array']})")
     kernels = "/".join(f"{tolk[m]['per_step'].get('kernels_launched', 0):.0f}" if m in tolk else "-"
                        for m in ("eager", "jit"))
-    first = tolk.get("first_step_s")
+    first, compiled = tolk.get("first_step_s"), tolk.get("first_step", {}).get("compiles", 0)
     status = row["status"] if row["status"] != "ok" else "ok"
     if "error" in tolk or "error" in torch_rec:
         status += ": " + "; ".join(f"{who} {r['error']}" for who, r in (("tolk", tolk), ("torch", torch_rec))
                                    if "error" in r)
-    return [label, check, _ms(tolk.get("eager", {}).get("median_s")), _ms(tolk.get("jit", {}).get("median_s")),
-            _ms(torch_rec.get("eager", {}).get("median_s")), _ratio(row["torch_over_tolk_jit"]),
-            _ratio(row["torch_over_tolk_eager"]), kernels, "-" if first is None else f"{first:.1f}",
+    return [label, check, _times(tolk.get("eager")), _times(tolk.get("jit")), _times(torch_rec.get("eager")),
+            _ratio(row["torch_over_tolk_jit"]),
+            _ratio(row["torch_over_tolk_eager"]), kernels, "-" if first is None else f"{first:.1f} ({compiled:.0f})",
             _ms(torch_rec.get("first_step_s")), status]
 
 
 HEADER = ["workload", "max rel err", "Tolk eager ms", "Tolk jit ms", "torch ms", "torch/jit", "torch/eager",
-          "kernels eager/jit", "Tolk 1st step s", "torch 1st ms", "status"]
-WIDTHS = [44, 11, 13, 11, 9, 9, 11, 17, 15, 12, 0]
+          "kernels eager/jit", "Tolk 1st s (compiles)", "torch 1st ms", "status"]
+WIDTHS = [44, 11, 17, 17, 17, 9, 11, 17, 21, 12, 0]
 
 
 def format_line(cells: list[str]) -> str:
     return " ".join(c.rjust(w) if 0 < i < len(cells) - 1 else c.ljust(w) for i, (c, w) in
                     enumerate(zip(cells, WIDTHS, strict=True))).rstrip()
+
+
+def profile_lines(row: dict[str, Any]) -> list[str]:
+    """The profiler's top kernels of one jitted step of the row's workload, a line each (none without one)."""
+    prof = row["tolk"].get("profile")
+    if not prof:
+        return []
+    if not prof["top"]:
+        return [f"{TITLES[row['workload']]}: {prof.get('note', 'no kernels')}"]
+    out = [f"{TITLES[row['workload']]}: {prof['kernels']} kernels, {prof['kernel_s'] * 1e3:.2f} ms kernel time"]
+    out += [f"    {r['name']:44s} {r['launches']:4d} launches {r['share']:6.1%} of the time  "
+            f"work x{r['work_ratio']:.2f}  {r['ops'][:60]}" for r in prof["top"]]
+    return out
 
 
 def cpu_model() -> str:
@@ -409,11 +469,13 @@ def run_models(device: str, quick: bool, json_path: str | None, only: str | None
                timeout_s: float = 180.0) -> int:
     """Every workload (or those whose name contains `only`), one row each (two for attention); prints the table
     and writes JSON rows. Returns 1 when a row failed its check, a child failed or ran out of time."""
-    s = Settings(device, "quick" if quick else "full", reps=5 if quick else 20, budget_s=3.0 if quick else 10.0,
+    s = Settings(device, "quick" if quick else "full", Timing(5, 1.0, 3.0) if quick else Timing(20, 3.0, 10.0),
                  timeout_s=timeout_s, threads=tolk_threads(device))
     load = os.getloadavg()
     print(f"tolk model workloads on {device} ({'quick' if quick else 'full'} sizes); torch threads {s.threads}; "
-          f"load average {load[0]:.1f} on {os.cpu_count()} cpus; {cpu_model()}")
+          f"load average {load[0]:.1f} on {os.cpu_count()} cpus; {cpu_model()}\n"
+          "times: median (best) of the timed steps; torch/jit and torch/eager: torch's median over Tolk's (> 1: "
+          "Tolk is faster); first step: Tolk's in s (kernels compiled in it), torch's in ms")
     print(format_line(HEADER), flush=True)
     started, rows = time.perf_counter(), []
     for name in WORKLOADS:
@@ -422,6 +484,10 @@ def run_models(device: str, quick: bool, json_path: str | None, only: str | None
         for row in run_workload(name, s):
             rows.append(row)
             print(format_line(table_cells(row)), flush=True)
+    print("profile of one jitted step (top 5 kernels by time; work = executed / nominal operations):")
+    for row in rows:
+        if row["torch_variant"] in ("eager", TORCH_VARIANTS.get(row["workload"], ("",))[0]):
+            print("\n".join(profile_lines(row)))
     bad = [r for r in rows if r["status"] != "ok"]
     print(f"models took {time.perf_counter() - started:.0f} s; " +
           (f"{len(bad)} ROW(S) FAILED: " + ", ".join(r["workload"] for r in bad) if bad else "every row matches torch"))
@@ -433,13 +499,14 @@ def run_models(device: str, quick: bool, json_path: str | None, only: str | None
 
 
 def _child_main(argv: list[str]) -> int:
-    """`python -m bench.models child tolk NAME SIZE DEVICE WORKDIR REPS BUDGET` or
-    `... child torch NAME SIZE VARIANT WORKDIR REPS BUDGET THREADS`: one side, its record as JSON on stdout."""
-    who, name, size, where, workdir, reps, budget = argv[:7]
+    """`python -m bench.models child tolk NAME SIZE DEVICE WORKDIR TIMING` or
+    `... child torch NAME SIZE VARIANT WORKDIR TIMING THREADS` (TIMING: `Timing.arg()`):
+    one side; its record as JSON on stdout."""
+    who, name, size, where, workdir, timing = argv[:6]
     if who == "tolk":
-        rec = tolk_child(name, size, where, workdir, int(reps), float(budget))
+        rec = tolk_child(name, size, where, workdir, Timing.parse(timing))
     else:
-        rec = torch_child(name, size, where, workdir, int(reps), float(budget), int(argv[7]))
+        rec = torch_child(name, size, where, workdir, Timing.parse(timing), int(argv[6]))
     print(json.dumps(rec))
     return 0
 

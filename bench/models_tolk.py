@@ -5,7 +5,7 @@ here from Tensor ops, as a user would.
 Each `build_<name>(cfg, device)` returns a Job: the model (whose state dict bench.models fills with seeded
 numbers), the step (a function of the input tensors returning the tensors it computes: the loss of a train
 step, the output of a forward) and `probe`, what to compare after the first step besides its outputs (the
-parameters of a train step)."""
+parameters of a train step, and their gradients)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -166,7 +166,11 @@ class GRUUnrolled(nn.Module):
 
 # ---------------------------------------------------------------- jobs
 def _params(model: nn.Module) -> Callable[[], dict[str, Tensor]]:
-    return lambda: {k: v for k, v in model.state_dict().items() if v.requires_grad}
+    """The parameters and (as "NAME:grad") the gradients the step computed for them."""
+    def probe() -> dict[str, Tensor]:
+        params = {k: v for k, v in model.state_dict().items() if v.requires_grad}
+        return params | {f"{k}:grad": v.grad for k, v in params.items() if v.grad is not None}
+    return probe
 
 
 def _train_job(model: nn.Module, opt: optim.Optimizer, loss_fn: Callable[..., Tensor]) -> Job:

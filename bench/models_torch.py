@@ -98,7 +98,12 @@ class GRUUnrolled(nn.Module):
 
 
 def _params(model: nn.Module) -> Callable[[], dict[str, torch.Tensor]]:
-    return lambda: {k: v.detach() for k, v in model.named_parameters()}
+    """The parameters and (as "NAME:grad") the gradients the step computed for them."""
+    def probe() -> dict[str, torch.Tensor]:
+        params = dict(model.named_parameters())
+        return {k: v.detach() for k, v in params.items()} | \
+            {f"{k}:grad": v.grad for k, v in params.items() if v.grad is not None}
+    return probe
 
 
 def _train_job(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]) -> Job:
