@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -336,8 +336,8 @@ def run_child(args: list[str], timeout_s: float) -> dict[str, Any]:
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
         return {"error": f"timeout after {timeout_s:.0f} s in phase {_last_phase(err)!r}", "status": "timeout"}
     if proc.returncode != 0:
-        tail = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("phase: ")][-3:]
-        return {"error": f"failed in phase {_last_phase(proc.stderr)!r}: " + " | ".join(tail), "status": "failed"}
+        last = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("phase: ")][-1:]  # the exception
+        return {"error": f"failed in phase {_last_phase(proc.stderr)!r}: " + "".join(last).strip(), "status": "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -352,7 +352,7 @@ class Settings:
     size: str
     timing: Timing
     timeout_s: float
-    threads: int = field(default=0)
+    threads: int = 0
 
 
 def run_workload(name: str, s: Settings) -> list[dict[str, Any]]:
@@ -416,7 +416,7 @@ def _ratio(x: float | None) -> str:
 
 
 def table_cells(row: dict[str, Any]) -> list[str]:
-    """The cells of one row of the table (what `print_table` prints and docs/performance.md shows)."""
+    """The cells of one row of the table (what `run_models` prints and docs/performance.md shows)."""
     tolk, torch_rec = row["tolk"], row["torch"]
     label = TITLES[row["workload"]] + ("" if row["torch_variant"] == "eager" else f" [torch {row['torch_variant']}]")
     err = row["max_rel_error"]
@@ -424,7 +424,7 @@ def table_cells(row: dict[str, Any]) -> list[str]:
     kernels = "/".join(f"{tolk[m]['per_step'].get('kernels_launched', 0):.0f}" if m in tolk else "-"
                        for m in ("eager", "jit"))
     first, compiled = tolk.get("first_step_s"), tolk.get("first_step", {}).get("compiles", 0)
-    status = row["status"] if row["status"] != "ok" else "ok"
+    status = row["status"]
     if "error" in tolk or "error" in torch_rec:
         status += ": " + "; ".join(f"{who} {r['error']}" for who, r in (("tolk", tolk), ("torch", torch_rec))
                                    if "error" in r)
@@ -435,8 +435,8 @@ def table_cells(row: dict[str, Any]) -> list[str]:
 
 
 HEADER = ["workload", "max rel err", "Tolk eager ms", "Tolk jit ms", "torch ms", "torch/jit", "torch/eager",
-          "kernels eager/jit", "Tolk 1st s (compiles)", "torch 1st ms", "status"]
-WIDTHS = [44, 11, 17, 17, 17, 9, 11, 17, 21, 12, 0]
+          "kernels eager/jit", "Tolk 1st s (compiler runs)", "torch 1st ms", "status"]
+WIDTHS = [44, 11, 17, 17, 17, 9, 11, 17, 25, 12, 0]
 
 
 def format_line(cells: list[str]) -> str:
@@ -475,7 +475,7 @@ def run_models(device: str, quick: bool, json_path: str | None, only: str | None
     print(f"tolk model workloads on {device} ({'quick' if quick else 'full'} sizes); torch threads {s.threads}; "
           f"load average {load[0]:.1f} on {os.cpu_count()} cpus; {cpu_model()}\n"
           "times: median (best) of the timed steps; torch/jit and torch/eager: torch's median over Tolk's (> 1: "
-          "Tolk is faster); first step: Tolk's in s (kernels compiled in it), torch's in ms")
+          "Tolk is faster); first step: Tolk's in s (compiler invocations in it), torch's in ms")
     print(format_line(HEADER), flush=True)
     started, rows = time.perf_counter(), []
     for name in WORKLOADS:
@@ -486,8 +486,9 @@ def run_models(device: str, quick: bool, json_path: str | None, only: str | None
             print(format_line(table_cells(row)), flush=True)
     print("profile of one jitted step (top 5 kernels by time; work = executed / nominal operations):")
     for row in rows:
-        if row["torch_variant"] in ("eager", TORCH_VARIANTS.get(row["workload"], ("",))[0]):
-            print("\n".join(profile_lines(row)))
+        if row["torch_variant"] in ("eager", TORCH_VARIANTS.get(row["workload"], ("",))[0]) and \
+                (lines := profile_lines(row)):
+            print("\n".join(lines))
     bad = [r for r in rows if r["status"] != "ok"]
     print(f"models took {time.perf_counter() - started:.0f} s; " +
           (f"{len(bad)} ROW(S) FAILED: " + ", ".join(r["workload"] for r in bad) if bad else "every row matches torch"))
