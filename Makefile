@@ -21,9 +21,11 @@ bench: install
 	$(BIN)/pip install -q torch==2.13.0 tinygrad==0.14.0 threadpoolctl
 	$(BIN)/python -m bench --device CPU --quick --json bench-cpu.json
 
+# ruff, the import contracts (.importlinter), then mypy over tolk_core and the plugins ([tool.mypy] in pyproject.toml)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 install: $(STAMP)
 
@@ -88,4 +90,4 @@ example-conformance: $(WHEELS)/.deps
 	  --pyargs tolk_core.testing --tolk-device EXAMPLE --tolk-device PYTHON --tolk-report example.json
 
 clean:
-	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache .mypy_cache

@@ -24,7 +24,7 @@ from tolk_core.engine.run import capturing, run_linear
 from tolk_core.engine.schedule import concrete, schedule, schedule_stores
 from tolk_core.engine.target import is_disk, reading, target_for
 from tolk_core.errors import DiskError, JitError
-from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
@@ -87,19 +87,19 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
         host, shape, var_vals, dt = _bytes_of(src)
         copied = buffers.new_buffer(dest, host.size // dt.itemsize, dt)
         if host.size:
-            buffers.runtime_buffer(copied).copyin(memoryview(host))
+            buffers.runtime_buffer(copied).copyin(host.data)
         done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in shape))
     return sink.substitute(done) if done else sink
 
 
-def _bytes_of(src: UOp) -> tuple[np.ndarray, tuple, dict[str, int], dtypes.DType]:
+def _bytes_of(src: UOp) -> tuple[np.ndarray, tuple, dict[str, int], DType]:
     """The bytes of value `src` on its own device (computed first when it is not storage), as a host array,
     with its shape, the Variable values it was computed with, and its dtype."""
     if (run := prepare.disk_run(src)) is not None and is_disk(src.device):
         disk, offset, nbytes, dt = run
         host = np.empty(nbytes, np.uint8)
         if nbytes:
-            buffers.runtime_buffer(disk).allocate().view(nbytes, dtypes.uint8, offset).copyout(memoryview(host))
+            buffers.runtime_buffer(disk).allocate().view(nbytes, dtypes.uint8, offset).copyout(host.data)
         return host, tuple(src.shape), {}, dt
     _refuse_disk(src.device, src)
     var_vals: dict[str, int] = {}
@@ -108,7 +108,7 @@ def _bytes_of(src: UOp) -> tuple[np.ndarray, tuple, dict[str, int], dtypes.DType
         run_linear(linear, var_vals=var_vals)
     host = np.empty(buf.arg * buf.dtype.itemsize, np.uint8)
     if host.size:
-        buffers.runtime_buffer(buf).copyout(memoryview(host))
+        buffers.runtime_buffer(buf).copyout(host.data)
     return host, tuple(src.shape), var_vals, buf.dtype
 
 

@@ -59,6 +59,20 @@ class Instr:
     dtype: DType | None
     operands: tuple[str, ...]
 
+    @property
+    def out(self) -> str:
+        """The value this instruction defines; END, ASSIGN and STORE define none, so asking is a kernel error."""
+        if self.dest is None:
+            raise KernelRuntimeError(f"{self.op} {' '.join(self.operands)} defines no value")
+        return self.dest
+
+    @property
+    def out_dtype(self) -> DType:
+        """The dtype of the value this instruction defines (see `out`)."""
+        if self.dtype is None:
+            raise KernelRuntimeError(f"{self.op} {' '.join(self.operands)} defines no value")
+        return self.dtype
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -155,7 +169,7 @@ def _const(tok: str) -> Any:
 
 def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> None:
     """Execute kernel `k` on typed 1-D arrays `bufs` (in argument order) and int `vals`."""
-    ranges = [i.dest for i in k.body if i.op == "RANGE"]
+    ranges = [i.out for i in k.body if i.op == "RANGE"]
     ndim = len(ranges)
     axis = {r: a for a, r in enumerate(ranges)}
     env: dict[str, Any] = {f"b{slot}": b for (slot, _), b in zip(k.buffers, bufs, strict=True)}
@@ -188,20 +202,20 @@ def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> No
             op, ops = ins.op, ins.operands
             if op == "RANGE":
                 n = int(val(ops[0]))
-                a = axis[ins.dest]
+                a = axis[ins.out]
                 sizes[a] = n
-                shape = [1] * ndim
-                shape[a] = n
-                env[ins.dest] = np.arange(n, dtype=np.int64).reshape(shape)
-                open_loops.append(ins.dest)
+                counter_shape = [1] * ndim
+                counter_shape[a] = n
+                env[ins.out] = np.arange(n, dtype=np.int64).reshape(counter_shape)
+                open_loops.append(ins.out)
             elif op == "END":
                 if not open_loops or open_loops[-1] != ops[0]:
                     raise KernelRuntimeError(f"kernel {k.name}: END {ops[0]} does not close the innermost loop")
                 open_loops.pop()
                 sizes[axis[ops[0]]] = 1
             elif op == "DEFINE_REG":
-                env[ins.dest] = _np(ins.dtype).type(_identity(ops[0], ins.dtype))
-                reg_depth[ins.dest], reg_dtype[ins.dest] = len(open_loops), ins.dtype
+                env[ins.out] = _np(ins.out_dtype).type(_identity(ops[0], ins.out_dtype))
+                reg_depth[ins.out], reg_dtype[ins.out] = len(open_loops), ins.out_dtype
             elif op == "ASSIGN":
                 red, reg, x = ops[0], ops[1], val(ops[2])
                 axes = tuple(axis[r] for r in open_loops[reg_depth[reg]:])
@@ -217,28 +231,29 @@ def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> No
                 gate = val(ops[2]) if len(ops) > 2 else None
                 idx = checked(buf, val(ops[1]), gate, "load")
                 if gate is None:
-                    env[ins.dest] = buf[idx]
+                    env[ins.out] = buf[idx]
                 elif buf.size == 0:
-                    env[ins.dest] = np.zeros(np.broadcast_shapes(idx.shape, np.shape(gate)), buf.dtype)
+                    env[ins.out] = np.zeros(np.broadcast_shapes(idx.shape, np.shape(gate)), buf.dtype)
                 else:
-                    env[ins.dest] = np.where(gate, buf[np.where(gate, idx, 0)], buf.dtype.type(0))
+                    env[ins.out] = np.where(gate, buf[np.where(gate, idx, 0)], buf.dtype.type(0))
             elif op == "STORE":
                 buf, x = val(ops[0]), val(ops[2])
                 gate = val(ops[3]) if len(ops) > 3 else None
                 idx = checked(buf, val(ops[1]), gate, "store")
-                shape = np.broadcast_shapes(full_shape(), idx.shape, np.shape(x), np.shape(gate))
+                shape = np.broadcast_shapes(full_shape(), idx.shape, np.shape(x),
+                                            () if gate is None else np.shape(gate))
                 idx, x = np.broadcast_to(idx, shape).ravel(), np.broadcast_to(x, shape).ravel()
                 if gate is not None:
                     mask = np.broadcast_to(gate, shape).ravel()
                     idx, x = idx[mask], x[mask]
                 buf[idx] = x
             elif op == "CAST":
-                env[ins.dest] = np.asarray(val(ops[0])).astype(_np(ins.dtype))
+                env[ins.out] = np.asarray(val(ops[0])).astype(_np(ins.out_dtype))
             elif op == "BITCAST":
-                env[ins.dest] = np.ascontiguousarray(val(ops[0])).view(_np(ins.dtype))
+                env[ins.out] = np.ascontiguousarray(val(ops[0])).view(_np(ins.out_dtype))
             else:
                 out = _ALU[op](*(val(t) for t in ops))
-                env[ins.dest] = np.asarray(out).astype(_np(ins.dtype), copy=False)
+                env[ins.out] = np.asarray(out).astype(_np(ins.out_dtype), copy=False)
     if open_loops:
         raise KernelRuntimeError(f"kernel {k.name}: loops {open_loops} are never closed")
 

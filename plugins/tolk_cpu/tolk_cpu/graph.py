@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.runtime import Graph, Launch
+from tolk_cpu.runtime import CPUProgram
 
 
 class CPUGraph(Graph):
@@ -27,7 +28,10 @@ class CPUGraph(Graph):
     def __init__(self, device: Any, launches: Sequence[Launch]):
         super().__init__(device, launches)
         functions = {ln.program.name: ln.source for ln in self.launches if ln.source}
-        self._buf_at, self._val_at, calls, pointers = [], [], [], []
+        self._buf_at: list[int] = []
+        self._val_at: list[int] = []
+        calls: list[str] = []
+        pointers: list[int | None] = []
         nb = nv = 0
         for ln in self.launches:
             self._buf_at.append(nb)
@@ -38,6 +42,9 @@ class CPUGraph(Graph):
             else:  # through the loaded function's address, cast to its signature (pointers, then ints)
                 sig = ", ".join(["void*"] * len(ln.bufs) + ["int"] * len(ln.vals)) or "void"
                 callee = f"((void (*)({sig}))f[{len(pointers)}])"
+                if not isinstance(ln.program, CPUProgram):
+                    raise TypeError(f"CPUGraph replays CPU programs; launch of {ln.program.name!r} holds a "
+                                    f"{type(ln.program).__name__}")
                 pointers.append(ctypes.cast(ln.program.fxn, ctypes.c_void_p).value)
             calls.append(f"  {callee}({', '.join(args)});")
             nb, nv = nb + len(ln.bufs), nv + len(ln.vals)
