@@ -9,6 +9,7 @@ from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, sint
 from tolk_core.render.cstyle import KernelParam
+from tolk_core.render.renderer import Renderer
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,12 @@ def _kernel_name(ast: UOp, body: str) -> str:
     return "_".join([kind, *dims, digest])
 
 
-def generate(ast: UOp, renderer) -> KernelSource:
-    """Source for kernel `ast` in `renderer`'s dialect; identical kernels give identical names and text."""
+def generate(ast: UOp, renderer: Renderer) -> KernelSource:
+    """Source for kernel `ast` in `renderer`'s dialect; identical kernels give identical names and text. Raises
+    TypeError when `renderer` is not a `Renderer` (the capabilities the optimizer reads are declared there)."""
+    if not isinstance(renderer, Renderer):
+        raise TypeError(f"{type(renderer).__qualname__} is not a tolk_core.render.renderer.Renderer: a renderer "
+                        "subclasses Renderer (or CStyleRenderer), see docs/plugins.md")
     # imported here: a process whose kernels all come from the source cache never loads the optimizer (~2 ms)
     from tolk_core.codegen.linearize import linearize
     from tolk_core.codegen.optimize import optimize

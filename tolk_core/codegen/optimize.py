@@ -1,8 +1,9 @@
 """optimize: choose how a kernel's loops map onto the machine, from the renderer's capabilities.
 
-CPU-style renderers (no locals) keep loops and annotate them: the outermost output loop is split across
-threads (`parallel`) when the kernel does enough work to pay for a thread team, the innermost output loop
-with no reduction inside is vectorized (`simd`), and a small reduction loop is unrolled. A kernel whose
+CPU-style renderers (no locals) keep loops and annotate them with `LoopKind`s (tolk_core.render.renderer): the
+outermost output loop is split across threads (`PARALLEL`) when the kernel does enough work to pay for a thread
+team, the innermost output loop with no reduction inside is vectorized (`SIMD`), and a small reduction loop is
+unrolled (`UNROLL`). A kernel whose
 reduction sits inside its output loops (matmul, column sums) cannot be vectorized by the C compiler across
 outputs, so it is upcast (codegen.upcast): the contiguous output axis becomes vector lanes, that axis and
 another output axis whose value some loads do not depend on are unrolled into a register block of
@@ -50,6 +51,7 @@ from tolk_core.codegen.upcast import (
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.render.renderer import LoopKind, Renderer
 
 # element-operations below which waking a thread team (passive OpenMP wait) costs more than it saves
 PARALLEL_MIN_WORK = 1 << 20
@@ -86,7 +88,7 @@ _LANE_DTYPES = frozenset({dtypes.void, dtypes.bool, dtypes.index, dtypes.int32, 
 class Plan:
     """What optimize decided: the (rewritten) AST, loop annotations, launch dims and the work-item guard."""
     ast: UOp
-    loop_kinds: dict[UOp, str] = field(default_factory=dict)
+    loop_kinds: dict[UOp, LoopKind] = field(default_factory=dict)
     global_size: tuple[sint, ...] = (1, 1, 1)
     local_size: tuple[int, int, int] | None = None
     guard: UOp | None = None
@@ -106,33 +108,36 @@ def _most(r: UOp) -> int:
     return int(r.src[0].vmax)
 
 
-def optimize(ast: UOp, renderer, noopt: bool = False) -> Plan:
+def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
+    """The plan for kernel `ast` on `renderer`'s device (see the module docstring); `noopt`: the plainest
+    correct plan (no annotations, no lanes, one item per group)."""
     outs = _output_ranges(ast)
     reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
     if renderer.has_local:
         return _gpu_plan(ast, outs, renderer, noopt)
     if noopt:
         return Plan(ast)
-    if reduce_ranges and getattr(renderer, "vector_bytes", 0):
+    if reduce_ranges and renderer.vector_bytes:
         ast = _upcast(ast, outs, renderer.vector_bytes)
         outs = _output_ranges(ast)
         reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
     plan = Plan(ast)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
     if outs and work >= PARALLEL_MIN_WORK and _most(outs[0]) > 1:
-        plan.loop_kinds[outs[0]] = "parallel"
+        plan.loop_kinds[outs[0]] = LoopKind.PARALLEL
     if outs and not reduce_ranges:
         inner = outs[-1]
-        plan.loop_kinds[inner] = "parallel simd" if plan.loop_kinds.get(inner) == "parallel" else "simd"
+        plan.loop_kinds[inner] = LoopKind.PARALLEL_SIMD if plan.loop_kinds.get(inner) is LoopKind.PARALLEL \
+            else LoopKind.SIMD
     if not plan.loop_kinds and (split := _parallel_reduction(ast, outs)) is not None:
-        plan.loop_kinds[split] = "parallel reduce"
+        plan.loop_kinds[split] = LoopKind.PARALLEL_REDUCE
     for r in reduce_ranges:
         if r in plan.loop_kinds:
             continue
         if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX:
-            plan.loop_kinds[r] = "unroll"
+            plan.loop_kinds[r] = LoopKind.UNROLL
         elif any(u.dtype.count > 1 for u in ast.toposort()):
-            plan.loop_kinds[r] = "unroll4"
+            plan.loop_kinds[r] = LoopKind.UNROLL4
     return plan
 
 
@@ -213,7 +218,7 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
     return vectorize_lanes(ast, lane, width)
 
 
-def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
+def _gpu_plan(ast: UOp, outs: list[UOp], renderer: Renderer, noopt: bool) -> Plan:
     if not noopt and (plan := _row_item_plan(ast, outs, renderer)) is not None:
         return plan
     if not noopt and (plan := _row_group_plan(ast, outs, renderer)) is not None:
@@ -224,7 +229,7 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer, noopt: bool) -> Plan:
             return plan
     if not noopt and (plan := _group_reduce_plan(ast, outs, renderer)) is not None:
         return plan
-    lanes = None if noopt else _gpu_lanes(ast, outs, getattr(renderer, "max_lanes", 0))
+    lanes = None if noopt else _gpu_lanes(ast, outs, renderer.max_lanes)
     if lanes is not None:
         ast, outs, lane, width = lanes
     if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
@@ -253,12 +258,12 @@ def _gpu_lane_dtypes(nodes: list[UOp]) -> bool:
         all(u.dtype.base in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX)
 
 
-def _local_size(renderer, most: int, items: int) -> int:
+def _local_size(renderer: Renderer, most: int, items: int) -> int:
     """Work items per group for `items` items: up to `most` (and the renderer's limit), no more than the items
     need; on a CPU device (`renderer.cpu_threads`, one thread per group) small enough for `CPU_GROUPS_PER_THREAD`
     groups per thread where the items allow, down to `CPU_MIN_LOCAL` items."""
     local = min(renderer.local_max or 1, most, 1 << max(items - 1, 1).bit_length())
-    while (threads := getattr(renderer, "cpu_threads", 0)) and local > CPU_MIN_LOCAL and \
+    while (threads := renderer.cpu_threads) and local > CPU_MIN_LOCAL and \
             -(-items // local) < CPU_GROUPS_PER_THREAD * threads:
         local //= 2
     return local
@@ -327,15 +332,15 @@ def _row_kernel(ast: UOp, outs: list[UOp]) -> tuple[list[UOp], list[UOp], list[U
     return rows, reduces, fills
 
 
-def _row_item_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+def _row_item_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None:
     """One work item per row, for a row kernel (`_row_kernel`) with at least `ROW_ITEM_MIN_ROWS` rows on a CPU
     device with vector types (its work group is a loop on one thread: a row group's barriers only serialize,
     and the row's loops vectorize within the item instead): the row ranges become the item index, the row's
     arrays are the item's own (at most `ROW_ITEM_ARRAY_BYTES`), and every innermost loop of the row (an array
     fill, a reduction, the row's outputs) whose accesses are contiguous runs over `GPU_ROW_LANES`-wide
     vectors. None otherwise."""
-    max_lanes = getattr(renderer, "max_lanes", 0)
-    if not max_lanes or not getattr(renderer, "cpu_threads", 0) or (row := _row_kernel(ast, outs)) is None:
+    max_lanes = renderer.max_lanes
+    if not max_lanes or not renderer.cpu_threads or (row := _row_kernel(ast, outs)) is None:
         return None
     rows, reduces, fills = row
     nodes = ast.toposort()
@@ -391,7 +396,7 @@ def _lanes_apart(ast: UOp, lanes: list[UOp]) -> bool:
     return True
 
 
-def _row_group_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None:
     """One work group per row: for a kernel holding kernel-local arrays (Local rows) or reductions that depend
     on only some output ranges (the row's), computed once per row and shared by the row's items. None when the
     kernel has neither, when some range is symbolic, when a reduction or array fill depends on a loop other than
@@ -518,7 +523,7 @@ def _flatten_outputs(ast: UOp, outs: list[UOp], index: UOp) -> UOp:
     return UOp(Op.SINK, dtypes.void, tuple(t.src[0] if t.op is Op.END else t for t in ast.src))
 
 
-def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
+def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None:
     nodes = ast.toposort()
     reduces = [u for u in nodes if u.op is Op.REDUCE]
     if len(reduces) != 1 or any(r.src[0].op is not Op.CONST for r in outs + list(reduces[0].src[1:])):
@@ -529,7 +534,7 @@ def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer) -> Plan | None:
     # a CPU device's threads are kept busy by one item per output (its loop vectorized) once there are a few
     # outputs per thread; its barriers cost more than a GPU's (measured on PoCL: 640 outputs of 256 terms
     # each, 1.4 ms as groups, 16 us as items)
-    threads = getattr(renderer, "cpu_threads", 0)
+    threads = renderer.cpu_threads
     most = min(GROUP_MAX_OUTPUTS, CPU_GROUPS_PER_THREAD * threads - 1) if threads else GROUP_MAX_OUTPUTS
     if n > most or size < GROUP_MIN_REDUCE or red.arg not in (Op.ADD, Op.MAX, Op.MUL):
         return None

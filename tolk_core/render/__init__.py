@@ -1,1 +1,2 @@
-"""Rendering: the C-style base every dialect builds on, and the public C-compile helper."""
+"""Rendering: the `Renderer` contract every renderer subclasses (renderer.py), the C-style base every C-family
+dialect builds on (cstyle.py), the PYTHON reference renderer, and the public C-compile helper."""

@@ -23,13 +23,14 @@ is one contiguous access at the scalar index; through INDEX(arg="gather") it is 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tolk_core.errors import DTypeError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.render.renderer import LoopKind, Renderer
 
 
 @dataclass(frozen=True)
@@ -63,18 +64,15 @@ static inline float tolk_bf16_round(float f) { return tolk_bf16_float(tolk_bf16_
 _SELECTING = frozenset({Op.MAX, Op.NEG, Op.WHERE, Op.TRUNC})
 
 
-class CStyleRenderer:
-    """Renders linearized kernels as C-family source. Subclass per dialect; see the module docstring."""
+class CStyleRenderer(Renderer):
+    """Renders linearized kernels as C-family source. Subclass per dialect; see the module docstring. The
+    capabilities core reads are `Renderer`'s; the attributes here are the dialect's spelling."""
 
-    device: str = ""
-    has_local: bool = False          # GPU-style launch: work items instead of loops over the outputs
-    local_max: int = 0
     kernel_prefix: str = "void"
     buffer_qualifier: str = ""
     restrict: str = "restrict"
     barrier: str = ""                # a work-group barrier statement (GPU dialects; for shared-memory kernels)
     shared_qualifier: str = ""       # declares work-group shared memory (GPU dialects)
-    shared_bytes: int = 0            # work-group shared memory a kernel may declare (GPU dialects)
     emulated: frozenset[DType] = frozenset({dtypes.bfloat16})
     vector_folds: frozenset[Op] = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.FDIV})  # vector accumulators fold natively
 
@@ -95,30 +93,13 @@ class CStyleRenderer:
     }
 
     def __init__(self, device: object = None):
-        self.device_obj = device
-        self.unsupported: dict[DType, str] = {}
+        super().__init__(device)
+        # a dtype the dialect names no C type for cannot be rendered: a DTypeError saying so, not a failed lookup
+        unnamed = {dt: f"the {type(self).__name__} dialect names no C type for it (type_names)"
+                   for dt in dtypes.all if dt not in self.type_names}
+        self.unsupported = {**unnamed, **self.unsupported}
 
-    # ---- dtype capability ----
-    @property
-    def target(self) -> str:
-        """What the errors call this renderer's target: the device's name, or the dialect's without one."""
-        name = getattr(self.device_obj, "name", None)
-        return name if name else f"{self.device or type(self).__name__} (no device)"
-
-    def supports(self, dt: DType) -> bool:
-        """Whether kernels over `dt` can be rendered (and run) for this renderer's device."""
-        return dt.scalar() not in self.unsupported
-
-    @property
-    def supported_dtypes(self) -> tuple[DType, ...]:
-        return tuple(d for d in dtypes.all if self.supports(d))
-
-    def check_dtype(self, dt: DType) -> None:
-        """Raise DTypeError naming `dt` and the device when the device cannot compute `dt`."""
-        dt = dt.base if isinstance(dt, PtrDType) else dt.scalar()
-        if (why := self.unsupported.get(dt)) is not None:
-            raise DTypeError(f"dtype {dt.name} is not supported on {self.target}: {why}")
-
+    # ---- dtype capability (see Renderer for supports/check_dtype)
     def reg_dtype(self, dt: DType) -> DType:
         """The dtype a value of `dt` is held in while computing (float32 for emulated dtypes)."""
         return dtypes.float32 if dt.scalar() in self.emulated else dt
@@ -216,11 +197,6 @@ class CStyleRenderer:
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no GPU index specials")
 
-    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
-        """A line before a loop: `kind` is optimize's annotation; `folds` are the (op, accumulator, its dtype)
-        triples an innermost loop folds into (empty for other loops)."""
-        return None
-
     def param_decl(self, p: KernelParam) -> str:
         if p.var is not None:
             return f"const int {p.var}"
@@ -232,7 +208,7 @@ class CStyleRenderer:
 
     # ---- the kernel ----
     def render_kernel(self, name: str, lin: list[UOp], params: Sequence[KernelParam],
-                      loop_kinds: dict[UOp, str] | None = None) -> str:
+                      loop_kinds: Mapping[UOp, LoopKind] | None = None) -> str:
         """One function `name` computing the linearized kernel `lin` over `params`. Raises DTypeError when a
         dtype of the kernel is not supported on this renderer's device."""
         for p in params:
@@ -271,7 +247,8 @@ class CStyleRenderer:
                 # OpenMP folds scalars only: a loop folding vector accumulators already runs lanes in parallel
                 fold_names = [] if any(reg.dtype.count > 1 for _, reg in loop_folds) else \
                     [(op, names[reg], reg.dtype) for op, reg in loop_folds]
-                if (pragma := self.loop_pragma(loop_kinds.get(u, ""), fold_names)) is not None:
+                kind = LoopKind.of(loop_kinds.get(u, LoopKind.PLAIN))  # plain strings: deprecated, warned
+                if (pragma := self.loop_pragma(kind, fold_names)) is not None:
                     lines.append(f"{pad}{pragma}")
                 lines.append(f"{pad}for (int {rn} = 0; {rn} < {ref(u.src[0])}; {rn}++) {{")
                 depth += 1

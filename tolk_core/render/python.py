@@ -16,12 +16,13 @@ A kernel looks like::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tolk_core.errors import CompileError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.render.renderer import LoopKind, Renderer
 
 
 def const_token(value: object, dt: DType) -> str:
@@ -34,21 +35,16 @@ def const_token(value: object, dt: DType) -> str:
     return f"{dt.name}:{int(value)}"  # type: ignore[call-overload]
 
 
-class PythonRenderer:
-    """Renders linearized kernels for the PYTHON interpreter. CPU-style: the kernel loops itself (no local
-    ids, no work-item guard), so `optimize` keeps every loop and the interpreter vectorizes over them."""
+class PythonRenderer(Renderer):
+    """Renders linearized kernels for the PYTHON interpreter. Loop style (`has_local` False): the kernel loops
+    itself (no local ids, no work-item guard), so `optimize` keeps every loop and the interpreter vectorizes over
+    them. Every dtype is supported (numpy and ml_dtypes compute them all)."""
 
     device = "PYTHON"
-    has_local = False
-    local_max = 0
-    supports_float64 = True
     local_arrays = False  # the interpreter has no kernel-local arrays: row values are stored instead
 
-    def __init__(self, device: object = None):
-        self.device_obj = device
-
-    def render_kernel(self, name: str, lin: list[UOp], params: Sequence, loop_kinds: dict[UOp, str] | None = None,
-                      ) -> str:
+    def render_kernel(self, name: str, lin: list[UOp], params: Sequence,
+                      loop_kinds: Mapping[UOp, LoopKind] | None = None) -> str:
         """One ``kernel name(...)`` block for the linearized kernel `lin`; loop kinds are hints and ignored."""
         names: dict[UOp, str] = {}
         lines: list[str] = []
@@ -97,7 +93,3 @@ class PythonRenderer:
         sig = ", ".join(f"${p.var}" if p.var is not None else f"b{p.slot}:{p.dtype.name}:{'w' if p.written else 'r'}"
                         for p in params)
         return "\n".join([f"kernel {name}({sig})", *lines])
-
-    def render_module(self, functions: Sequence[str]) -> str:
-        """Every kernel of a schedule in one text, compiled (parsed) at once."""
-        return "\n\n".join(functions) + "\n"

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.render.cstyle import CStyleRenderer
+from tolk_core.render.renderer import LoopKind
 
 _FOLD_OPS = {Op.ADD: "+", Op.MUL: "*", Op.MAX: "max"}
 _FLOAT_MAX = "tolk_max"  # an OpenMP reduction declared per float type by the prelude (`_declare_float_max`)
@@ -39,25 +40,26 @@ _VEC = re.compile(r"\btolk_(\w+?)_x(\d+)\b")
 
 
 class CRenderer(CStyleRenderer):
-    """C99 + GNU extensions for gcc/clang with OpenMP: `parallel` splits a loop across threads, `simd`
-    vectorizes it, `unroll` unrolls it, `parallel reduce` splits a reduction loop across threads; vector values
-    use unaligned GCC vector types `tolk_<type>_x<lanes>`."""
+    """C99 + GNU extensions for gcc/clang with OpenMP: `LoopKind.PARALLEL` splits a loop across threads, `SIMD`
+    vectorizes it, `UNROLL` unrolls it, `PARALLEL_REDUCE` splits a reduction loop across threads (`loop_pragmas`,
+    `loop_pragma`); vector values use unaligned GCC vector types `tolk_<type>_x<lanes>` (`vector_bytes`)."""
 
     device = "CPU"
     vector_bytes = 64  # the widest vector register the optimizer plans lanes for (AVX-512)
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
-    _pragmas = {"parallel": "#pragma omp parallel for", "simd": "#pragma omp simd",
-                "parallel simd": "#pragma omp parallel for simd", "unroll": "#pragma GCC unroll 16",
-                "unroll4": "#pragma GCC unroll 4"}
+    loop_pragmas = {LoopKind.PARALLEL: "#pragma omp parallel for", LoopKind.SIMD: "#pragma omp simd",
+                    LoopKind.PARALLEL_SIMD: "#pragma omp parallel for simd", LoopKind.UNROLL: "#pragma GCC unroll 16",
+                    LoopKind.UNROLL4: "#pragma GCC unroll 4"}
 
-    def loop_pragma(self, kind: str, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
-        if folds and kind not in ("unroll", "unroll4") and all(op in _FOLD_OPS for op, _, _ in folds):
-            # lanes (and, for `parallel reduce`, threads) fold separately and meet at the end: the only
+    def loop_pragma(self, kind: LoopKind, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
+        kind = LoopKind.of(kind)  # a subclass passing a plain string: deprecated, warned
+        if folds and kind not in (LoopKind.UNROLL, LoopKind.UNROLL4) and all(op in _FOLD_OPS for op, _, _ in folds):
+            # lanes (and, for PARALLEL_REDUCE, threads) fold separately and meet at the end: the only
             # reordering of float sums we allow. OpenMP's own `max` drops NaN where lanes meet: floats fold with
             # tolk_max, declared by the prelude with the NaN-keeping MAX.
-            head = "#pragma omp parallel for simd " if kind == "parallel reduce" else "#pragma omp simd "
+            head = "#pragma omp parallel for simd " if kind is LoopKind.PARALLEL_REDUCE else "#pragma omp simd "
             return head + " ".join(f"reduction({_fold_op(op, dt)}:{acc})" for op, acc, dt in folds)
-        return self._pragmas.get(kind)
+        return super().loop_pragma(kind, folds)
 
     def unary(self, op: Op, x: str, dt: DType) -> str:
         return f"tolk_exp2f({x})" if op is Op.EXP2 and dt == dtypes.float32 else super().unary(op, x, dt)
