@@ -305,8 +305,8 @@ def differences(renderer_name: str, stored: dict, fresh: dict, max_lines: int = 
             out.append(f"[{renderer_name}] {name}: generated but not in the stored corpus")
         elif stored[name] != fresh[name]:
             diff: list[str] = []
-            for part in ("calls", "module"):
-                diff += difflib.unified_diff(stored[name].get(part, []), fresh[name][part], f"stored {part}",
+            for part in ("error", "calls", "module"):
+                diff += difflib.unified_diff(stored[name].get(part, []), fresh[name].get(part, []), f"stored {part}",
                                              f"regenerated {part}", lineterm="")
             more = f"\n... ({len(diff) - max_lines} more diff lines)" if len(diff) > max_lines else ""
             out.append(f"[{renderer_name}] {name}: generated code differs\n" + "\n".join(diff[:max_lines]) + more)

@@ -22,6 +22,7 @@ from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.plugins import Device
 from tolk_core.render.cstyle import KernelParam
+from tolk_core.render.renderer import Renderer
 from tolk_core.schedule.prepare import KernelCode
 
 # (opened device, kernel AST) -> (loaded program, its rendered source)
@@ -48,7 +49,7 @@ def arg_device(u: UOp) -> str:
     return u.arg[2] if u.op is Op.PARAM else buffers.buffer_device(u)
 
 
-def render_together(asts: Sequence[UOp], renderer: Any, cached: bool = True) -> tuple[str, list[KernelSource]]:
+def render_together(asts: Sequence[UOp], renderer: Renderer, cached: bool = True) -> tuple[str, list[KernelSource]]:
     """The module text holding every distinct kernel of `asts` once, and each AST's KernelSource, in
     `renderer`'s dialect. `cached=False` generates every source anew (the conformance suite checks exactly
     what codegen makes)."""

@@ -43,7 +43,7 @@ def _read(dev: Any) -> Target:
     alloc, renderer = dev.allocator, dev.renderer
     makes_views = type(alloc).offset is not Allocator.offset
     return Target(dev.name, is_disk=False, view_alignment=int(alloc.offset_alignment) if makes_views else None,
-                  local_arrays=bool(getattr(renderer, "local_arrays", True)), renderer=renderer)
+                  local_arrays=renderer is None or renderer.local_arrays, renderer=renderer)
 
 
 def reading(target: Target, nodes: Sequence[UOp]) -> Target:

@@ -11,7 +11,10 @@ it puts into a graph, so two names denote one device exactly when they are equal
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tolk_core.render.renderer import Renderer
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class Target:
     is_disk: bool = False
     view_alignment: int | None = 1
     local_arrays: bool = True
-    renderer: Any = field(default=None, compare=False)
+    renderer: Renderer | None = field(default=None, compare=False)
     disks: frozenset[str] = frozenset()
 
     def on_disk(self, device: str | None) -> bool:
