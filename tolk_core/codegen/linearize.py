@@ -76,6 +76,7 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
         """Close the innermost `n` loops, each inside the next; the outermost lands in `target`."""
         for i in range(n):
             loop = stack.pop()
+            assert loop.rng is not None, "the kernel's top level (stack[0]) is never closed"
             (target if i == n - 1 else stack[-1].body).extend([loop.rng, *loop.body, UOp(Op.END, dtypes.void,
                                                                                         (loop.rng,))])
 

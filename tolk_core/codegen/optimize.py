@@ -103,6 +103,11 @@ def _size(r: UOp) -> sint:
     return r.src[0].arg if r.src[0].op is Op.CONST else r.src[0]
 
 
+def _const_size(r: UOp) -> int:
+    """The size of a range known to be constant (every range of a row kernel is: `_row_kernel`)."""
+    return r.src[0].arg
+
+
 def _most(r: UOp) -> int:
     """The largest size a (possibly symbolic) range can have: what heuristics plan for."""
     return int(r.src[0].vmax)
@@ -344,7 +349,7 @@ def _row_item_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None
         return None
     rows, reduces, fills = row
     nodes = ast.toposort()
-    n_rows = math.prod(_size(r) for r in rows)
+    n_rows = math.prod(_const_size(r) for r in rows)
     if not rows or n_rows < ROW_ITEM_MIN_ROWS or \
             sum(u.arg[1] * u.dtype.base.itemsize for u in nodes if is_array(u)) > ROW_ITEM_ARRAY_BYTES:
         return None
@@ -416,14 +421,14 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
     nodes = ast.toposort()
     inner = [r for r in outs if r not in rows]
     arrays = [u for u in nodes if is_array(u)]
-    extents = [math.prod(_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]
-    local = min(renderer.local_max, GPU_LOCAL, 1 << (max([*extents, math.prod(_size(r) for r in inner)]) - 1)
+    extents = [math.prod(_const_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]
+    local = min(renderer.local_max, GPU_LOCAL, 1 << (max([*extents, math.prod(_const_size(r) for r in inner)]) - 1)
                 .bit_length())
     shared = sum(a.arg[1] * a.dtype.base.itemsize for a in arrays) + sum(local * r.dtype.itemsize for r in reduces)
     if shared > renderer.shared_bytes:
         return None
     lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
-    n_rows = math.prod(_size(r) for r in rows)
+    n_rows = math.prod(_const_size(r) for r in rows)
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("gidx0", 0))
     ids = itertools.count(max(r.arg[0] for r in nodes if r.op is Op.RANGE) + 1)
 

@@ -139,15 +139,15 @@ class CStyleRenderer(Renderer):
             return "NAN"
         return "INFINITY" if v > 0 else "(-INFINITY)"
 
-    def render_const(self, value: object, dt: DType) -> str:
+    def render_const(self, value: int | float, dt: DType) -> str:
         if dtypes.is_bool(dt):
             return "1" if value else "0"
         if dtypes.is_float(dt):
-            v = float(value)  # type: ignore[arg-type]  # UOp.const already rounded it to dt
+            v = float(value)  # UOp.const already rounded it to dt
             if not math.isfinite(v):
                 return self.inf_nan(v, dt)
             return repr(v) if self.reg_dtype(dt) == dtypes.float64 else f"{v!r}f"
-        v = int(value)  # type: ignore[call-overload]
+        v = int(value)
         suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt, "")
         if dt in (dtypes.int64, dtypes.int32) and v == dtypes.min(dt):  # -2^31 is not a C literal
             return f"({v + 1}{suffix}-1)"
@@ -407,7 +407,7 @@ def _lane(u: UOp, text: str) -> str:
     return f"{text}[_l]" if u.dtype.count > 1 else text
 
 
-def _identity(reduce: UOp) -> object:
+def _identity(reduce: UOp) -> int | float:
     dt = reduce.dtype.scalar()
     if reduce.arg is Op.ADD:
         return False if dtypes.is_bool(dt) else 0
