@@ -61,7 +61,22 @@ class JitError(TolkError):
 
 
 class SpecError(TolkError, AssertionError):
-    """A graph that breaks the spec of its stage; names the offending node."""
+    """A graph that breaks the spec of its stage; names the offending node. `stage`, `node` and `reason` say
+    which spec, which node (None when the whole form is wrong) and how."""
+
+    def __init__(self, message: str, stage: str | None = None, node: object = None, reason: str | None = None):
+        super().__init__(message)
+        self.stage, self.node, self.reason = stage, node, reason
+
+
+class StageSpecError(SpecError):
+    """A pass produced a graph that breaks the spec of the form it must produce (raised with SPEC>=1). Names the
+    pass (`producer`), the stage and the bad node."""
+
+    def __init__(self, message: str, stage: str | None = None, node: object = None, reason: str | None = None,
+                 producer: str | None = None):
+        super().__init__(message, stage, node, reason)
+        self.producer = producer
 
 
 class BufferSizeError(TolkError, ValueError):

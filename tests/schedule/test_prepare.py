@@ -10,7 +10,7 @@ from tolk_core.counters import GlobalCounters
 from tolk_core.errors import BroadcastStoreError, ShapeError, TolkError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import AxisType, Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp, Variable
 from tolk_core.schedule import prepare
@@ -482,7 +482,7 @@ def test_pm_mops_reshape_with_fewer_indices() -> None:
 
 def test_pm_mops_store_through_a_selection_is_gated() -> None:
     b = UOp.new_buffer("CPU", 8, dtypes.float32)
-    r = UOp(Op.RANGE, dtypes.index, (_i(8),), (0, "loop"))
+    r = UOp(Op.RANGE, dtypes.index, (_i(8),), (0, AxisType.LOOP))
     c1, c2 = r.alu(Op.CMPLT, _i(5)), _i(2).alu(Op.CMPLT, r)
     sel = UOp(Op.WHERE, dtypes.float32, (c1, _index(b, r), UOp.const(dtypes.float32, 0)))
     v = UOp.const(dtypes.float32, 1.0)
@@ -505,7 +505,7 @@ def test_pm_mops_movements_of_storage_after_effects() -> None:
 
 def test_pm_mops_end_of_a_movement() -> None:
     b = UOp.new_buffer("CPU", 6, dtypes.float32)
-    r = UOp(Op.RANGE, dtypes.index, (_i(6),), (0, "loop"))
+    r = UOp(Op.RANGE, dtypes.index, (_i(6),), (0, AxisType.LOOP))
     end = UOp(Op.END, dtypes.void, (UOp(Op.RESHAPE, dtypes.float32, (b,), (2, 3)), r))
     assert _mops(end) is UOp(Op.END, dtypes.void, (b, r))
 

@@ -5,8 +5,9 @@ import hashlib
 from dataclasses import dataclass
 
 from tolk_core import config
+from tolk_core.ir import spec
 from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import AxisType, Op
 from tolk_core.ir.uop import UOp, sint
 from tolk_core.render.cstyle import KernelParam
 from tolk_core.render.renderer import Renderer
@@ -43,7 +44,8 @@ def kernel_params(ast: UOp) -> tuple[KernelParam, ...]:
 def _kernel_name(ast: UOp, body: str) -> str:
     nodes = ast.toposort()
     kind = "r" if any(u.op is Op.REDUCE for u in nodes) else "E"
-    dims = ["".join(c for c in str(r.src[0]) if c.isalnum()) for r in nodes if r.op is Op.RANGE and r.arg[1] == "loop"]
+    dims = ["".join(c for c in str(r.src[0]) if c.isalnum()) for r in nodes
+            if r.op is Op.RANGE and r.arg[1] is AxisType.LOOP]
     digest = hashlib.sha256(body.encode()).hexdigest()[:8]
     return "_".join([kind, *dims, digest])
 
@@ -60,7 +62,8 @@ def generate(ast: UOp, renderer: Renderer) -> KernelSource:
 
     ast = ast.simplify()
     plan = optimize(ast, renderer, noopt=bool(config.get("NOOPT")))
-    lin = linearize(plan.ast, plan.guard)
+    spec.check(plan.ast, "kernel", "codegen.optimize")
+    lin = spec.check(linearize(plan.ast, plan.guard), "linearized", "codegen.linearize")
     params = kernel_params(plan.ast)
     body = renderer.render_kernel("KERNEL", lin, params, plan.loop_kinds)
     name = _kernel_name(ast, body)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tolk_core.ir.dtype import PtrDType, dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import AxisType, Op
 from tolk_core.ir.uop import UOp
 
 
@@ -61,7 +61,7 @@ def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
         # only reductions directly in output loops: inside another reduction's loop, each copy of that loop is
         # its own loop, and a sibling folded in one copy would be out of scope in the others
         if u.op is Op.REDUCE and not any(b.op is Op.REDUCE for b in u.src[0].toposort()) and \
-                all(d.arg[1] != "reduce" for d in deps[u]):
+                all(d.arg[1] is not AxisType.REDUCE for d in deps[u]):
             siblings.setdefault((u.src[1:], deps[u]), []).append(u)
     stack: list[_Loop] = [_Loop(None)]
     placed: set[UOp] = set()

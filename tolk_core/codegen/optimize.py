@@ -49,7 +49,7 @@ from tolk_core.codegen.upcast import (
     vectorize_lanes,
 )
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import AxisType, Op, identity_element
 from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.render.renderer import LoopKind, Renderer
 
@@ -117,7 +117,7 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
     """The plan for kernel `ast` on `renderer`'s device (see the module docstring); `noopt`: the plainest
     correct plan (no annotations, no lanes, one item per group)."""
     outs = _output_ranges(ast)
-    reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
+    reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     if renderer.has_local:
         return _gpu_plan(ast, outs, renderer, noopt)
     if noopt:
@@ -125,7 +125,7 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
     if reduce_ranges and renderer.vector_bytes:
         ast = _upcast(ast, outs, renderer.vector_bytes)
         outs = _output_ranges(ast)
-        reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] == "reduce"]
+        reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     plan = Plan(ast)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
     if outs and work >= PARALLEL_MIN_WORK and _most(outs[0]) > 1:
@@ -432,7 +432,7 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("gidx0", 0))
     ids = itertools.count(max(r.arg[0] for r in nodes if r.op is Op.RANGE) + 1)
 
-    def strided(rngs: list[UOp], kind: str) -> tuple[UOp, UOp | None, dict[UOp, UOp]]:
+    def strided(rngs: list[UOp], kind: AxisType) -> tuple[UOp, UOp | None, dict[UOp, UOp]]:
         """(the loop over this item's share of `rngs`' flat extent, the in-extent gate or None, each range's
         value at the item's clamped position)."""
         sizes = [_size(r) for r in rngs]
@@ -466,10 +466,10 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
         src = tuple(new.get(s, s) for s in u.src)
         if u.op is Op.REDUCE:
             rngs = [s for s in u.src[1:] if s.op is Op.RANGE]
-            step, valid, at = strided(rngs, "reduce")
+            step, valid, at = strided(rngs, AxisType.REDUCE)
             body = src[0].substitute(at)
             if valid is not None:
-                body = valid.where(body, UOp.const(u.dtype, _identity(u)))
+                body = valid.where(body, UOp.const(u.dtype, identity_element(u.arg, u.dtype)))
             partial = UOp(Op.REDUCE, u.dtype, (body, step), u.arg) if step.op is Op.RANGE else body
             temp = UOp(Op.DEFINE_LOCAL, u.dtype.ptr(local, AddrSpace.LOCAL), (), (f"temp{temps}", local))
             temps += 1
@@ -479,7 +479,7 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
             # publishes the total in slot 0, which it alone has read; a second barrier, and every item reads it
             first = lid < 1
             folds = first.where(UOp.const(dtypes.index, local), UOp.const(dtypes.index, 0))
-            slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(ids), "reduce"))
+            slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(ids), AxisType.REDUCE))
             total = UOp(Op.REDUCE, u.dtype, (UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)),
                                                                       barrier)), slot), u.arg)
             zero = UOp.const(dtypes.index, 0)
@@ -488,7 +488,8 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
             new[u] = UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, zero)), published))
         elif u in fills:  # END(STORE(INDEX(array, i), value), *ranges), or the bare STORE of a 1-element array
             store = src[0] if u.op is Op.END else u.replace(src=src)
-            step, valid, at = strided([s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else [], "local")
+            rngs = [s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else []
+            step, valid, at = strided(rngs, AxisType.LOCAL)
             store = store.substitute(at)
             store = store.replace(src=(gated(store.src[0], valid), *store.src[1:]))
             new[u] = UOp(Op.BARRIER, dtypes.void, (ended(store, step),))
@@ -497,7 +498,7 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
     tops = []
     for top in ast.src:
         store = new.get(top.src[0], top.src[0]) if top.op is Op.END else new.get(top, top)
-        step, valid, at = strided(inner, "loop")
+        step, valid, at = strided(inner, AxisType.LOOP)
         store = store.substitute(at)
         tops.append(ended(store.replace(src=(gated(store.src[0], valid), *store.src[1:])), step))
     return Plan(UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), global_size=(n_rows, 1, 1),
@@ -546,16 +547,17 @@ def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | 
     lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n),), ("gidx0", 0))
     ids = [r.arg[0] for r in nodes if r.op is Op.RANGE]
-    strided = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-size // local)),), (max(ids) + 1, "reduce"))
+    strided = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-size // local)),),
+                  (max(ids) + 1, AxisType.REDUCE))
     pos = strided * local + lid
     body = red.src[0].substitute({split: pos})
     if size % local:  # the last stride runs past the end: those items fold the identity
-        body = (pos < size).where(body, UOp.const(red.dtype, _identity(red)))
+        body = (pos < size).where(body, UOp.const(red.dtype, identity_element(red.arg, red.dtype)))
     partial = UOp(Op.REDUCE, red.dtype, (body, *(strided if r is split else r for r in red.src[1:])), red.arg)
     temp = UOp(Op.DEFINE_LOCAL, red.dtype.ptr(local, AddrSpace.LOCAL), (), ("temp0", local))
     barrier = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, temp.dtype, (temp, lid)),
                                                                       partial)),))
-    slot = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, local),), (max(ids) + 2, "reduce"))
+    slot = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, local),), (max(ids) + 2, AxisType.REDUCE))
     total = UOp(Op.REDUCE, red.dtype, (UOp(Op.LOAD, red.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)), barrier)),
                                        slot), red.arg)
     ast = _flatten_outputs(ast.substitute({red: total}), outs, group)
@@ -563,11 +565,3 @@ def _group_reduce_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | 
     stores = {u: u.replace(src=(u.src[0].replace(src=(*u.src[0].src, first)), u.src[1]))
               for u in ast.toposort() if u.op is Op.STORE and u.src[0].src[0].op is Op.PARAM}
     return Plan(ast.substitute(stores).simplify(), global_size=(n, 1, 1), local_size=(local, 1, 1))
-
-
-def _identity(red: UOp) -> int | float | bool:
-    if red.arg is Op.ADD:
-        return 0
-    if red.arg is Op.MUL:
-        return 1
-    return -math.inf if dtypes.is_float(red.dtype) else dtypes.min(red.dtype)

@@ -16,7 +16,7 @@ value: they only change which loop iteration computes it):
 from __future__ import annotations
 
 from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import AxisType, Op
 from tolk_core.ir.uop import UOp
 
 
@@ -27,7 +27,7 @@ def _next_range_id(ast: UOp) -> int:
 def _split(ast: UOp, r: UOp, factor: int) -> tuple[UOp, UOp]:
     """(the range of size size(r)/factor that replaces `r`, keeping its id, and a fresh range of size factor)."""
     outer = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, r.src[0].arg // factor),), r.arg)
-    return outer, UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, factor),), (_next_range_id(ast), "lane"))
+    return outer, UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, factor),), (_next_range_id(ast), AxisType.LANE))
 
 
 def _retop(top: UOp, old: UOp, new: UOp, mapping: dict[UOp, UOp]) -> UOp:

@@ -48,10 +48,12 @@ def concrete(x: sint, var_vals: dict[str, int]) -> int:
     return x if isinstance(x, int) else int(x.eval(var_vals))
 
 
-def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp]) -> UOp:
+def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp], nodes: Sequence[UOp] | None = None) -> UOp:
     """The LINEAR of `sink` (stores of unbound values) on `target`; `new_buffer(value)` makes the storage of
-    each intermediate the scheduler stores."""
-    return create_linear(prepare_rangeify(sink, reading(target, sink.toposort())), new_buffer, target)
+    each intermediate the scheduler stores. `nodes`, when given, are the graph's nodes that can name another
+    device (a caller that walked the graph already passes them: a walk of a deep graph is not free)."""
+    target = reading(target, sink.toposort() if nodes is None else nodes)
+    return create_linear(prepare_rangeify(sink, target), new_buffer, target)
 
 
 def schedule(target: Target, values: Sequence[UOp]) -> Schedule:
@@ -81,7 +83,7 @@ def schedule(target: Target, values: Sequence[UOp]) -> Schedule:
     outs = [new_buffer(v) for v in sink.src]
     stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in zip(sink.src, outs, strict=True))
     before = [lineage.placements.raw_entry(u) for u in nodes]
-    linear = lower(target, UOp(Op.SINK, dtypes.void, stores), new_buffer)
+    linear = lower(target, UOp(Op.SINK, dtypes.void, stores), new_buffer, nodes)  # the stores add no device
     GlobalCounters.schedules += 1
     if (debug := config.get("DEBUG")) >= 1:
         print(f"scheduled {len(linear.src)} kernel(s) on {target.device}" + (f":\n{linear}" if debug >= 3 else ""))

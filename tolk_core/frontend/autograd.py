@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tolk_core.errors import TolkError
+from tolk_core.ir.calls import is_inline_call
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import graph_rewrite
@@ -159,7 +160,7 @@ def gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     """d(root)/d(target) for every target in `targets` reached from `root`, seeded with `root_grad` (root's
     shape and dtype). Only nodes on a path from a target to the root are differentiated. Inline calls
     (`tolk_core.function`) are differentiated through their bodies, inlined as prepare_rangeify inlines them."""
-    if any(prepare.is_inline_call(u) for u in root.toposort()):
+    if any(is_inline_call(u) for u in root.toposort()):
         root = graph_rewrite(root, prepare.pm_inline_calls, name="inline calls, for gradients")
     order = root.toposort()
     on_path: set[UOp] = set()
@@ -220,9 +221,7 @@ def track(t: Tensor, on: bool) -> bool:
 
 
 def _is_storage(u: UOp) -> bool:
-    while u.op in GroupOp.Movement:
-        u = u.src[0]
-    return u.op is Op.BUFFER
+    return u.storage_base(GroupOp.Movement).op is Op.BUFFER
 
 
 def backward(root: Tensor, seed: Tensor | None = None) -> None:

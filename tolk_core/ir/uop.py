@@ -134,6 +134,22 @@ class UOp:
             stack.append((u, True))
             stack.extend((s, False) for s in u.src if not hasattr(s, slot))
 
+    def storage_base(self, through: frozenset[Op] = GroupOp.View) -> UOp:
+        """The node this view reads: this node with every op in `through` stripped off (each is followed to its
+        first source). `GroupOp.Movement`: through movements only (a BUFFER is then read whole, rearranged);
+        `GroupOp.View` (the default): movements and BITCASTs; `GroupOp.ViewOfState`: AFTERs too (the storage
+        itself, not one state of it)."""
+        return self.view_chain(through)[1]
+
+    def view_chain(self, through: frozenset[Op] = GroupOp.View) -> tuple[list[UOp], UOp]:
+        """(the ops in `through` from this node down, outermost first, `storage_base(through)`): for walks that
+        act on each view on the way down."""
+        chain, u = [], self
+        while u.op in through:
+            chain.append(u)
+            u = u.src[0]
+        return chain, u
+
     def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
         """This graph with every occurrence of a key of `mapping` replaced by its value (no rewriting of the
         replacements themselves)."""
@@ -493,8 +509,8 @@ def sym_eq(a: sint, b: sint) -> bool:
 # ---------------------------------------------------------------- derived-fact rules
 def _compute_shape(u: UOp) -> tuple | None:
     op = u.op
-    if op in GroupOp.ALU or op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.COPY, Op.STAGE,
-                                   Op.ASSIGN, Op.AFTER, Op.BITCAST):
+    if op in GroupOp.ALU or op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.COPY, Op.ASSIGN,
+                                   Op.AFTER, Op.BITCAST):
         srcs = u.src if op in GroupOp.ALU else u.src[:1]
         shapes = [s._shape for s in srcs]
         if not shapes or any(s is None for s in shapes):
@@ -660,10 +676,6 @@ def _range(u: UOp) -> tuple[Any, Any]:
         r = (a_lo << b_lo, a_hi << b_lo)
     elif op is Op.SHR and isint and b_lo == b_hi and b_lo >= 0:
         r = (a_lo >> b_lo, a_hi >> b_lo)
-    elif op is Op.MULACC and isint:
-        cc = s[2]
-        c = (a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi)
-        r = (min(c) + cc._vmin, max(c) + cc._vmax)
     if r is None:
         return dlo, dhi
     lo, hi = r
@@ -684,7 +696,7 @@ def render_leaf(u: UOp) -> str:
     if u.op is Op.BIND:
         return u.src[0].arg[0]
     if u.op is Op.RANGE:
-        # arg is an axis number or (axis number(s)..., AxisType): the numbers name the loop variable
+        # arg is an axis number or (axis number, AxisType): the number names the loop variable
         return f"ridx{u.arg if not isinstance(u.arg, tuple) else '_'.join(str(a) for a in u.arg if type(a) is int)}"
     if u.op is Op.SPECIAL:
         return str(u.arg)

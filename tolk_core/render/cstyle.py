@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from tolk_core.errors import DTypeError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import Op, identity_element
 from tolk_core.ir.uop import UOp
 from tolk_core.render.renderer import LoopKind, Renderer
 
@@ -281,7 +281,7 @@ class CStyleRenderer(Renderer):
                 red = u.arg
                 names[u] = f"acc{counter}"
                 counter += 1
-                init = self.render_const(_identity(red), u.dtype.scalar())
+                init = self.render_const(identity_element(red.arg, red.dtype), u.dtype.scalar())
                 if u.dtype.count > 1:
                     init = "{" + ", ".join([init] * u.dtype.count) + "}"
                 lines.append(f"{pad}{self.reg_type_name(u.dtype)} {names[u]} = {init};")
@@ -407,10 +407,3 @@ def _lane(u: UOp, text: str) -> str:
     return f"{text}[_l]" if u.dtype.count > 1 else text
 
 
-def _identity(reduce: UOp) -> int | float:
-    dt = reduce.dtype.scalar()
-    if reduce.arg is Op.ADD:
-        return False if dtypes.is_bool(dt) else 0
-    if reduce.arg is Op.MUL:
-        return 1
-    return -math.inf if dtypes.is_float(dt) else dtypes.min(dt)

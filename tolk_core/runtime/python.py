@@ -35,7 +35,7 @@ import numpy as np
 
 from tolk_core.errors import CompileError, TolkError
 from tolk_core.ir.dtype import DType, dtypes
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import Op, identity_element
 from tolk_core.runtime.allocator import Allocator
 from tolk_core.runtime.compiler import Compiler
 from tolk_core.runtime.device import CompiledDevice
@@ -139,9 +139,9 @@ def _idiv(a: Any, b: Any) -> Any:
 
 _ALU: dict[str, Callable[..., Any]] = {
     "ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "FDIV": np.true_divide, "IDIV": _idiv, "MOD": np.fmod,
-    "MAX": lambda a, b: np.where((a < b) | (b != b), b, a), "POW": np.power, "CMPLT": np.less, "CMPNE": np.not_equal,
+    "MAX": lambda a, b: np.where((a < b) | (b != b), b, a), "CMPLT": np.less, "CMPNE": np.not_equal,
     "CMPEQ": np.equal, "AND": np.bitwise_and, "OR": np.bitwise_or, "XOR": np.bitwise_xor,
-    "SHL": np.left_shift, "SHR": np.right_shift, "WHERE": np.where, "MULACC": lambda a, b, c: a * b + c,
+    "SHL": np.left_shift, "SHR": np.right_shift, "WHERE": np.where,
     "EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "TRUNC": np.trunc,
     "RECIPROCAL": lambda x: np.true_divide(1, x),
     "NEG": lambda x: np.logical_not(x) if np.asarray(x).dtype == np.bool_ else np.negative(x),
@@ -149,14 +149,6 @@ _ALU: dict[str, Callable[..., Any]] = {
 _REDUCE = {"ADD": np.add, "MUL": np.multiply, "MAX": np.maximum}
 _KNOWN = frozenset({"RANGE", "END", "DEFINE_REG", "ASSIGN", "LOAD", "STORE", "CAST", "BITCAST", *_ALU})
 assert all(hasattr(Op, k) for k in _KNOWN)
-
-
-def _identity(op: str, dt: DType) -> Any:
-    if op == "ADD":
-        return 0
-    if op == "MUL":
-        return 1
-    return dtypes.min(dt)
 
 
 def _const(tok: str) -> Any:
@@ -214,7 +206,7 @@ def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> No
                 open_loops.pop()
                 sizes[axis[ops[0]]] = 1
             elif op == "DEFINE_REG":
-                env[ins.out] = _np(ins.out_dtype).type(_identity(ops[0], ins.out_dtype))
+                env[ins.out] = _np(ins.out_dtype).type(identity_element(Op[ops[0]], ins.out_dtype))
                 reg_depth[ins.out], reg_dtype[ins.out] = len(open_loops), ins.out_dtype
             elif op == "ASSIGN":
                 red, reg, x = ops[0], ops[1], val(ops[2])
@@ -224,7 +216,7 @@ def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> No
                     sizes[i] if i in axes else 1 for i in range(ndim))))
                 # `initial` makes a reduction over an empty loop give the identity (numpy refuses max of nothing)
                 part = _REDUCE[red].reduce(x, axis=axes, keepdims=True, dtype=acc.dtype,
-                                           initial=acc.dtype.type(_identity(red, reg_dtype[reg])))
+                                           initial=acc.dtype.type(identity_element(Op[red], reg_dtype[reg])))
                 env[reg] = _REDUCE[red](acc, part).astype(acc.dtype, copy=False)
             elif op == "LOAD":
                 buf = val(ops[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tolk_core.ir import spec
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.target import Target
@@ -19,4 +20,5 @@ def create_linear(sink: UOp, new_buffer: Callable[[UOp], UOp], target: Target | 
     kernel-local arrays are used where `target` allows them (`Target.local_arrays`; no target: none)."""
     local_arrays = target is not None and target.local_arrays
     kernels = rangeify([(s.src[1], s.src[0]) for s in sink.src if s.op is Op.STORE], new_buffer, local_arrays)
-    return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))
+    linear = UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))
+    return spec.check(linear, "linear", "rangeify")

@@ -247,11 +247,7 @@ def is_observable(u: UOp) -> bool:
 
 def is_slice_alias(u: UOp) -> bool:
     """A view of storage (movement ops down to a BUFFER): it owns no buffer, reads and writes go to the parent."""
-    if u.op not in GroupOp.Movement:
-        return False
-    while u.op in GroupOp.Movement:
-        u = u.src[0]
-    return u.op is Op.BUFFER
+    return u.op in GroupOp.Movement and u.storage_base(GroupOp.Movement).op is Op.BUFFER
 
 
 def stack_threshold_bytes() -> int:

@@ -36,13 +36,14 @@ import inspect
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tolk_core import config
 from tolk_core.errors import BroadcastStoreError, CallArgumentError, DiskError, ShapeError, TolkError
+from tolk_core.ir import spec
+from tolk_core.ir.calls import InlineCall, KernelCode, is_code_call, is_inline_call  # noqa: F401  (re-exported names)
 from tolk_core.ir.dtype import DType, dtypes
-from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.target import Target
@@ -62,10 +63,8 @@ _VIEW_OPS = GroupOp.Movement | {Op.BITCAST}
 
 # ---------------------------------------------------------------- helpers the rules share
 def storage_base(u: UOp) -> UOp:
-    """The node a view reads: `u` stripped of movements and bitcasts."""
-    while u.op in _VIEW_OPS:
-        u = u.src[0]
-    return u
+    """The node a view reads: `u` stripped of movements and bitcasts (`UOp.storage_base`)."""
+    return u.storage_base(GroupOp.View)
 
 
 def on_disk(u: UOp, target: Target | None) -> bool:
@@ -73,17 +72,6 @@ def on_disk(u: UOp, target: Target | None) -> bool:
     `target`'s facts (no target: no disks)."""
     dev = u.device
     return target is not None and isinstance(dev, str) and target.on_disk(dev)
-
-
-def identity_element(op: Op, dt: DType) -> int | float | bool:
-    """The value `x` with `op(x, y) == y` for every y of `dt`: 0, 1, or dt's minimum."""
-    if op is Op.ADD:
-        return False if dtypes.is_bool(dt) else (0.0 if dtypes.is_float(dt) else 0)
-    if op is Op.MUL:
-        return True if dtypes.is_bool(dt) else (1.0 if dtypes.is_float(dt) else 1)
-    if op is Op.MAX:
-        return -math.inf if dtypes.is_float(dt) else dtypes.min(dt)
-    raise ValueError(f"{op.name} has no identity element")
 
 
 def is_broadcast(u: UOp) -> bool:
@@ -121,11 +109,7 @@ def storage_phase(u: UOp) -> sint | None:
 def reads_storage_written(read: UOp, writes: tuple[UOp, ...]) -> bool:
     """Whether the value `read` reads storage that one of the store destinations
     `writes` writes (a view of the same storage, through movements, bitcasts and AFTERs)."""
-    def base(u: UOp) -> UOp:
-        while u.op in _VIEW_OPS or u.op is Op.AFTER:
-            u = u.src[0]
-        return u
-    written = {base(w) for w in writes}
+    written = {w.storage_base(GroupOp.ViewOfState) for w in writes}
     return any(u in written for u in read.toposort() if u.op is Op.BUFFER)
 
 
@@ -152,10 +136,7 @@ def stage_of_storage_or_copy(stage: UOp, x: UOp) -> UOp | None:
     copy is its source: both are in storage already. (Any other materialisation in global memory is stored
     into new storage, an ALLOC, by the scheduler: placements declare a CONTIGUOUS On_device and rangeify gives
     it a new BUFFER.)"""
-    u = x
-    while u.op is Op.RESHAPE:
-        u = u.src[0]
-    return x if u.op is Op.BUFFER or x.op is Op.COPY else None
+    return x if x.storage_base(frozenset({Op.RESHAPE})).op is Op.BUFFER or x.op is Op.COPY else None
 
 
 def copy_to_own_device(x: UOp, dev: UOp) -> UOp | None:
@@ -173,10 +154,7 @@ def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp, ctx: Target | No
         return None
     if not resolve(prod(x.shape) != 0, True):
         return _filled(0, x.dtype, tuple(x.shape))  # nothing to read
-    chain, base = [], x
-    while base.op in _VIEW_OPS:
-        chain.append(base)
-        base = base.src[0]
+    chain, base = x.view_chain(GroupOp.View)
     if base.op is not Op.BUFFER:
         raise DiskError(f"{x.device} is a disk: a disk value can only be copied, viewed or bitcast, but "
                         f"{base.op.name} computes on it; copy it to another device first (.to(...))")
@@ -210,19 +188,6 @@ def disk_run(src: UOp) -> tuple[UOp, int, int, DType] | None:
         (lo, hi), size = src.arg[0], src.dtype.itemsize
         return src.src[0], lo * size, (hi - lo) * size, dt
     return None
-
-
-@dataclass(frozen=True)
-class InlineCall:
-    """The arg of a CALL to a function without its own compilation (`is_inline_call`): `CALL(body, *args)`,
-    the body reading its parameters as `PARAM` nodes of arg `(slot, shape)`: shape `(size,)` for storage
-    (the argument's elements, flat), `()` for a scalar."""
-    name: str
-
-
-def is_inline_call(u: UOp) -> bool:
-    """Whether `u` is a call prepare_rangeify replaces by its body."""
-    return u.op is Op.CALL and isinstance(u.arg, InlineCall)
 
 
 def inline_call(call: UOp) -> UOp | None:
@@ -260,24 +225,6 @@ def inline_call(call: UOp) -> UOp | None:
     return out
 
 
-@dataclass(frozen=True)
-class KernelCode:
-    """A kernel given as code (a call compiled on its own): the arg of the callee `SINK()` of
-    `CALL(callee, *args)`. `source` is one function in the device's dialect (C for CPU, OpenCL C for OPENCL)
-    named `name`, taking one pointer per argument in order; `written[i]` says whether it writes argument i.
-    `global_size` counts work groups of `local_size` items (None: the device chooses; loops on a CPU)."""
-    source: str
-    name: str
-    written: tuple[bool, ...]
-    global_size: tuple[int, int, int] = (1, 1, 1)
-    local_size: tuple[int, int, int] | None = None
-
-
-def is_code_call(u: UOp) -> bool:
-    """Whether `u` calls a kernel given as code."""
-    return u.op is Op.CALL and isinstance(u.src[0].arg, KernelCode)
-
-
 def code_call_arguments(call: UOp) -> UOp | None:
     """A call compiled on its own takes as an argument that is a run of storage's elements (or of a state of it)
     from the first, of the storage's type, the storage itself, which the call writes through (contiguous_view).
@@ -297,7 +244,7 @@ def code_call_arguments(call: UOp) -> UOp | None:
             out.append(a)  # in the form the call takes already (a run's SHRINK maps to itself below)
             continue
         cv = contiguous_view(a)
-        base = _storage_of_state(cv[0]) if cv is not None else None
+        base = cv[0].storage_base(GroupOp.ViewOfState) if cv is not None else None
         if cv is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER or base.dtype != a.dtype:
             if w:
                 raise CallArgumentError(f"call of kernel {code.name}: argument {i} ({a.op.name} {_fmt(a.shape)}) is "
@@ -379,7 +326,7 @@ def _split(red: UOp, x: UOp, axis: int, d: int) -> UOp:
 def _broadcast_axes(x: UOp) -> set[int]:
     """The axes `x` is broadcast along: index it with one range per axis, push the movements down to what they
     view, and see which ranges do not survive."""
-    rngs = tuple(UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, s),), (i, "probe"))
+    rngs = tuple(UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, s),), (i, AxisType.PROBE))
                  for i, s in enumerate(x.shape))
     live: set[UOp] = set()
     stack: list[tuple[UOp, tuple[UOp, ...]]] = [(x, rngs)]
@@ -435,21 +382,15 @@ def store_across_devices(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     return store.replace(src=(dest, UOp(Op.COPY, value.dtype, (staged, UOp(Op.DEVICE, dtypes.void, (), dest.device)))))
 
 
-def _storage_of_state(u: UOp) -> UOp:
-    """The storage that `u` (storage, a state of it, or views of those) is: views and AFTERs stripped."""
-    while u.op in _VIEW_OPS or u.op is Op.AFTER:
-        u = u.src[0]
-    return u
-
-
 def repeated_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     """A store of the value the store before it stored (its destination is storage ordered after a store of
     `value` into the same storage) stays, a state of its own: the value is materialised, so the second store
     does not read what the first one overwrote. (Unlike a self-store it is not dropped.)"""
     if dest.op is not Op.AFTER or value.op is Op.CONTIGUOUS:
         return None
-    base = _storage_of_state(dest)
-    if any(e.op is Op.STORE and e.src[1] is value and _storage_of_state(e.src[0]) is base for e in dest.src[1:]):
+    base = dest.storage_base(GroupOp.ViewOfState)
+    if any(e.op is Op.STORE and e.src[1] is value and e.src[0].storage_base(GroupOp.ViewOfState) is base
+           for e in dest.src[1:]):
         return store.replace(src=(dest, _materialised(value)))
     return None
 
@@ -458,19 +399,16 @@ def resolve_returned_after(a: UOp) -> UOp | None:
     """A value ordered after a call's stores into one of its outputs is that output's value: AFTER(x, *stores)
     whose stores all write x's storage is x. The engine performs an inline call's stores when the call is made
     (assignments are eager), in order, so by the time this graph runs the storage holds the stored value."""
-    base = _storage_of_state(a.src[0])
+    base = a.src[0].storage_base(GroupOp.ViewOfState)
     if base.op is not Op.BUFFER or not a.src[1:] or \
-            not all(e.op is Op.STORE and _storage_of_state(e.src[0]) is base for e in a.src[1:]):
+            not all(e.op is Op.STORE and e.src[0].storage_base(GroupOp.ViewOfState) is base for e in a.src[1:]):
         return None
     return a.src[0]
 
 
 def _has_size_changing_bitcast(u: UOp) -> bool:
-    while u.op in _VIEW_OPS or u.op is Op.AFTER:
-        if u.op is Op.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
-            return True
-        u = u.src[0]
-    return False
+    return any(v.op is Op.BITCAST and v.dtype.itemsize != v.src[0].dtype.itemsize
+               for v in u.view_chain(GroupOp.ViewOfState)[0])
 
 
 def store_bit_run(store: UOp, dest: UOp, value: UOp) -> UOp | None:
@@ -483,7 +421,7 @@ def store_bit_run(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     if not _has_size_changing_bitcast(dest):
         return None
     cv = contiguous_view(dest)
-    base = _storage_of_state(cv[0]) if cv is not None else dest
+    base = cv[0].storage_base(GroupOp.ViewOfState) if cv is not None else dest
     if cv is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER:
         raise BitRunStoreError(f"cannot store through {dest.op.name} {_fmt(dest.shape)} of {dest.dtype.name}: a "
                                "store through a bitcast that changes the element size must write a run of whole "
@@ -503,14 +441,12 @@ def _fmt(shape: tuple) -> str:
 def refuse_broadcast_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     """Refuse a store whose destination is (a view of) a broadcast: several destination elements are one
     cell, which the store would write once per element, in no order."""
-    u = dest
-    while u.op in _VIEW_OPS or u.op in (Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.AFTER):
+    for u in dest.view_chain(GroupOp.ViewOfState | {Op.DETACH, Op.CONTIGUOUS_BACKWARD})[0]:
         if is_broadcast(u):
             raise BroadcastStoreError(
                 f"cannot store into a broadcast: EXPAND {_fmt(u.src[0].shape)} -> {_fmt(u.arg)} stretches an axis "
                 "of one element to more, so several elements of the destination are one cell, which the store would "
                 "write once per element, in no order")
-        u = u.src[0]
     return None
 
 
@@ -693,7 +629,7 @@ def _run(u: UOp) -> tuple[UOp, sint] | None:
     n = prod(u.shape)
     if not isinstance(n, int) or n == 0:
         return None
-    r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (0, "view"))
+    r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (0, AxisType.VIEW))
     idxs, strides = [], [prod(u.shape[i + 1:]) for i in range(len(u.shape))]
     for st, size in zip(strides, u.shape, strict=True):
         idxs.append((r // st) % size)
@@ -793,7 +729,7 @@ def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
     out = graph_rewrite(out, pm_prepare, ctx=target, name="prepare_rangeify step 3")
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
-    return out
+    return spec.check(out, "prepared", "prepare_rangeify")
 
 
 # ---------------------------------------------------------------- unbind

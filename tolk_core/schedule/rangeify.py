@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from tolk_core import config
 from tolk_core.ir.dtype import AddrSpace, dtypes
-from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements as pm
@@ -115,9 +115,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     rows: dict[UOp, tuple[int, ...]] = {}
     for u in order:
         if _is_expanding(u):
-            x = u.src[0]
-            while x.op in GroupOp.Movement:
-                x = x.src[0]
+            x = u.src[0].storage_base(GroupOp.Movement)
             if x in fused or not cap(x) or not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
                 continue
             if local_axes is not None and _row_fusable(x, users, realized, fused):
@@ -312,7 +310,7 @@ class _Lowerer:
             self.buffers.append(buf)
         return p
 
-    def new_range(self, size: sint, kind: str) -> UOp:
+    def new_range(self, size: sint, kind: AxisType) -> UOp:
         if isinstance(size, int) and size == 1:
             return UOp.const(dtypes.index, 0)
         bound = size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
@@ -334,7 +332,7 @@ class _Lowerer:
             return None
         key = (u, tuple(i for a, i in enumerate(idxs) if a not in axes))
         if key not in self.scratch:
-            rngs = {a: self.new_range(u.shape[a], "local") for a in axes}
+            rngs = {a: self.new_range(u.shape[a], AxisType.LOCAL) for a in axes}
             value = self.lower(u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, top=True)
             n = prod(sizes)
             arr = UOp(Op.DEFINE_REG, u.dtype.ptr(n, AddrSpace.REG), (), (f"loc{len(self.scratch)}", n))
@@ -370,12 +368,12 @@ class _Lowerer:
         elif u.op is Op.REDUCE_AXIS:
             op, axes = u.arg
             in_shape = u.src[0].shape
-            rngs = {a: self.new_range(in_shape[a], "reduce") for a in axes}
+            rngs = {a: self.new_range(in_shape[a], AxisType.REDUCE) for a in axes}
             src_idxs = tuple(rngs.get(a, i) for a, i in enumerate(idxs))
             body = self.lower(u.src[0], src_idxs, gate)
             live = tuple(r for r in rngs.values() if r.op is Op.RANGE)
             if any(in_shape[a] == 0 for a in axes):
-                ret = UOp.const(u.dtype, _identity(op, u.dtype))
+                ret = UOp.const(u.dtype, identity_element(op, u.dtype))
             else:
                 ret = UOp(Op.REDUCE, u.dtype, (body, *live), op) if live else body
         elif u.op in (Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
@@ -399,24 +397,13 @@ def _zero(dt):
     return False if dtypes.is_bool(dt) else (0.0 if dtypes.is_float(dt) else 0)
 
 
-def _identity(op: Op, dt) -> int | float | bool:
-    if op is Op.ADD:
-        return _zero(dt)
-    if op is Op.MUL:
-        return True if dtypes.is_bool(dt) else (1.0 if dtypes.is_float(dt) else 1)
-    return dtypes.min(dt)  # MAX
-
-
 def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> tuple[UOp, UOp]:
     """(INDEX into the storage under `target`, value cast) for storing at output position `idxs`.
 
     `target` is a BUFFER or movements / equal-size bitcasts of one (prepare_rangeify has refused broadcast
     destinations): the index goes back through them, and a padded view stores only where it is not padding.
     """
-    chain, u = [], target
-    while u.op in GroupOp.Movement or u.op is Op.BITCAST:
-        chain.append(u)
-        u = u.src[0]
+    chain, u = target.view_chain(GroupOp.View)
     gate = None
     for m in chain:
         if m.op is Op.BITCAST:
@@ -436,7 +423,7 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp],
     shape = tuple(value.shape)
     if out.op is Op.BUFFER:
         lw.param(out, prod(shape))  # slot 0, typed by the value's (possibly symbolic) size
-    rngs = tuple(lw.new_range(s, "loop") for s in shape)
+    rngs = tuple(lw.new_range(s, AxisType.LOOP) for s in shape)
     body = lw.lower(value, rngs, None, top=True)
     if out.op is Op.BUFFER:
         flat = UOp.const(dtypes.index, 0)

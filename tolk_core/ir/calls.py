@@ -1,0 +1,44 @@
+"""The args that say what a CALL calls: vocabulary of the IR, built by the front end and read by the scheduler.
+
+- `InlineCall(name)`: the arg of `CALL(body, *args)` for a function without its own compilation
+  (`tolk_core.function`); prepare_rangeify replaces the call by its body.
+- `KernelCode(...)`: the arg of the callee `SINK()` of `CALL(callee, *args)` for a kernel given as code
+  (`tolk_core.custom_kernel`); the engine compiles and runs it on its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
+
+
+@dataclass(frozen=True)
+class InlineCall:
+    """The arg of a CALL to a function without its own compilation (`is_inline_call`): `CALL(body, *args)`,
+    the body reading its parameters as `PARAM` nodes of arg `(slot, shape)`: shape `(size,)` for storage
+    (the argument's elements, flat), `()` for a scalar."""
+    name: str
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """A kernel given as code (a call compiled on its own): the arg of the callee `SINK()` of
+    `CALL(callee, *args)`. `source` is one function in the device's dialect (C for CPU, OpenCL C for OPENCL)
+    named `name`, taking one pointer per argument in order; `written[i]` says whether it writes argument i.
+    `global_size` counts work groups of `local_size` items (None: the device chooses; loops on a CPU)."""
+    source: str
+    name: str
+    written: tuple[bool, ...]
+    global_size: tuple[int, int, int] = (1, 1, 1)
+    local_size: tuple[int, int, int] | None = None
+
+
+def is_inline_call(u: UOp) -> bool:
+    """Whether `u` is a call prepare_rangeify replaces by its body."""
+    return u.op is Op.CALL and isinstance(u.arg, InlineCall)
+
+
+def is_code_call(u: UOp) -> bool:
+    """Whether `u` calls a kernel given as code."""
+    return u.op is Op.CALL and isinstance(u.src[0].arg, KernelCode)
