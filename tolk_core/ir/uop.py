@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, Union
 
-from tolk_core.errors import ShapeError, TolkError
+from tolk_core.errors import DTypeError, ShapeError, TolkError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
 from tolk_core.ir.ops import GroupOp, Op, exec_alu, python_alu, truncate
 
@@ -63,6 +63,14 @@ class UOp:
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
+    # facts cached on first use (`_fill`); unset until then, hence the AttributeError the properties catch
+    _topo: tuple[UOp, ...]
+    _shape: tuple[sint, ...] | None
+    _device: str | None
+    # bounds are ints for integer and bool dtypes, floats for floats: the interval arithmetic of `_range` relies
+    # on the dtype, which a checker does not follow, so the slots are Any and `vmin`/`vmax` say int | float
+    _vmin: Any
+    _vmax: Any
 
     def __new__(cls, op: Op, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         if type(src) is not tuple:
@@ -180,7 +188,7 @@ class UOp:
             return self._shape
 
     @property
-    def device(self) -> str | tuple[str, ...] | None:
+    def device(self) -> str | None:
         try:
             return self._device
         except AttributeError:
@@ -188,7 +196,7 @@ class UOp:
             return self._device
 
     @property
-    def vmin(self) -> int | float | bool:
+    def vmin(self) -> int | float:
         """A lower bound of this expression's value (exact for constants and variables)."""
         try:
             return self._vmin
@@ -197,7 +205,7 @@ class UOp:
             return self._vmin
 
     @property
-    def vmax(self) -> int | float | bool:
+    def vmax(self) -> int | float:
         """An upper bound of this expression's value."""
         try:
             return self._vmax
@@ -206,11 +214,23 @@ class UOp:
             return self._vmax
 
     @property
-    def size(self) -> sint:
-        """Number of elements of the tensor-level shape."""
-        if self.shape is None:
+    def tensor_shape(self) -> tuple[sint, ...]:
+        """`shape` where the node must have one (a tensor-level node); ShapeError for a node without one."""
+        if (shape := self.shape) is None:
             raise ShapeError(f"{self.op.name} has no shape")
-        return prod(self.shape)
+        return shape
+
+    @property
+    def ptrdtype(self) -> PtrDType:
+        """This node's dtype, a pointer (a PARAM's, an INDEX's, a kernel-local array's); DTypeError otherwise."""
+        if not isinstance(self.dtype, PtrDType):
+            raise DTypeError(f"{self.op.name} has dtype {self.dtype!r}, not a pointer")
+        return self.dtype
+
+    @property
+    def size(self) -> sint:
+        """Number of elements of the tensor-level shape (ShapeError for a node without one)."""
+        return prod(self.tensor_shape)
 
     # ---------------------------------------------------------------- construction helpers
     @staticmethod
@@ -484,7 +504,12 @@ def smax(*xs: sint) -> sint:
         return max(xs)
     r = xs[0]
     for x in xs[1:]:
-        r = (r if isinstance(r, UOp) else x._ufix(r)).maximum(x)
+        if isinstance(r, UOp):
+            r = r.maximum(x)
+        elif isinstance(x, UOp):
+            r = x._ufix(r).maximum(x)
+        else:
+            r = max(r, x)
     return ssimplify(r)
 
 
@@ -493,7 +518,12 @@ def smin(*xs: sint) -> sint:
         return min(xs)
     r = xs[0]
     for x in xs[1:]:
-        r = (r if isinstance(r, UOp) else x._ufix(r)).minimum(x)
+        if isinstance(r, UOp):
+            r = r.minimum(x)
+        elif isinstance(x, UOp):
+            r = x._ufix(r).minimum(x)
+        else:
+            r = min(r, x)
     return ssimplify(r)
 
 
@@ -512,8 +542,8 @@ def _compute_shape(u: UOp) -> tuple | None:
     if op in GroupOp.ALU or op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.COPY, Op.ASSIGN,
                                    Op.AFTER, Op.BITCAST):
         srcs = u.src if op in GroupOp.ALU else u.src[:1]
-        shapes = [s._shape for s in srcs]
-        if not shapes or any(s is None for s in shapes):
+        shapes = [s._shape for s in srcs if s._shape is not None]
+        if not shapes or len(shapes) < len(srcs):  # no sources, or one without a shape
             return None
         first = shapes[0]
         for s in shapes[1:]:
@@ -596,11 +626,11 @@ def _range(u: UOp) -> tuple[Any, Any]:
     if op is Op.SPECIAL:
         return 0, max(0, u.src[0]._vmax - 1)
     if op is Op.CAST:
-        s = u.src[0]
-        if dt.kind in ("i", "u", "b") and s.dtype.kind in ("i", "u", "b") and dlo <= s._vmin and s._vmax <= dhi:
-            return s._vmin, s._vmax
-        if dt.kind == "f" and s.dtype.kind != "f":
-            return s._vmin, s._vmax
+        x = u.src[0]
+        if dt.kind in ("i", "u", "b") and x.dtype.kind in ("i", "u", "b") and dlo <= x._vmin and x._vmax <= dhi:
+            return x._vmin, x._vmax
+        if dt.kind == "f" and x.dtype.kind != "f":
+            return x._vmin, x._vmax
         return dlo, dhi
     if op not in GroupOp.ALU or dt.count != 1:
         return dlo, dhi
@@ -618,14 +648,14 @@ def _range(u: UOp) -> tuple[Any, Any]:
         r = (-a_hi, -a_lo) if dt.kind != "b" else None
     elif op is Op.MUL:
         if isint or all(math.isfinite(v) for v in (a_lo, a_hi, b_lo, b_hi)):
-            c = (a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi)
+            c: tuple[Any, ...] = (a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi)
             r = (min(c), max(c))
     elif op is Op.MAX:
         r = (max(a_lo, b_lo), max(a_hi, b_hi))
     elif op is Op.IDIV and isint:
         if b_lo > 0 or b_hi < 0:
             from tolk_core.ir.ops import _trunc_div
-            c = [_trunc_div(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi)]
+            c = tuple(_trunc_div(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi))
             r = (min(c), max(c))
     elif op is Op.MOD and isint:
         m = max(abs(b_lo), abs(b_hi)) - 1

@@ -265,7 +265,8 @@ class CStyleRenderer(Renderer):
                 names[u] = u.arg[0]
                 # kernel-local arrays hold values as registers do (float for emulated dtypes: OpenCL has no half
                 # variables without cl_khr_fp16), so their loads and stores convert nothing (`_in_kernel`)
-                lines.append(f"{pad}{self.shared_qualifier}{self.reg_type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+                elem = self.reg_type_name(u.ptrdtype.base)
+                lines.append(f"{pad}{self.shared_qualifier}{elem} {u.arg[0]}[{u.arg[1]}];")
                 continue
             if u.op is Op.BARRIER:
                 lines.append(f"{pad}{self.barrier}")

@@ -437,12 +437,12 @@ class Placements:
 
 
 # ---------------------------------------------------------------- fission bookkeeping
-def promote_crossing(p: Placements, touched: dict[UOp, set[int]]) -> dict[UOp, Placement | None]:
+def promote_crossing(p: Placements, touched: dict[UOp, set[UOp]]) -> dict[UOp, Placement | None]:
     """Kernel fission: every node not materialized (by peek) that kernels two or more touch is promoted
     On_device (FISSION). Returns the undo values (raw entries) of the promoted nodes."""
     undo: dict[UOp, Placement | None] = {}
     for u, kernels in touched.items():
-        if len(kernels) > 1 and not p.is_materialized_peek(u) and p.get(u) is not None and p.get(u)[0] in (L, NV):
+        if len(kernels) > 1 and not p.is_materialized_peek(u) and (pl := p.get(u)) is not None and pl[0] in (L, NV):
             undo[u] = p.raw_entry(u)
             p.promote_local_to_device(u, FISSION)
     return undo
