@@ -18,6 +18,7 @@ from tolk_core.ir.uop import UOp
 from tolk_core.runtime import Buffer
 
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+_RESHAPES = frozenset({Op.RESHAPE})
 
 
 def new_buffer(device: str, size: int, dtype: DType) -> UOp:
@@ -51,9 +52,8 @@ def view_as(buf: UOp, shape: tuple[int, ...]) -> UOp:
 
 def base_buffer(u: UOp) -> UOp | None:
     """The BUFFER that `u` reads whole and in order (u is the buffer or a RESHAPE of it), else None."""
-    while u.op is Op.RESHAPE:
-        u = u.src[0]
-    return u if u.op is Op.BUFFER else None
+    base = u.storage_base(_RESHAPES)
+    return base if base.op is Op.BUFFER else None
 
 
 def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:

@@ -17,13 +17,13 @@ from tolk_core import config
 from tolk_core.codegen import KernelSource, generate
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
+from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.plugins import Device
 from tolk_core.render.cstyle import KernelParam
 from tolk_core.render.renderer import Renderer
-from tolk_core.schedule.prepare import KernelCode
 
 # (opened device, kernel AST) -> (loaded program, its rendered source)
 _programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}

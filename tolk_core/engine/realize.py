@@ -132,7 +132,7 @@ def _forget(written: set[UOp]) -> None:
 
 
 def run_code_call(device: str, call: UOp) -> None:
-    """Run a call of a kernel given as code (`prepare.KernelCode`) now. prepare's `code_call_arguments` puts
+    """Run a call of a kernel given as code (`ir.calls.KernelCode`) now. prepare's `code_call_arguments` puts
     its arguments in the form the call takes: values to materialise are computed into new storage first, and a
     run of storage that starts elsewhere is passed as a view at its byte offset. A run the device cannot view
     (OpenCL sub-buffers start on CL_DEVICE_MEM_BASE_ADDR_ALIGN) goes through new storage: copied in, and
