@@ -6,7 +6,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tolk-installed
 DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
-.PHONY: test demo bench install opencl lint clean conformance example-conformance spec-test
+.PHONY: test demo bench install opencl lint clean conformance example-conformance spec-test gpu-bundle \
+	gpu-bundle-size
 
 test: install opencl lint conformance spec-test
 	$(BIN)/pytest --durations=20
@@ -95,6 +96,29 @@ example-conformance: $(WHEELS)/.deps
 	@mkdir -p $(CONF)
 	cd $(CONF) && ../$(EXVENV)/bin/tolk devices --check && ../$(EXVENV)/bin/pytest -q -p no:cacheprovider \
 	  --pyargs tolk_core.testing --tolk-device EXAMPLE --tolk-device PYTHON --tolk-report example.json
+
+# The GPU check's bundle (docs/gpu.md): what the device machine's image lacks, fetched here, since that machine
+# reaches no registry. Its image already has numpy, setuptools, wheel, pytest, markupsafe, typing-extensions and
+# Tolk's own dependencies, so only pycuda's sdist (built there against its CUDA 13.0) and the four pure or cp312
+# wheels pycuda needs travel. A pycuda wheel built there and copied in here is kept (the check reuses it).
+GPU_BUNDLE := .gpu-bundle
+GPU_BUNDLE_MAX_MIB := 60
+GPU_PIP ?= $(PYTHON) -m pip
+PYCUDA_VERSION := 2026.1
+GPU_WHEELS := pytools==2026.1.1 platformdirs==4.14.9 mako==1.4.3 siphash24==1.9
+GPU_PLATFORM := --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64
+
+gpu-bundle:
+	rm -rf $(GPU_BUNDLE).part && mkdir -p $(GPU_BUNDLE).part
+	$(GPU_PIP) download -q --no-deps $(GPU_PLATFORM) -d $(GPU_BUNDLE).part $(GPU_WHEELS)
+	$(GPU_PIP) download -q --no-deps --no-binary pycuda -d $(GPU_BUNDLE).part pycuda==$(PYCUDA_VERSION)
+	cp $(GPU_BUNDLE)/pycuda-$(PYCUDA_VERSION)-*.whl $(GPU_BUNDLE).part/ 2>/dev/null || true
+	rm -rf $(GPU_BUNDLE) && mv $(GPU_BUNDLE).part $(GPU_BUNDLE)
+	$(MAKE) --no-print-directory gpu-bundle-size
+
+gpu-bundle-size:
+	sh scripts/gpu_bundle_size.sh $(GPU_BUNDLE) $(GPU_BUNDLE_MAX_MIB)
 
 clean:
 	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache .mypy_cache

@@ -53,6 +53,15 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("REDUCEOP_SPLIT_THRESHOLD", int, 32768, "input/output element ratio above which a reduction splits"),
     Setting("PLACEMENT_STACK_THRESHOLD", int, 16384, "bytes above which a value that must not be inlined gets a "
             "device buffer instead of kernel-local scratch; <= 0 turns the size check off (always kernel-local)"),
+    Setting("FUSION_WORK_BOUND", float, 2.0, "the most an inlined value may multiply its kernel's work (executed "
+            "over nominal operations, see docs/placements.md); a value broadcast past it is stored; <= 0: no bound"),
+    Setting("FUSION_MIN_EXCESS", int, 32768, "extra operations below which recomputing an inlined value is always "
+            "accepted, whatever its ratio (storing it would cost a kernel launch and a round trip through memory)"),
+    Setting("KERNEL_MAX_OPS", int, 4096, "operations one fused kernel may hold before the scheduler stores an "
+            "intermediate to split it (a compiler's time grows faster than the kernel); <= 0: no budget"),
+    Setting("KERNEL_MAX_BUFFERS", int, 64, "buffers one fused kernel may read before the scheduler splits it; "
+            "<= 0: no budget"),
+    Setting("COMPILE_WARN_SECONDS", float, 10.0, "a compile taking longer warns, naming its largest kernels"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)"),
     Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
             "the first available), from a file a preference", env="TOLK_DEVICE"),

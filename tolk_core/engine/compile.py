@@ -9,6 +9,8 @@ device, kernel AST); binaries on disk by the device's compiler, rendered sources
 """
 from __future__ import annotations
 
+import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,9 +93,26 @@ def _compile_together(name: str, asts: list[UOp]) -> None:
     module, sources = render_together(asts, device.renderer)
     if config.get("DEBUG") >= 4:
         print(module)
+    start = time.perf_counter()
     lib = device.compiler.compile_cached(module)
+    if (took := time.perf_counter() - start) > config.get("COMPILE_WARN_SECONDS"):
+        _warn_slow(name, took, sources)
     for ast, ks, prg in zip(asts, sources, load(device, sources, lib), strict=True):
         _programs[(device, ast)] = (prg, ks)
+
+
+def _warn_slow(device: str, seconds: float, sources: Sequence[KernelSource]) -> None:
+    """Warn that compiling `sources` for `device` took `seconds`, naming the largest kernels (by source size),
+    which are usually the cause; KERNEL_MAX_OPS splits kernels smaller."""
+    largest = sorted({ks.name: ks for ks in sources}.values(), key=lambda ks: -len(ks.source))[:3]
+    names = ", ".join(f"{ks.name} ({ks.source.count(chr(10)) + 1} lines)" for ks in largest)
+    warnings.warn(f"compiling {len(sources)} kernel(s) for {device} took {seconds:.1f} s; the largest: {names}. "
+                  "A smaller KERNEL_MAX_OPS splits fused kernels before they get this big", CompileTimeWarning,
+                  stacklevel=4)
+
+
+class CompileTimeWarning(UserWarning):
+    """A compile took longer than COMPILE_WARN_SECONDS."""
 
 
 def _code_source(code: KernelCode) -> KernelSource:

@@ -30,7 +30,8 @@ from tolk_core.schedule.prepare import prepare_rangeify, unbind
 
 SCHEDULE_CACHE_SIZE = 512
 # the settings scheduling reads: part of the schedule cache's key
-_SCHEDULE_SETTINGS = ("PLACEMENT_STACK_THRESHOLD", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_SIZE", "REDUCEOP_SPLIT_THRESHOLD")
+_SCHEDULE_SETTINGS = ("PLACEMENT_STACK_THRESHOLD", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_SIZE", "REDUCEOP_SPLIT_THRESHOLD",
+                      "FUSION_WORK_BOUND", "FUSION_MIN_EXCESS", "KERNEL_MAX_OPS", "KERNEL_MAX_BUFFERS")
 # structural key -> (LINEAR with slots for buffers, (size, dtype) of each new buffer's slot, output slots, the
 # placement decisions the compile made, by graph position)
 _schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], int, placements.Decisions]] = {}

@@ -95,6 +95,11 @@ class Provenance:
     39    inline-reduction-cap  placements  heuristic cap: a reduction read by more than one kernel, or broadcast
                                             to its consumer (Never_virtual; `decide_inline` lifts it)
     41    inline-fanin-cap      placements  heuristic cap (reserved): inlining would read too many stored values
+    44    recompute-cap         placements  heuristic cap: a value its consumer broadcasts, whose ops inlined would
+                                            multiply the kernel's work past FUSION_WORK_BOUND (Never_virtual;
+                                            `decide_inline` lifts it)
+    45    kernel-budget         placements  heuristic cap: a value stored to split a kernel that would exceed
+                                            KERNEL_MAX_OPS operations or KERNEL_MAX_BUFFERS buffers
     42    realize-output        rangeify    decision: a value the caller asked for (On_device)
     43    crosses-kernel        rangeify    refinement: stored by one kernel, read by another (On_device)
     46    kernel-scratch        rangeify    refinement: a Never_virtual value settled by size (Local or On_device)
@@ -113,6 +118,8 @@ class Provenance:
     VISIT_CAP: ClassVar[Provenance]
     INLINE_REDUCTION_CAP: ClassVar[Provenance]
     INLINE_FANIN_CAP: ClassVar[Provenance]
+    RECOMPUTE_CAP: ClassVar[Provenance]
+    KERNEL_BUDGET: ClassVar[Provenance]
     READ_BEFORE_WRITE: ClassVar[Provenance]
     SCOPE_LOCAL: ClassVar[Provenance]
     SURVIVING_READ: ClassVar[Provenance]
@@ -142,15 +149,18 @@ class Provenance:
         return f"{self.code}:{self.reason}"
 
 
-# named provenances: tags that code reads back. The first three are heuristic caps, which `decide_inline` may
+# named provenances: tags that code reads back. Those in HEURISTIC_CAPS are heuristic caps, which `decide_inline` may
 # lift (legality and observability verdicts cannot be lifted).
 Provenance.VISIT_CAP = Provenance(1, "visit-cap")
 Provenance.INLINE_REDUCTION_CAP = Provenance(39, "inline-reduction-cap")
 Provenance.INLINE_FANIN_CAP = Provenance(41, "inline-fanin-cap")
+Provenance.RECOMPUTE_CAP = Provenance(44, "recompute-cap")
+Provenance.KERNEL_BUDGET = Provenance(45, "kernel-budget")
 Provenance.READ_BEFORE_WRITE = Provenance(36, "read-before-write")
 Provenance.SCOPE_LOCAL = Provenance(16, "scope-local")
 Provenance.SURVIVING_READ = Provenance(17, "surviving-read")
-HEURISTIC_CAPS = frozenset({Provenance.VISIT_CAP, Provenance.INLINE_REDUCTION_CAP, Provenance.INLINE_FANIN_CAP})
+HEURISTIC_CAPS = frozenset({Provenance.VISIT_CAP, Provenance.INLINE_REDUCTION_CAP, Provenance.INLINE_FANIN_CAP,
+                            Provenance.RECOMPUTE_CAP, Provenance.KERNEL_BUDGET})
 
 # sites that mint tags nobody reads back (codes: the table in Provenance's docstring; one meaning per code)
 CONSTANT = Provenance.site(24, "constant")

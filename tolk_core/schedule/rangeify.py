@@ -118,7 +118,12 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     for u in order:
         if _is_expanding(u):
             x = u.src[0].storage_base(GroupOp.Movement)
-            if x in fused or not cap(x) or not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+            if x in fused or not cap(x):
+                continue
+            if not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+                if _recomputes_too_much(u, x, realized):
+                    _store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)
+                    owners.store_shared(owners.add({x}), p, cap)
                 continue
             if local_axes is not None and _row_fusable(x, users, realized, fused):
                 fused.add(x)
@@ -132,6 +137,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
                 continue
             _store(x, realized, p)
             owners.store_shared(owners.add({x}), p, cap)
+    _split_over_budget(order, realized, p, cap)
     for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
         if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
                 p.is_in_context_force(u, KERNEL_SCRATCH):
@@ -189,12 +195,96 @@ def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused:
     return all(b is x or b in fused for b in _kernel_body(x, realized) if b.op is Op.REDUCE_AXIS)
 
 
-def _store(u: UOp, realized: set[UOp], p: pm.Placements) -> None:
-    """A heuristic cap stores `u`: Never_virtual for the cap, then On_device since its kernel's value is read
-    by another kernel."""
-    p.update(u, pm.NV, pm.Provenance.INLINE_REDUCTION_CAP)
-    p.update(u, pm.OD, pm.Provenance.refined(pm.Provenance.INLINE_REDUCTION_CAP, CROSSES_KERNEL))
+def _store(u: UOp, realized: set[UOp], p: pm.Placements,
+           why: pm.Provenance = pm.Provenance.INLINE_REDUCTION_CAP) -> None:
+    """A heuristic cap (`why`) stores `u`: Never_virtual for the cap, then On_device since its kernel's value is
+    read by another kernel."""
+    p.update(u, pm.NV, why)
+    p.update(u, pm.OD, pm.Provenance.refined(why, CROSSES_KERNEL))
     realized.add(u)
+
+
+def _ops(u: UOp) -> int:
+    """The operations one element of `u` costs where it is computed (a reduction: one per element it reads)."""
+    return 1 if u.op in GroupOp.ALU or u.op is Op.REDUCE_AXIS else 0
+
+
+def _broadcast_factor(view: UOp, base: UOp) -> int | None:
+    """How many times each element of `base` is read by a consumer of `view` (a chain of movements over it):
+    the product of what each EXPAND on the way stretches; None when a size is symbolic."""
+    factor, u = 1, view
+    while u is not base:
+        if u.op is Op.EXPAND:
+            n_in, n_out = u.src[0].size, prod(u.arg)
+            if not (isinstance(n_in, int) and isinstance(n_out, int)):
+                return None
+            factor *= n_out // max(n_in, 1)
+        u = u.src[0]
+    return factor
+
+
+def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp]) -> bool:
+    """Whether inlining `x` into the consumer of its broadcast `view` would multiply that kernel's work past
+    FUSION_WORK_BOUND. Inlined, x's `c` operations per element run once per copy the broadcast makes (factor
+    F) instead of once; the consumer does at least one operation per copy. Its work ratio, executed over
+    nominal operations, is then (c + 1)·F / (c + F): a chain of a few operations broadcast into a matmul passes
+    the bound (stored, computed once), a single scale or cast does not (recomputing it is cheaper than a
+    round trip through memory). Recomputation of fewer than FUSION_MIN_EXCESS extra operations in all is always
+    accepted: storing would cost more (a launch, a write and a read)."""
+    bound = config.get("FUSION_WORK_BOUND")
+    if bound <= 0:
+        return False
+    factor = _broadcast_factor(view, x)
+    if factor is None or factor <= bound or not isinstance(n := x.size, int):
+        return False
+    c = sum(_ops(b) for b in _kernel_body(x, realized))
+    return c > 0 and (c + 1) * factor / (c + factor) > bound and c * n * (factor - 1) >= config.get("FUSION_MIN_EXCESS")
+
+
+def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
+    """Store intermediates of kernels that would exceed KERNEL_MAX_OPS operations or KERNEL_MAX_BUFFERS stored
+    inputs, so no program makes its compiler run for minutes. One pass, sources first: each unstored node
+    carries an estimate of the operations and inputs its kernel body holds up to it (summed along every path:
+    an upper bound, cheap); where the estimate passes half a budget, the body is counted exactly (a walk that
+    stops at the limit) and, when it is really past, the node is stored, starting a fresh count for its
+    readers."""
+    max_ops, max_bufs = config.get("KERNEL_MAX_OPS"), config.get("KERNEL_MAX_BUFFERS")
+    if max_ops <= 0 and max_bufs <= 0:
+        return
+    lim_ops, lim_bufs = max_ops // 2 if max_ops > 0 else None, max_bufs // 2 if max_bufs > 0 else None
+    ops: dict[UOp, int] = {}
+    bufs: dict[UOp, int] = {}
+    for u in order:
+        if u in realized or u.op in _STORAGE:
+            ops[u], bufs[u] = 0, 1
+            continue
+        ops[u] = _ops(u) + sum(ops.get(s, 0) for s in dict.fromkeys(u.src))
+        bufs[u] = sum(bufs.get(s, 0) for s in dict.fromkeys(u.src))
+        if not ((lim_ops is not None and ops[u] > lim_ops) or (lim_bufs is not None and bufs[u] > lim_bufs)):
+            continue
+        ops[u], bufs[u] = _body_size(u, realized, lim_ops, lim_bufs)
+        if ((lim_ops is not None and ops[u] > lim_ops) or (lim_bufs is not None and bufs[u] > lim_bufs)) and \
+                _is_candidate(u) and u.op is not Op.CONST and cap(u):
+            _store(u, realized, p, pm.Provenance.KERNEL_BUDGET)
+            ops[u], bufs[u] = 0, 1
+
+
+def _body_size(root: UOp, realized: set[UOp], lim_ops: int | None, lim_bufs: int | None) -> tuple[int, int]:
+    """(operations, distinct stored inputs) of the unstored body under `root`, counted until either passes its
+    limit (then the count so far, just past it)."""
+    seen, stack, n_ops, inputs = {root}, [root], 0, set()
+    while stack:
+        u = stack.pop()
+        n_ops += _ops(u)
+        for s in u.src:
+            if s in realized or s.op in _STORAGE:
+                inputs.add(s)
+            elif s not in seen:
+                seen.add(s)
+                stack.append(s)
+        if (lim_ops is not None and n_ops > lim_ops) or (lim_bufs is not None and len(inputs) > lim_bufs):
+            break
+    return n_ops, len(inputs)
 
 
 _MANY = object()  # a node computed by more than one kernel
