@@ -101,3 +101,22 @@ def test_write_through_a_bitcast(device) -> None:
     t.bitcast("int32")[1] = Tensor(np.array([1, -1, 0x7F800000, 0x3F800000], np.int32), device=device)
     a.view(np.int32)[1] = [1, -1, 0x7F800000, 0x3F800000]
     np.testing.assert_array_equal(t.numpy().view(np.int32), a.view(np.int32))  # bits, NaN included
+
+
+def test_assigns_into_a_fresh_tensor_keep_its_graph_small(device) -> None:
+    t = Tensor.zeros(4, device=device)
+    sizes = []
+    for _ in range(50):
+        t.assign(t * 2 + 1)
+        sizes.append(len(t.uop.toposort()))
+    assert max(sizes) == min(sizes) <= 4  # storage viewed as is: the graph does not grow with the assigns
+    close(t.numpy(), np.full(4, 2.0 ** 50 - 1, np.float32))
+
+
+def test_assigning_a_tensor_to_a_lazy_one_does_not_alias_it(device) -> None:
+    src = Tensor(np.ones(3, np.float32), device=device)
+    t = Tensor.zeros(3, device=device)
+    t.assign(src)
+    t[0] = 5.0
+    close(src.numpy(), np.ones(3, np.float32))
+    close(t.numpy(), np.array([5, 1, 1], np.float32))

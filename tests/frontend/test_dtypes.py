@@ -1,4 +1,7 @@
-"""Parity with numpy (ml_dtypes for bfloat16) of the core Tensor operations over the dtype matrix, per device.
+"""Parity with numpy (ml_dtypes for bfloat16) of Tensor ops over the dtype matrix, per device: the core ops
+(arithmetic, comparisons, where, casts, movement, sums, matmul, exp/log/sqrt) over every dtype, then the wider
+op surface (maths, division, bitwise, reductions, cat/stack, log_softmax) over the floats and the narrow and wide
+integers (test_parity.py covers float32/int32/bool in depth).
 
 Like test_parity, every case of a device is built first and realized together: one compile per device.
 
@@ -10,11 +13,15 @@ Tolerances, per dtype:
   exact; the tolerance is one rounding of the result to the input dtype (its unit roundoff), which allows the
   result to be returned in the input dtype as well as in the accumulator's.
 - exp/log/sqrt: two units in the last place of the dtype (libm implementations differ by an ulp).
+- the wider op surface: integer and bool results exact; float results against a float64 numpy reference of the
+  same inputs, within 8 units of roundoff of the dtype (relative and absolute): a composite op rounds to the
+  dtype after each of its few primitive steps (float16/bfloat16 compute in float32 and round per operation).
 Integers wrap as in numpy where C defines it (unsigned arithmetic, narrowing conversions); signed overflow is
 undefined in C and OpenCL C, so the int32/int64 inputs stay small.
 """
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -30,6 +37,7 @@ from tolk_core.ir.uop import UOp
 MATRIX: tuple[DType, ...] = (dtypes.bool, dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.float16,
                              dtypes.bfloat16, dtypes.float32, dtypes.float64)
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+INTS = (dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64)
 UNIT_ROUNDOFF = {dtypes.float16: 2.0 ** -11, dtypes.bfloat16: 2.0 ** -8, dtypes.float32: 2.0 ** -24,
                  dtypes.float64: 2.0 ** -53}
 
@@ -39,8 +47,9 @@ class Case:
     inputs: list[np.ndarray]
     fn: Callable                 # applied to Tensors
     ref: Callable                # applied to the numpy inputs
-    rtol: float = 0.0            # 0: exact
+    rtol: float = 0.0            # rtol and atol 0: exact
     by_value: bool = False       # compare values only (reductions: the result dtype is the accumulator's)
+    atol: float = 0.0
 
 
 CASES: dict[str, Case] = {}
@@ -66,8 +75,9 @@ def values(dt: DType, shape: tuple[int, ...], seed: int, *, small: bool = False,
 
 
 def add(name: str, inputs: list[np.ndarray], fn: Callable, ref: Callable | None = None, rtol: float = 0.0,
-        by_value: bool = False) -> None:
-    CASES[name] = Case(inputs, fn, ref or fn, rtol, by_value)
+        by_value: bool = False, atol: float = 0.0) -> None:
+    assert name not in CASES, name
+    CASES[name] = Case(inputs, fn, ref or fn, rtol, by_value, atol)
 
 
 for i, dt in enumerate(MATRIX):
@@ -180,6 +190,83 @@ for j, (p, q) in enumerate(BITCASTS):
         add(f"bitcast_{src.name}_to_{dst.name}", [x], lambda t, d=dst: bitcast(t.T.flip(0), d),
             lambda a, d=dst: np.ascontiguousarray(a.T[::-1]).view(np_dt(d)))
 
+
+# ---------------------------------------------------------------- the wider op surface over floats and integers
+def seeded_values(dt: DType, shape: tuple[int, ...], name: str, low: float, high: float) -> np.ndarray:
+    """Inputs of `dt` uniform in [low, high] (bools: either), from a generator seeded by `name` (crc32)."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    if dtypes.is_bool(dt):
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if dtypes.is_int(dt):
+        return rng.integers(int(low), int(high) + 1, size=shape).astype(dtypes.to_np(dt))
+    return rng.uniform(low, high, size=shape).astype(dtypes.to_np(dt))
+
+
+def add_op(name: str, dt: DType, fn: Callable, ref: Callable, *shapes: tuple[int, ...], low=-3.0,
+           high=3.0) -> None:
+    """A case of the wider op surface: `ref` sees float inputs widened to float64; a float result is compared
+    within 8 units of roundoff of `dt`, any other by value, exactly."""
+    inputs = [seeded_values(dt, s, f"{name}{i}", low, high) for i, s in enumerate(shapes or ((5, 7),))]
+    wide = (lambda *xs: ref(*(x.astype(np.float64) for x in xs))) if dtypes.is_float(dt) else ref
+    tol = 8 * UNIT_ROUNDOFF[dt] if dtypes.is_float(dt) else 0.0
+    add(name, inputs, fn, wide, rtol=tol, by_value=True, atol=tol)
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+for dt in FLOATS:
+    n = dt.name
+    add_op(f"exp2_{n}", dt, lambda x: x.exp2(), np.exp2)
+    add_op(f"log2_{n}", dt, lambda x: x.log2(), np.log2, low=0.25, high=6)
+    add_op(f"sin_{n}", dt, lambda x: x.sin(), np.sin)
+    add_op(f"cos_{n}", dt, lambda x: x.cos(), np.cos)
+    add_op(f"tanh_{n}", dt, lambda x: x.tanh(), np.tanh)
+    add_op(f"sigmoid_{n}", dt, lambda x: x.sigmoid(), _sigmoid)
+    add_op(f"silu_{n}", dt, lambda x: x.silu(), lambda x: x * _sigmoid(x))
+    add_op(f"gelu_{n}", dt, lambda x: x.gelu(),  # torch's approximate="tanh"
+        lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))))
+    add_op(f"rsqrt_{n}", dt, lambda x: x.rsqrt(), lambda x: 1 / np.sqrt(x), low=0.25, high=6)
+    add_op(f"abs_{n}", dt, lambda x: x.abs(), np.abs)
+    add_op(f"clip_{n}", dt, lambda x: x.clip(-1, 1.5), lambda x: np.clip(x, -1, 1.5))
+    add_op(f"pow_{n}", dt, lambda x, y: x ** y, lambda x, y: x ** y, (5, 7), (5, 7), low=0.5, high=2)
+    add_op(f"floordiv_{n}", dt, lambda x, y: x // y, lambda x, y: np.floor(x / y), (5, 7), (5, 7), low=0.5, high=4)
+    add_op(f"log_softmax_{n}", dt, lambda x: x.log_softmax(),
+        lambda x: x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)))
+    add_op(f"var_{n}", dt, lambda x: x.var(axis=1), lambda x: x.var(axis=1, ddof=1))
+    add_op(f"prod_{n}", dt, lambda x: x.prod(axis=0), lambda x: x.prod(axis=0), (4, 6), low=0.5, high=1.5)
+    add_op(f"argmax_{n}", dt, lambda x: x.argmax(axis=1), lambda x: x.argmax(axis=1))
+    add_op(f"cat_{n}", dt, lambda x, y: x.cat(y, dim=0), lambda x, y: np.concatenate([x, y]), (2, 3), (4, 3))
+
+for dt in INTS:
+    n, signed = dt.name, not dtypes.is_unsigned(dt)
+    lo, hi = (-100, 100) if signed else (0, 200)
+    add_op(f"floordiv_{n}", dt, lambda x, y: x // y, lambda x, y: x // y, (5, 7), (1, 7), low=1, high=hi)
+    add_op(f"mod_{n}", dt, lambda x, y: x % y, lambda x, y: x % y, (5, 7), (1, 7), low=1, high=hi)
+    if signed:
+        add_op(f"floordiv_neg_{n}", dt, lambda x, y: x // (-y), lambda x, y: x // (-y), (5, 7), (1, 7), low=1, high=9)
+        add_op(f"mod_neg_{n}", dt, lambda x, y: x % (-y), lambda x, y: x % (-y), (5, 7), (1, 7), low=1, high=9)
+        add_op(f"abs_{n}", dt, lambda x: x.abs(), np.abs, low=lo, high=hi)
+    add_op(f"and_{n}", dt, lambda x, y: x & y, lambda x, y: x & y, (5, 7), (5, 7), low=lo, high=hi)
+    add_op(f"or_{n}", dt, lambda x, y: x | y, lambda x, y: x | y, (5, 7), (5, 7), low=lo, high=hi)
+    add_op(f"xor_{n}", dt, lambda x, y: x ^ y, lambda x, y: x ^ y, (5, 7), (5, 7), low=lo, high=hi)
+    add_op(f"invert_{n}", dt, lambda x: ~x, np.invert, low=lo, high=hi)
+    add_op(f"shl_{n}", dt, lambda x: x << 2, lambda x: x << 2, low=0, high=20)
+    add_op(f"shr_{n}", dt, lambda x: x >> 1, lambda x: x >> 1, low=0, high=hi)
+    add_op(f"clip_{n}", dt, lambda x: x.clip(3, 50), lambda x: np.clip(x, 3, 50), low=lo, high=hi)
+    add_op(f"prod_{n}", dt, lambda x: x.prod(axis=0), lambda x: x.prod(axis=0), (3, 5), low=1, high=3)
+    add_op(f"argmin_{n}", dt, lambda x: x.argmin(axis=0), lambda x: x.argmin(axis=0), low=lo, high=hi)
+    add_op(f"any_{n}", dt, lambda x: x.any(axis=1), lambda x: x.any(axis=1), low=0, high=1)
+    add_op(f"all_{n}", dt, lambda x: x.all(axis=1), lambda x: x.all(axis=1), low=0, high=1)
+    add_op(f"stack_{n}", dt, lambda x, y: x.stack(y, dim=1), lambda x, y: np.stack([x, y], 1), (2, 3), (2, 3))
+
+add_op("and_bool", dtypes.bool, lambda x, y: x & y, lambda x, y: x & y, (5, 7), (5, 7))
+add_op("xor_bool", dtypes.bool, lambda x, y: x ^ y, lambda x, y: x ^ y, (5, 7), (5, 7))
+add_op("invert_bool", dtypes.bool, lambda x: ~x, np.invert)
+add_op("any_bool", dtypes.bool, lambda x: x.any(axis=0), lambda x: x.any(axis=0))
+
+
 DEVICE_RESULTS: dict[str, dict[str, object]] = {}
 
 
@@ -199,16 +286,18 @@ def _results(device: str) -> dict[str, object]:
     return DEVICE_RESULTS[device]
 
 
-def check(got: np.ndarray, want: np.ndarray, rtol: float, by_value: bool) -> None:
+def check(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, by_value: bool) -> None:
+    """`got` equals numpy's `want`: within rtol/atol where either is set and `want` holds floats (bfloat16 too,
+    whose numpy kind is "V"), else exactly (and of `want`'s dtype unless `by_value`)."""
     want = np.asarray(want)
     assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
-    if rtol == 0:
+    if not (rtol or atol) or want.dtype.kind in "iub":
         # exact, compared as values in float64 (bfloat16 and float16 widen exactly); NaN equals NaN
         assert by_value or got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
         np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
         np.testing.assert_array_equal(np.signbit(got.astype(np.float64)), np.signbit(want.astype(np.float64)))
     else:
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=0)
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -217,11 +306,11 @@ def test_dtype_parity(device: str, name: str) -> None:
     got = _results(device)[name]
     if isinstance(got, Exception):
         raise got
-    with np.errstate(over="ignore", invalid="ignore"):  # the special cases overflow and meet NaN on purpose
+    with np.errstate(all="ignore"):  # the special cases overflow and meet NaN on purpose, x // 0 is 0
         want = case.ref(*case.inputs)
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,),
                     strict=True):
-        check(g.numpy(), w, case.rtol, case.by_value)
+        check(g.numpy(), w, case.rtol, case.atol, case.by_value)
 
 
 def test_matrix_covers_every_dtype_and_cast() -> None:

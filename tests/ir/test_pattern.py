@@ -59,6 +59,38 @@ def test_pattern_matcher_ctx_names_and_compose():
     assert seen == [i]
 
 
+
+def test_matcher_counts_the_rules_that_fire_by_name():
+    """`fires` counts a rule each time its replacement wins: not when it declines (None) or returns its input;
+    matchers given one Counter share it, and `+` keeps a shared one."""
+    from collections import Counter
+    i = Variable("i", 0, 9)
+    zero, two = UOp.const(dtypes.index, 0), UOp.const(dtypes.index, 2)
+
+    def drop_add_zero(x):
+        return x
+
+    def note_mul_by_two(ctx, x):  # gets the matcher's ctx, notes that it ran, declines
+        ctx.append(x)
+        return None
+
+    own = PatternMatcher([(UPat.var("x") + 0, drop_add_zero), (UPat.var("x") * 2, note_mul_by_two),
+                          (UPat(Op.NEG, name="x"), lambda x: x, "keep_neg")])
+    e = UOp(Op.ADD, dtypes.index, (UOp(Op.MUL, dtypes.index, (UOp(Op.ADD, dtypes.index, (i, zero)), two)), zero))
+    e = UOp(Op.NEG, dtypes.index, (e,))
+    seen: list = []
+    out = graph_rewrite(e, own, ctx=seen)
+    assert out.op is Op.NEG and out.src[0].op is Op.MUL and out.src[0].src[0] is i
+    assert own.fires == Counter({"drop_add_zero": 2}) and len(seen) == 1  # keep_neg returned its input
+    shared: Counter[str] = Counter()
+    a = PatternMatcher([(UPat.var("x") + 0, drop_add_zero)], shared)
+    b = PatternMatcher([(UPat(Op.NEG, src=(UPat(Op.NEG, src=(UPat.var("x"),)),)), lambda x: x, "neg_neg")], shared)
+    both = a + b
+    assert both.fires is shared and (a + own).fires is not shared
+    graph_rewrite(UOp(Op.NEG, dtypes.index, (UOp(Op.NEG, dtypes.index, (e.src[0],)),)), both)
+    graph_rewrite(e.src[0], a)
+    assert shared == Counter({"drop_add_zero": 4, "neg_neg": 1})
+
 def test_graph_rewrite_fixed_point_and_modes():
     i = Variable("i", 0, 9)
     zero = UOp.const(dtypes.index, 0)

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.frontend import test_dtypes, test_ops_dtypes, test_ops_parity, test_parity
+from tests.frontend import test_dtypes, test_parity
 from tests.render.kernels import kernel_asts
 from tolk_core.codegen import generate
 from tolk_core.frontend.tensor import Tensor
@@ -29,9 +29,7 @@ def suite_tensors() -> list[Tensor]:
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy overflow in the float16 inputs, intended
         for name, case in test_parity.CASES.items():
             out.append(case.fn(*(Tensor(x, device="CPU") for x in test_parity._inputs(name, case))))
-        for name, case in test_ops_parity.CASES.items():
-            out.append(case.fn(*(Tensor(x, device="CPU") for x in test_ops_parity._inputs(name, case))))
-        for case in (*test_dtypes.CASES.values(), *test_ops_dtypes.CASES.values()):
+        for case in test_dtypes.CASES.values():
             got = case.fn(*(Tensor(x, device="CPU") for x in case.inputs))
             out.extend(got if isinstance(got, tuple) else (got,))
     return out

@@ -50,104 +50,122 @@ def is_array(u: UOp) -> bool:
     return u.op in (Op.DEFINE_REG, Op.DEFINE_LOCAL) and isinstance(u.dtype, PtrDType)
 
 
-def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
-    """The kernel `sink` (STOREs, possibly wrapped in END(store, *ranges)) as a flat program.
-
-    With a `guard`, the program starts with `IF(guard, arg="return")`: work items where it is false stop.
-    """
-    deps = range_deps(sink)
+def _siblings(sink: UOp, deps: dict[UOp, frozenset[UOp]]) -> dict[tuple, list[UOp]]:
+    """Reductions folded in one loop, by (their loop ranges, the output ranges they depend on): only reductions
+    directly in output loops (inside another reduction's loop each copy of that loop is its own loop, and a
+    sibling folded in one copy would be out of scope in the others)."""
     siblings: dict[tuple, list[UOp]] = {}
     for u in sink.toposort():
-        # only reductions directly in output loops: inside another reduction's loop, each copy of that loop is
-        # its own loop, and a sibling folded in one copy would be out of scope in the others
         if u.op is Op.REDUCE and not any(b.op is Op.REDUCE for b in u.src[0].toposort()) and \
                 all(d.arg[1] is not AxisType.REDUCE for d in deps[u]):
             siblings.setdefault((u.src[1:], deps[u]), []).append(u)
-    stack: list[_Loop] = [_Loop(None)]
-    placed: set[UOp] = set()
+    return siblings
 
-    def block_for(u: UOp) -> list:
-        for loop in reversed(stack):
-            if loop.rng is not None and loop.rng in deps[u]:
+
+class _Linearizer:
+    """The program being built: `stack` the loops open now (the kernel's top level first), `placed` the nodes
+    emitted already, `deps` each node's ranges (which loop it goes in)."""
+
+    def __init__(self, sink: UOp):
+        self.deps = range_deps(sink)
+        self.siblings = _siblings(sink, self.deps)
+        self.stack: list[_Loop] = [_Loop(None)]
+        self.placed: set[UOp] = set()
+
+    def block_for(self, u: UOp) -> list:
+        """The body of the innermost open loop among the ranges `u` depends on (the top level if none)."""
+        for loop in reversed(self.stack):
+            if loop.rng is not None and loop.rng in self.deps[u]:
                 return loop.body
-        return stack[0].body
+        return self.stack[0].body
 
-    def close(n: int, target: list) -> None:
+    def close(self, n: int, target: list) -> None:
         """Close the innermost `n` loops, each inside the next; the outermost lands in `target`."""
         for i in range(n):
-            loop = stack.pop()
+            loop = self.stack.pop()
             assert loop.rng is not None, "the kernel's top level (stack[0]) is never closed"
-            (target if i == n - 1 else stack[-1].body).extend([loop.rng, *loop.body, UOp(Op.END, dtypes.void,
-                                                                                        (loop.rng,))])
+            (target if i == n - 1 else self.stack[-1].body).extend([loop.rng, *loop.body, UOp(Op.END, dtypes.void,
+                                                                                             (loop.rng,))])
 
-    def emit(u: UOp) -> None:
-        # iterative post-order: sources first; REDUCE opens and closes its own loops
+    def open_loop(self, rng: UOp) -> None:
+        self.emit(rng.src[0])  # a symbolic bound is computed before its loop
+        self.stack.append(_Loop(rng))
+
+    def emit(self, u: UOp) -> None:
+        """`u` and every source not placed yet, sources first (an iterative post-order); REDUCE opens and
+        closes its own loops, an array fill (END or bare STORE) is emitted with its loops."""
         work = [(u, False)]
         while work:
             x, expanded = work.pop()
-            if x in placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR) or is_array(x):
+            if x in self.placed or x.op in (Op.RANGE, Op.CONST, Op.PARAM, Op.DEFINE_VAR) or is_array(x):
                 continue  # (an array is declared by its fill)
             if x.op is Op.REDUCE:
-                emit_reduce(x)
+                self.emit_reduce(x)
                 continue
             if x.op is Op.END or (x.op is Op.STORE and is_array(x.src[0].src[0])):
-                emit_fill(x)
+                self.emit_fill(x)
                 continue
             if not expanded:
                 work.append((x, True))
                 work.extend((s, False) for s in reversed(x.src))
                 continue
-            block_for(x).append(x)
-            placed.add(x)
+            self.block_for(x).append(x)
+            self.placed.add(x)
 
-    def emit_reduce(r: UOp) -> None:
-        group = siblings.get((r.src[1:], deps[r]), [])
-        group = [x for x in group if x not in placed] if r in group else [r]
-        target = block_for(r)  # the reduction's loops go where its value is needed, not where it was asked for
+    def emit_reduce(self, r: UOp) -> None:
+        group = self.siblings.get((r.src[1:], self.deps[r]), [])
+        group = [x for x in group if x not in self.placed] if r in group else [r]
+        target = self.block_for(r)  # the reduction's loops go where its value is needed, not where it was asked for
         regs = [UOp(Op.DEFINE_REG, x.dtype, (), x) for x in group]
         target.extend(regs)
         rngs = [s for s in r.src[1:] if s.op is Op.RANGE]
         for rng in rngs:
-            open_loop(rng)
+            self.open_loop(rng)
         for x, reg in zip(group, regs, strict=True):
-            emit(x.src[0])
-            stack[-1].body.append(UOp(Op.ASSIGN, x.dtype, (reg, x.src[0]), x.arg))
-        close(len(rngs), target)
-        placed.update(group)
+            self.emit(x.src[0])
+            self.stack[-1].body.append(UOp(Op.ASSIGN, x.dtype, (reg, x.src[0]), x.arg))
+        self.close(len(rngs), target)
+        self.placed.update(group)
 
-    def emit_fill(fill: UOp) -> None:
-        target = block_for(fill)
+    def emit_fill(self, fill: UOp) -> None:
+        target = self.block_for(fill)
         store = fill.src[0] if fill.op is Op.END else fill
-        if (arr := store.src[0].src[0]) not in placed:  # declared where it is first filled
+        if (arr := store.src[0].src[0]) not in self.placed:  # declared where it is first filled
             target.append(arr)
-            placed.add(arr)
+            self.placed.add(arr)
         rngs = [s for s in fill.src[1:] if s.op is Op.RANGE] if fill.op is Op.END else []
         for rng in rngs:
-            open_loop(rng)
+            self.open_loop(rng)
         for s in store.src:
-            emit(s)
-        (stack[-1].body if rngs else target).append(store)
-        close(len(rngs), target)
-        placed.update((fill, store))
+            self.emit(s)
+        (self.stack[-1].body if rngs else target).append(store)
+        self.close(len(rngs), target)
+        self.placed.update((fill, store))
 
-    def open_loop(rng: UOp) -> None:
-        emit(rng.src[0])  # a symbolic bound is computed before its loop
-        stack.append(_Loop(rng))
+    def emit_tops(self, tops: list[UOp]) -> None:
+        """The kernel's stores in order; adjacent END tops over the same ranges (unrolled copies) share loops."""
+        while tops:
+            top = tops.pop(0)
+            if top.op is not Op.END:
+                self.emit(top)
+                continue
+            rngs = [s for s in top.src[1:] if s.op is Op.RANGE]
+            for rng in rngs:
+                self.open_loop(rng)
+            self.emit(top.src[0])
+            while tops and tops[0].op is Op.END and tops[0].src[1:] == top.src[1:]:  # unrolled copies
+                self.emit(tops.pop(0).src[0])
+            self.close(len(rngs), self.stack[0].body)
 
+
+def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:
+    """The kernel `sink` (STOREs, possibly wrapped in END(store, *ranges)) as a flat program.
+
+    With a `guard`, the program starts with `IF(guard, arg="return")`: work items where it is false stop.
+    """
+    lin = _Linearizer(sink)
     if guard is not None:
-        emit(guard)
-        stack[0].body.append(UOp(Op.IF, dtypes.void, (guard,), "return"))
-    tops = list(sink.src)
-    while tops:
-        top = tops.pop(0)
-        if top.op is not Op.END:
-            emit(top)
-            continue
-        rngs = [s for s in top.src[1:] if s.op is Op.RANGE]
-        for rng in rngs:
-            open_loop(rng)
-        emit(top.src[0])
-        while tops and tops[0].op is Op.END and tops[0].src[1:] == top.src[1:]:  # unrolled copies
-            emit(tops.pop(0).src[0])
-        close(len(rngs), stack[0].body)
-    return stack[0].body
+        lin.emit(guard)
+        lin.stack[0].body.append(UOp(Op.IF, dtypes.void, (guard,), "return"))
+    lin.emit_tops(list(sink.src))
+    return lin.stack[0].body

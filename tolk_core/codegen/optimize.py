@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import is_array, range_deps
@@ -401,6 +402,76 @@ def _lanes_apart(ast: UOp, lanes: list[UOp]) -> bool:
     return True
 
 
+def _ended(x: UOp, step: UOp) -> UOp:
+    return UOp(Op.END, dtypes.void, (x, step)) if step.op is Op.RANGE else x
+
+
+def _gated(index: UOp, valid: UOp | None) -> UOp:
+    """`index` valid only where `valid` also holds (None: unchanged)."""
+    if valid is None:
+        return index
+    gate = valid if len(index.src) < 3 else index.src[2].alu(Op.AND, valid)
+    return index.replace(src=(*index.src[:2], gate))
+
+
+class _GroupShare:
+    """The `local` items of one work group (item `lid`) sharing a row's work: a loop nest split over them
+    (`strided`), a reduction folded by the group (`reduce`), an array filled by the group (`fill`). New loops
+    are numbered from `ids`, shared-memory partial results named temp0, temp1, ... in order."""
+
+    def __init__(self, local: int, ids: Iterator[int]):
+        self.local, self.ids, self.temps = local, ids, 0
+        self.lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
+
+    def strided(self, rngs: list[UOp], kind: AxisType) -> tuple[UOp, UOp | None, dict[UOp, UOp]]:
+        """(the loop over this item's share of `rngs`' flat extent, the in-extent gate or None, each range's
+        value at the item's clamped position)."""
+        sizes = [_size(r) for r in rngs]
+        n = math.prod(sizes)
+        steps = -(-n // self.local)
+        step = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, steps),), (next(self.ids), kind)) if steps > 1 \
+            else UOp.const(dtypes.index, 0)
+        pos = step * self.local + self.lid
+        valid = None if n == steps * self.local else pos < n
+        at = pos if valid is None else valid.where(pos, UOp.const(dtypes.index, n - 1))
+        return step, valid, {r: (at // math.prod(sizes[i + 1:])) % sizes[i] for i, r in enumerate(rngs)}
+
+    def reduce(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
+        """Reduction `u` (its sources `src` rewritten) as a group reduction: strided partial results meet in
+        shared memory behind a barrier, item 0 folds them and shares the total behind a second barrier."""
+        local, lid = self.local, self.lid
+        step, valid, at = self.strided([s for s in u.src[1:] if s.op is Op.RANGE], AxisType.REDUCE)
+        body = src[0].substitute(at)
+        if valid is not None:
+            body = valid.where(body, UOp.const(u.dtype, identity_element(u.arg, u.dtype)))
+        partial = UOp(Op.REDUCE, u.dtype, (body, step), u.arg) if step.op is Op.RANGE else body
+        temp = UOp(Op.DEFINE_LOCAL, u.dtype.ptr(local, AddrSpace.LOCAL), (), (f"temp{self.temps}", local))
+        self.temps += 1
+        barrier = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
+            UOp(Op.INDEX, temp.dtype, (temp, lid)), partial)),))
+        # item 0 alone folds the partial results (every item folding them all cost local^2 per group) and
+        # publishes the total in slot 0, which it alone has read; a second barrier, and every item reads it
+        first = lid < 1
+        folds = first.where(UOp.const(dtypes.index, local), UOp.const(dtypes.index, 0))
+        slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(self.ids), AxisType.REDUCE))
+        total = UOp(Op.REDUCE, u.dtype, (UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)),
+                                                                  barrier)), slot), u.arg)
+        zero = UOp.const(dtypes.index, 0)
+        published = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
+            UOp(Op.INDEX, temp.dtype, (temp, zero, first)), total)),))
+        return UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, zero)), published))
+
+    def fill(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
+        """Array fill `u` (END(STORE(INDEX(array, i), value), *ranges), or the bare STORE of a 1-element array;
+        its sources `src` rewritten) done by the group, behind a barrier."""
+        store = src[0] if u.op is Op.END else u.replace(src=src)
+        rngs = [s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else []
+        step, valid, at = self.strided(rngs, AxisType.LOCAL)
+        store = store.substitute(at)
+        store = store.replace(src=(_gated(store.src[0], valid), *store.src[1:]))
+        return UOp(Op.BARRIER, dtypes.void, (_ended(store, step),))
+
+
 def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None:
     """One work group per row: for a kernel holding kernel-local arrays (Local rows) or reductions that depend
     on only some output ranges (the row's), computed once per row and shared by the row's items. None when the
@@ -427,36 +498,11 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
     shared = sum(a.arg[1] * a.ptrdtype.base.itemsize for a in arrays) + sum(local * r.dtype.itemsize for r in reduces)
     if shared > renderer.shared_bytes:
         return None
-    lid = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, local),), ("lidx0", 0))
+    share = _GroupShare(local, itertools.count(max(r.arg[0] for r in nodes if r.op is Op.RANGE) + 1))
     n_rows = math.prod(_const_size(r) for r in rows)
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("gidx0", 0))
-    ids = itertools.count(max(r.arg[0] for r in nodes if r.op is Op.RANGE) + 1)
-
-    def strided(rngs: list[UOp], kind: AxisType) -> tuple[UOp, UOp | None, dict[UOp, UOp]]:
-        """(the loop over this item's share of `rngs`' flat extent, the in-extent gate or None, each range's
-        value at the item's clamped position)."""
-        sizes = [_size(r) for r in rngs]
-        n = math.prod(sizes)
-        steps = -(-n // local)
-        step = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, steps),), (next(ids), kind)) if steps > 1 \
-            else UOp.const(dtypes.index, 0)
-        pos = step * local + lid
-        valid = None if n == steps * local else pos < n
-        at = pos if valid is None else valid.where(pos, UOp.const(dtypes.index, n - 1))
-        return step, valid, {r: (at // math.prod(sizes[i + 1:])) % sizes[i] for i, r in enumerate(rngs)}
-
-    def ended(x: UOp, step: UOp) -> UOp:
-        return UOp(Op.END, dtypes.void, (x, step)) if step.op is Op.RANGE else x
-
-    def gated(index: UOp, valid: UOp | None) -> UOp:
-        if valid is None:
-            return index
-        gate = valid if len(index.src) < 3 else index.src[2].alu(Op.AND, valid)
-        return index.replace(src=(*index.src[:2], gate))
-
     new: dict[UOp, UOp] = {r: (group // math.prod(_size(x) for x in rows[i + 1:])) % _size(r)
                            for i, r in enumerate(rows)}
-    temps = 0
     for u in nodes:
         if u in new or u.op is Op.SINK or (u.op is Op.END and u in ast.src):
             continue
@@ -465,42 +511,17 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
             continue
         src = tuple(new.get(s, s) for s in u.src)
         if u.op is Op.REDUCE:
-            rngs = [s for s in u.src[1:] if s.op is Op.RANGE]
-            step, valid, at = strided(rngs, AxisType.REDUCE)
-            body = src[0].substitute(at)
-            if valid is not None:
-                body = valid.where(body, UOp.const(u.dtype, identity_element(u.arg, u.dtype)))
-            partial = UOp(Op.REDUCE, u.dtype, (body, step), u.arg) if step.op is Op.RANGE else body
-            temp = UOp(Op.DEFINE_LOCAL, u.dtype.ptr(local, AddrSpace.LOCAL), (), (f"temp{temps}", local))
-            temps += 1
-            barrier = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
-                UOp(Op.INDEX, temp.dtype, (temp, lid)), partial)),))
-            # item 0 alone folds the partial results (every item folding them all cost local^2 per group) and
-            # publishes the total in slot 0, which it alone has read; a second barrier, and every item reads it
-            first = lid < 1
-            folds = first.where(UOp.const(dtypes.index, local), UOp.const(dtypes.index, 0))
-            slot = UOp(Op.RANGE, dtypes.index, (folds,), (next(ids), AxisType.REDUCE))
-            total = UOp(Op.REDUCE, u.dtype, (UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, slot)),
-                                                                      barrier)), slot), u.arg)
-            zero = UOp.const(dtypes.index, 0)
-            published = UOp(Op.BARRIER, dtypes.void, (UOp(Op.STORE, dtypes.void, (
-                UOp(Op.INDEX, temp.dtype, (temp, zero, first)), total)),))
-            new[u] = UOp(Op.LOAD, u.dtype, (UOp(Op.INDEX, temp.dtype, (temp, zero)), published))
-        elif u in fills:  # END(STORE(INDEX(array, i), value), *ranges), or the bare STORE of a 1-element array
-            store = src[0] if u.op is Op.END else u.replace(src=src)
-            rngs = [s for s in u.src[1:] if s.op is Op.RANGE] if u.op is Op.END else []
-            step, valid, at = strided(rngs, AxisType.LOCAL)
-            store = store.substitute(at)
-            store = store.replace(src=(gated(store.src[0], valid), *store.src[1:]))
-            new[u] = UOp(Op.BARRIER, dtypes.void, (ended(store, step),))
+            new[u] = share.reduce(u, src)
+        elif u in fills:
+            new[u] = share.fill(u, src)
         elif src != u.src:
             new[u] = u.replace(src=src)
     tops = []
     for top in ast.src:
         store = new.get(top.src[0], top.src[0]) if top.op is Op.END else new.get(top, top)
-        step, valid, at = strided(inner, AxisType.LOOP)
+        step, valid, at = share.strided(inner, AxisType.LOOP)
         store = store.substitute(at)
-        tops.append(ended(store.replace(src=(gated(store.src[0], valid), *store.src[1:])), step))
+        tops.append(_ended(store.replace(src=(_gated(store.src[0], valid), *store.src[1:])), step))
     return Plan(UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), global_size=(n_rows, 1, 1),
                 local_size=(local, 1, 1))
 

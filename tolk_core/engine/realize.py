@@ -28,7 +28,7 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule import prepare
+from tolk_core.schedule import placements, prepare
 from tolk_core.schedule.prepare import storage_base
 
 # values already computed: value UOp -> the storage view holding it (lives as long as the value does)
@@ -52,7 +52,7 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     # reuse values computed by earlier realizes that these graphs still read
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
     if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
-        sink = sink.substitute(known)
+        sink = sink.substitute(known, placements.carry_intent)
     sink = _copy_across_devices(device, sink)
     for u in sink.src:
         _refuse_disk(device, u)

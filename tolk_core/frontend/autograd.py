@@ -30,7 +30,7 @@ from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule import prepare
+from tolk_core.schedule import placements, prepare
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -148,8 +148,16 @@ _RULES: dict[Op, Rule] = {
     Op.FLIP: lambda u, g: (UOp(Op.FLIP, g.dtype, (g,), u.arg),),
     Op.CONTIGUOUS: lambda u, g: (g,),
     Op.DETACH: lambda u, g: (None,),
-    Op.CONTIGUOUS_BACKWARD: lambda u, g: (UOp(Op.CONTIGUOUS, g.dtype, (g,)),),
+    Op.CONTIGUOUS_BACKWARD: lambda u, g: (_stored(g),),
 }
+
+
+def _stored(g: UOp) -> UOp:
+    """The gradient `g` stored once (as `contiguous()` stores a value): every reader of the gradient arriving at
+    a `contiguous_backward()` reads its buffer instead of recomputing it."""
+    out = UOp(Op.CONTIGUOUS, g.dtype, (g,))
+    placements.seed_contiguous(out)
+    return out
 
 
 def _differentiable(u: UOp) -> bool:

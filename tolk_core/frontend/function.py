@@ -47,7 +47,7 @@ class CallError(TolkError, ValueError):
 
 def _param_of(u: UOp) -> UOp | None:
     """The PARAM placeholder that `u` views (through movements, bitcasts and states after stores), else None."""
-    if not tensor_mod._views_param(u):
+    if not tensor_mod.views_param(u):
         return None
     while u.op is not Op.PARAM:
         u = u.src[0]
@@ -145,7 +145,7 @@ def _perform_stores(name: str, traced: _Traced, args: list[Tensor]) -> tuple[tup
     nested = bool(_traces) and any(_param_of(a.uop) is not None for a in args)
     for p in written:  # a stored argument must be storage (or a placeholder of an enclosing trace)
         a = args[p.arg[0]]
-        if _param_of(a.uop) is None and not tensor_mod._views_storage(a.uop):
+        if _param_of(a.uop) is None and not tensor_mod.views_storage(a.uop):
             a.realize()
     first = {p: next(i for i, s in enumerate(traced.stores) if _param_of(s.src[0]) is p) for p in written}
     # (inside another body the enclosing call takes its own copies: nothing runs while tracing)

@@ -1,5 +1,7 @@
 """Seeded random tensors: `manual_seed`, `rand`, `uniform`, `randn`, computed on the device from uint32 ops.
 
+An op belongs here when it draws values from the seeded stream (and so advances its counter).
+
 Counter-based: element i of a draw is a hash of (seed, counter, i), built from uint32 XOR, shifts and
 multiplies (two rounds of murmur3's 32-bit finaliser). Nothing is uploaded: the element index is itself
 computed (`_iota`). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets

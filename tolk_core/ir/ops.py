@@ -118,7 +118,8 @@ class GroupOp:
                          Op.AFTER})
 
 
-def _trunc_div(a: int, b: int) -> int:
+def trunc_div(a: int, b: int) -> int:
+    """C's integer `/`: the quotient rounded toward zero (Python's `//` rounds toward -inf); `b` is not 0."""
     q = abs(a) // abs(b)
     return q if (a < 0) == (b < 0) else -q
 
@@ -127,7 +128,7 @@ def _trunc_mod(a: int | float, b: int | float) -> int | float:
     """C's `%` on integers; fmod on floats (the renderers' MOD of a float: NaN for a zero divisor)."""
     if isinstance(a, float) or isinstance(b, float):
         return math.fmod(a, b) if b != 0 and math.isfinite(a) and b == b else math.nan
-    return a - b * _trunc_div(a, b)
+    return a - b * trunc_div(a, b)
 
 
 def _fdiv(a: float, b: float) -> float:
@@ -149,7 +150,7 @@ python_alu: dict[Op, Callable[..., Any]] = {
     Op.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Op.TRUNC: lambda x: x if not math.isfinite(x) else
     float(math.trunc(x)),
     Op.ADD: lambda a, b: a + b, Op.SUB: lambda a, b: a - b, Op.MUL: lambda a, b: a * b, Op.FDIV: _fdiv,
-    Op.IDIV: _trunc_div, Op.MOD: _trunc_mod, Op.MAX: _nan_max,
+    Op.IDIV: trunc_div, Op.MOD: _trunc_mod, Op.MAX: _nan_max,
     Op.CMPLT: lambda a, b: a < b, Op.CMPNE: lambda a, b: a != b, Op.CMPEQ: lambda a, b: a == b,
     Op.AND: lambda a, b: a & b, Op.OR: lambda a, b: a | b, Op.XOR: lambda a, b: a ^ b,
     Op.SHL: lambda a, b: a << b, Op.SHR: lambda a, b: a >> b,

@@ -1,12 +1,14 @@
 """Pattern matching and graph rewriting.
 
-`UPat` describes a node shape; `PatternMatcher` holds named rules (pattern, callable); `graph_rewrite`
-applies a matcher to a whole graph to a fixed point, memoised per node and without recursion.
+`UPat` describes a node shape; `PatternMatcher` holds named rules (pattern, callable) and counts how often
+each fired; `graph_rewrite` applies a matcher to a whole graph to a fixed point, memoised per node and without
+recursion.
 """
 from __future__ import annotations
 
 import inspect
 import itertools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -183,9 +185,15 @@ class Rule:
 class PatternMatcher:
     """An ordered list of rules `(UPat, callable[, name])`. The callable receives the named captures as
     keyword arguments (and `ctx` when its signature has that parameter) and returns a replacement UOp or
-    None for "no change". The first rule that returns a node different from the input wins."""
+    None for "no change". The first rule that returns a node different from the input wins.
 
-    def __init__(self, rules: Sequence[tuple | Rule]):
+    A rule's name is the third tuple entry, else the callable's `__name__` (a lambda's: its file and line).
+    `fires` counts each win by rule name: a Counter of the matcher's own, or one that several matchers share
+    when they are given the same (a pass family's tally, e.g. prepare's `rule_fires`). A matcher made with `+`
+    shares its operands' Counter when they share one, and has its own otherwise."""
+
+    def __init__(self, rules: Sequence[tuple | Rule], fires: Counter[str] | None = None):
+        self.fires: Counter[str] = Counter() if fires is None else fires
         self.rules: list[Rule] = []
         for i, r in enumerate(rules):
             if isinstance(r, Rule):
@@ -215,15 +223,16 @@ class PatternMatcher:
         return p.op
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
-        return PatternMatcher(self.rules + other.rules)
+        return PatternMatcher(self.rules + other.rules, self.fires if self.fires is other.fires else None)
 
     def rewrite(self, u: UOp, ctx: Any = None, fired: list[str] | None = None) -> UOp | None:
-        """The first rule's replacement for `u`, or None when no rule changes it. Appends the firing rule's
-        name to `fired` when given."""
+        """The first rule's replacement for `u`, or None when no rule changes it. Counts the firing rule in
+        `fires`, and appends its name to `fired` when given."""
         for r in self._by_op[u.op]:
             for store in r.pat.match(u, {}):
                 ret = r.fn(ctx=ctx, **store) if r.wants_ctx else r.fn(**store)
                 if ret is not None and ret is not u:
+                    self.fires[r.name] += 1
                     if fired is not None:
                         fired.append(r.name)
                     return ret
@@ -245,14 +254,15 @@ rewrite_stats = RewriteStats()
 
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
-                  name: str | None = None) -> UOp:
+                  name: str | None = None, on_rebuild: Callable[[UOp, UOp], None] | None = None) -> UOp:
     """Rewrite the graph under `sink` with `pm` to a fixed point and return the new root.
 
     bottom_up=False (default): a node's sources are rewritten first, then the node (rebuilt on its new
     sources) is matched; a replacement is itself fully rewritten. bottom_up=True: each node is matched
     and replaced to a fixed point before its sources are visited (tinygrad's naming).
     Each distinct node is processed once (memoised), and the walk uses an explicit stack.
-    With DEBUG>=5 every rule that fires is printed.
+    With DEBUG>=5 every rule that fires is printed. `on_rebuild(old, new)` is called for each node rebuilt on
+    rewritten sources (the same op, dtype and argument), so side tables keyed by nodes can follow them.
     """
     debug = config.get("DEBUG") >= 5
     fired: list[str] | None = [] if debug else None
@@ -304,6 +314,8 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
                     continue
             else:
                 nxt = UOp(new_n.op, new_n.dtype, new_src, new_n.arg)
+                if on_rebuild is not None:
+                    on_rebuild(new_n, nxt)
             push((n, 2, nxt))
             push((nxt, 0, nxt))
         else:

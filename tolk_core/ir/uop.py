@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Union
 
 from tolk_core.errors import DTypeError, ShapeError, TolkError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
-from tolk_core.ir.ops import GroupOp, Op, exec_alu, python_alu, truncate
+from tolk_core.ir.ops import GroupOp, Op, exec_alu, python_alu, trunc_div, truncate
 
 sint = Union[int, "UOp"]
 
@@ -158,9 +158,9 @@ class UOp:
             u = u.src[0]
         return chain, u
 
-    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    def substitute(self, mapping: dict[UOp, UOp], on_rebuild: Callable[[UOp, UOp], None] | None = None) -> UOp:
         """This graph with every occurrence of a key of `mapping` replaced by its value (no rewriting of the
-        replacements themselves)."""
+        replacements themselves). `on_rebuild(old, new)` is called for each node rebuilt on new sources."""
         memo: dict[UOp, UOp] = dict(mapping)
         if self in memo:
             return memo[self]
@@ -169,6 +169,8 @@ class UOp:
                 continue
             new_src = tuple(memo.get(s, s) for s in u.src)
             memo[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg)
+            if on_rebuild is not None and memo[u] is not u:
+                on_rebuild(u, memo[u])
         return memo[self]
 
     def simplify(self) -> UOp:
@@ -610,103 +612,139 @@ def _dt_range(dt: DType) -> tuple[Any, Any]:
     return dtypes.min(dt), dtypes.max(dt)
 
 
-def _range(u: UOp) -> tuple[Any, Any]:
-    """Bounds of u from the bounds of its sources (interval arithmetic; integer division truncates)."""
-    op, dt = u.op, u.dtype
+# ---- bounds: each node's (vmin, vmax) from its sources' bounds (interval arithmetic; integer division
+# truncates). A leaf or CAST has a rule of its own (`_NODE_BOUNDS`); a scalar ALU op one of `_ALU_BOUNDS`, which
+# returns None where it cannot bound the result (then the dtype's bounds hold).
+Bounds = tuple[Any, Any]
+
+
+def _const_bounds(u: UOp, dlo: Any, dhi: Any) -> Bounds:
+    # a nan bounds nothing: as an interval end it would make every comparison decide False
+    return (dlo, dhi) if isinstance(u.arg, float) and math.isnan(u.arg) else (u.arg, u.arg)
+
+
+def _cast_bounds(u: UOp, dlo: Any, dhi: Any) -> Bounds:
+    s, kind = u.src[0], u.dtype.kind
+    if kind in ("i", "u", "b") and s.dtype.kind in ("i", "u", "b") and dlo <= s._vmin and s._vmax <= dhi:
+        return s._vmin, s._vmax
+    if kind == "f" and s.dtype.kind != "f":
+        return s._vmin, s._vmax
+    return dlo, dhi
+
+
+_NODE_BOUNDS: dict[Op, Callable[[UOp, Any, Any], Bounds]] = {
+    Op.CONST: _const_bounds,
+    Op.DEFINE_VAR: lambda u, dlo, dhi: (u.arg[1], u.arg[2]),
+    Op.BIND: lambda u, dlo, dhi: (u.src[0]._vmin, u.src[0]._vmax),
+    Op.RANGE: lambda u, dlo, dhi: (0, max(0, u.src[0]._vmax - 1)),
+    Op.SPECIAL: lambda u, dlo, dhi: (0, max(0, u.src[0]._vmax - 1)),
+    Op.CAST: _cast_bounds,
+}
+
+
+def _mul_bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds | None:
+    if not (isint or all(math.isfinite(v) for v in (*a, *b))):
+        return None
+    c = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
+    return min(c), max(c)
+
+
+def _idiv_bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds | None:
+    if not isint or not (b[0] > 0 or b[1] < 0):
+        return None
+    c = [trunc_div(x, y) for x in a for y in b]
+    return min(c), max(c)
+
+
+def _mod_bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds | None:
+    if not isint:
+        return None
+    (a_lo, a_hi), (b_lo, b_hi) = a, b
+    m = max(abs(b_lo), abs(b_hi)) - 1
+    if a_lo >= 0:
+        if b_lo == b_hi and b_lo != 0 and a_lo // abs(b_lo) == a_hi // abs(b_lo):
+            return a_lo % abs(b_lo), a_hi % abs(b_lo)
+        return 0, min(a_hi, m)
+    if a_hi <= 0:
+        return max(a_lo, -m), 0
+    return max(a_lo, -m), min(a_hi, m)
+
+
+def _equality_bounds(equal: int) -> Callable[[Bounds, Bounds, UOp, bool], Bounds]:
+    """CMPEQ (`equal` 1) or CMPNE (`equal` 0): decided when the intervals are apart or one and the same point."""
+    def bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds:
+        if a[1] < b[0] or b[1] < a[0]:
+            return 1 - equal, 1 - equal
+        if a[0] == a[1] == b[0] == b[1]:
+            return equal, equal
+        return 0, 1
+    return bounds
+
+
+def _where_bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds:
+    c_lo, c_hi = u.src[2]._vmin, u.src[2]._vmax
+    if a[0] == a[1]:
+        return b if a[0] else (c_lo, c_hi)
+    return min(b[0], c_lo), max(b[1], c_hi)
+
+
+def _logic_bounds(op: Op) -> Callable[[Bounds, Bounds, UOp, bool], Bounds | None]:
+    """AND, OR, XOR: of bools, decided by constant operands (or one that forces AND/OR); AND of integers with
+    a non-negative operand, within [0, that operand's max]."""
+    def bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds | None:
+        if u.dtype.kind == "b":
+            if a[0] == a[1] and b[0] == b[1]:
+                v = python_alu[op](bool(a[0]), bool(b[0]))
+                return v, v
+            if op is Op.AND and (a[1] == 0 or b[1] == 0):
+                return 0, 0
+            if op is Op.OR and (a[0] == 1 or b[0] == 1):
+                return 1, 1
+            return 0, 1
+        if op is Op.AND and isint and (a[0] >= 0 or b[0] >= 0):
+            return 0, min(x[1] for x in (a, b) if x[0] >= 0)
+        return None
+    return bounds
+
+
+def _shift_bounds(op: Op) -> Callable[[Bounds, Bounds, UOp, bool], Bounds | None]:
+    """SHL, SHR of integers by one non-negative amount."""
+    def bounds(a: Bounds, b: Bounds, u: UOp, isint: bool) -> Bounds | None:
+        if not (isint and b[0] == b[1] and b[0] >= 0):
+            return None
+        return (a[0] << b[0], a[1] << b[0]) if op is Op.SHL else (a[0] >> b[0], a[1] >> b[0])
+    return bounds
+
+
+_ALU_BOUNDS: dict[Op, Callable[[Bounds, Bounds, UOp, bool], Bounds | None]] = {
+    Op.ADD: lambda a, b, u, isint: (a[0] + b[0], a[1] + b[1]),
+    Op.SUB: lambda a, b, u, isint: (a[0] - b[1], a[1] - b[0]),
+    Op.NEG: lambda a, b, u, isint: (-a[1], -a[0]) if u.dtype.kind != "b" else None,
+    Op.MUL: _mul_bounds,
+    Op.MAX: lambda a, b, u, isint: (max(a[0], b[0]), max(a[1], b[1])),
+    Op.IDIV: _idiv_bounds,
+    Op.MOD: _mod_bounds,
+    Op.CMPLT: lambda a, b, u, isint: (int(a[1] < b[0]), int(a[0] < b[1])),
+    Op.CMPNE: _equality_bounds(0),
+    Op.CMPEQ: _equality_bounds(1),
+    Op.WHERE: _where_bounds,
+    **{op: _logic_bounds(op) for op in (Op.AND, Op.OR, Op.XOR)},
+    **{op: _shift_bounds(op) for op in (Op.SHL, Op.SHR)},
+}
+
+
+def _range(u: UOp) -> Bounds:
+    """Bounds of u from the bounds of its sources; the dtype's bounds where no rule bounds it tighter."""
+    dt = u.dtype
     dlo, dhi = _dt_range(dt)
-    if op is Op.CONST:
-        # a nan bounds nothing: as an interval end it would make every comparison decide False
-        return (dlo, dhi) if isinstance(u.arg, float) and math.isnan(u.arg) else (u.arg, u.arg)
-    if op is Op.DEFINE_VAR:
-        return u.arg[1], u.arg[2]
-    if op is Op.BIND:
-        return u.src[0]._vmin, u.src[0]._vmax
-    if op is Op.RANGE:
-        return 0, max(0, u.src[0]._vmax - 1)
-    if op is Op.SPECIAL:
-        return 0, max(0, u.src[0]._vmax - 1)
-    if op is Op.CAST:
-        x = u.src[0]
-        if dt.kind in ("i", "u", "b") and x.dtype.kind in ("i", "u", "b") and dlo <= x._vmin and x._vmax <= dhi:
-            return x._vmin, x._vmax
-        if dt.kind == "f" and x.dtype.kind != "f":
-            return x._vmin, x._vmax
+    if (node := _NODE_BOUNDS.get(u.op)) is not None:
+        return node(u, dlo, dhi)
+    if u.op not in GroupOp.ALU or dt.count != 1 or (alu := _ALU_BOUNDS.get(u.op)) is None:
         return dlo, dhi
-    if op not in GroupOp.ALU or dt.count != 1:
-        return dlo, dhi
-    s = u.src
-    a_lo, a_hi = s[0]._vmin, s[0]._vmax
-    if len(s) >= 2:
-        b_lo, b_hi = s[1]._vmin, s[1]._vmax
+    a = (u.src[0]._vmin, u.src[0]._vmax)
+    b = (u.src[1]._vmin, u.src[1]._vmax) if len(u.src) >= 2 else None
     isint = dt.kind in ("i", "u")
-    r: tuple[Any, Any] | None = None
-    if op is Op.ADD:
-        r = (a_lo + b_lo, a_hi + b_hi)
-    elif op is Op.SUB:
-        r = (a_lo - b_hi, a_hi - b_lo)
-    elif op is Op.NEG:
-        r = (-a_hi, -a_lo) if dt.kind != "b" else None
-    elif op is Op.MUL:
-        if isint or all(math.isfinite(v) for v in (a_lo, a_hi, b_lo, b_hi)):
-            c: tuple[Any, ...] = (a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi)
-            r = (min(c), max(c))
-    elif op is Op.MAX:
-        r = (max(a_lo, b_lo), max(a_hi, b_hi))
-    elif op is Op.IDIV and isint:
-        if b_lo > 0 or b_hi < 0:
-            from tolk_core.ir.ops import _trunc_div
-            c = tuple(_trunc_div(x, y) for x in (a_lo, a_hi) for y in (b_lo, b_hi))
-            r = (min(c), max(c))
-    elif op is Op.MOD and isint:
-        m = max(abs(b_lo), abs(b_hi)) - 1
-        if a_lo >= 0:
-            if b_lo == b_hi and b_lo != 0 and a_lo // abs(b_lo) == a_hi // abs(b_lo):
-                r = (a_lo % abs(b_lo), a_hi % abs(b_lo))
-            else:
-                r = (0, min(a_hi, m))
-        elif a_hi <= 0:
-            r = (max(a_lo, -m), 0)
-        else:
-            r = (max(a_lo, -m), min(a_hi, m))
-    elif op is Op.CMPLT:
-        r = (int(a_hi < b_lo), int(a_lo < b_hi))
-    elif op is Op.CMPNE:
-        if a_hi < b_lo or b_hi < a_lo:
-            r = (1, 1)
-        elif a_lo == a_hi == b_lo == b_hi:
-            r = (0, 0)
-        else:
-            r = (0, 1)
-    elif op is Op.CMPEQ:
-        if a_hi < b_lo or b_hi < a_lo:
-            r = (0, 0)
-        elif a_lo == a_hi == b_lo == b_hi:
-            r = (1, 1)
-        else:
-            r = (0, 1)
-    elif op is Op.WHERE:
-        c_lo, c_hi = s[2]._vmin, s[2]._vmax
-        if a_lo == a_hi:
-            r = (b_lo, b_hi) if a_lo else (c_lo, c_hi)
-        else:
-            r = (min(b_lo, c_lo), max(b_hi, c_hi))
-    elif op in (Op.AND, Op.OR, Op.XOR) and dt.kind == "b":
-        if a_lo == a_hi and b_lo == b_hi:
-            v = python_alu[op](bool(a_lo), bool(b_lo))
-            r = (v, v)
-        elif op is Op.AND and (a_hi == 0 or b_hi == 0):
-            r = (0, 0)
-        elif op is Op.OR and (a_lo == 1 or b_lo == 1):
-            r = (1, 1)
-        else:
-            r = (0, 1)
-    elif op is Op.AND and isint and (a_lo >= 0 or b_lo >= 0):
-        r = (0, min(x for x in (a_hi if a_lo >= 0 else None, b_hi if b_lo >= 0 else None) if x is not None))
-    elif op is Op.SHL and isint and b_lo == b_hi and b_lo >= 0:
-        r = (a_lo << b_lo, a_hi << b_lo)
-    elif op is Op.SHR and isint and b_lo == b_hi and b_lo >= 0:
-        r = (a_lo >> b_lo, a_hi >> b_lo)
-    if r is None:
+    if (r := alu(a, b, u, isint)) is None:
         return dlo, dhi
     lo, hi = r
     # a result outside the dtype would wrap: fall back to the dtype's bounds (index is treated as unbounded)

@@ -144,7 +144,7 @@ _M1, _M2, _GOLDEN = 0x85EBCA6B, 0xC2B2AE35, 0x9E3779B9
 def _u32(op: Op, a: Tensor, b: Tensor | int) -> Tensor:
     if not isinstance(b, Tensor):
         b = Tensor.full(a.shape, b, dtypes.uint32, a.device)
-    return Tensor(UOp(op, dtypes.uint32, (a.uop, b._broadcast_to(a.shape).uop)), a.device)
+    return Tensor(UOp(op, dtypes.uint32, (a.uop, b.expand(a.shape).uop)), a.device)
 
 
 def _fmix32(x: Tensor) -> Tensor:
@@ -160,5 +160,5 @@ def uniform_bits(index: Tensor, seed: int, counter: Tensor) -> Tensor:
     """Uniform floats in [0, 1) per element of the uint32 `index` tensor, for draw number `counter` (a uint32
     tensor of shape (1,)) of stream `seed`: the top 24 bits of a hash, exact on every device."""
     key = _fmix32(_u32(Op.XOR, counter, seed & 0xFFFFFFFF))
-    h = _fmix32(_u32(Op.XOR, _u32(Op.MUL, index, _GOLDEN), key.reshape((1,) * index.ndim)._broadcast_to(index.shape)))
+    h = _fmix32(_u32(Op.XOR, _u32(Op.MUL, index, _GOLDEN), key.reshape((1,) * index.ndim).expand(index.shape)))
     return _u32(Op.SHR, _fmix32(h), 8).cast(dtypes.float32) * (1.0 / (1 << 24))

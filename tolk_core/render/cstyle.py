@@ -216,94 +216,11 @@ class CStyleRenderer(Renderer):
         for u in lin:
             if u.dtype != dtypes.void:
                 self.check_dtype(u.dtype)
-        loop_kinds = loop_kinds or {}
-        names: dict[UOp, str] = {}
-        lines: list[str] = []
-        depth = 1
-        counter = 0
-        specials = {u for u in lin for u in (u, *u.src) if u.op is Op.SPECIAL}
-        folds = _innermost_folds(lin)
-        pre = [f"  const int {u.arg[0]} = {self.render_special(u)};" for u in sorted(specials, key=lambda u: u.arg)]
-        names.update({u: u.arg[0] for u in specials})
-
-        def ref(u: UOp) -> str:
-            if u.op is Op.CONST:
-                return self.render_const(u.arg, u.dtype)
-            if u.op is Op.DEFINE_VAR:  # a kernel argument
-                return u.arg[0]
-            if u.op is Op.REDUCE:  # after its loop, a reduction is its accumulator
-                return names[UOp(Op.DEFINE_REG, u.dtype, (), u)]
-            return names[u]
-
-        def index(u: UOp) -> tuple[str, str, str | None]:
-            buf = names[u.src[0]] if u.src[0] in names else f"b{u.src[0].arg}"
-            return buf, ref(u.src[1]), (ref(u.src[2]) if len(u.src) > 2 else None)
-
+        body = _KernelBody(self, lin, loop_kinds or {})
         for u in lin:
-            pad = "  " * depth
-            if u.op is Op.RANGE:
-                rn = names[u] = f"r{u.arg[0]}"
-                loop_folds = folds.get(u, ())
-                # OpenMP folds scalars only: a loop folding vector accumulators already runs lanes in parallel
-                fold_names = [] if any(reg.dtype.count > 1 for _, reg in loop_folds) else \
-                    [(op, names[reg], reg.dtype) for op, reg in loop_folds]
-                kind = LoopKind.of(loop_kinds.get(u, LoopKind.PLAIN))  # plain strings: deprecated, warned
-                if (pragma := self.loop_pragma(kind, fold_names)) is not None:
-                    lines.append(f"{pad}{pragma}")
-                lines.append(f"{pad}for (int {rn} = 0; {rn} < {ref(u.src[0])}; {rn}++) {{")
-                depth += 1
-                continue
-            if u.op is Op.END:
-                depth -= 1
-                lines.append("  " * depth + "}")
-                continue
-            if u.op in (Op.INDEX, Op.PARAM, Op.DEFINE_VAR):
-                continue
-            if u.op is Op.SPECIAL:
-                continue
-            if u.op is Op.DEFINE_LOCAL:
-                names[u] = u.arg[0]
-                # kernel-local arrays hold values as registers do (float for emulated dtypes: OpenCL has no half
-                # variables without cl_khr_fp16), so their loads and stores convert nothing (`_in_kernel`)
-                elem = self.reg_type_name(u.ptrdtype.base)
-                lines.append(f"{pad}{self.shared_qualifier}{elem} {u.arg[0]}[{u.arg[1]}];")
-                continue
-            if u.op is Op.BARRIER:
-                lines.append(f"{pad}{self.barrier}")
-                continue
-            if u.op is Op.IF:  # work items past the end of a padded launch stop here
-                lines.append(f"{pad}if (!{ref(u.src[0])}) return;")
-                continue
-            if u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType):  # a kernel-local array
-                names[u] = u.arg[0]
-                lines.append(f"{pad}{self.reg_type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
-                continue
-            if u.op is Op.DEFINE_REG:
-                red = u.arg
-                names[u] = f"acc{counter}"
-                counter += 1
-                init = self.render_const(identity_element(red.arg, red.dtype), u.dtype.scalar())
-                if u.dtype.count > 1:
-                    init = "{" + ", ".join([init] * u.dtype.count) + "}"
-                lines.append(f"{pad}{self.reg_type_name(u.dtype)} {names[u]} = {init};")
-                continue
-            if u.op is Op.ASSIGN:
-                acc, val = names[u.src[0]], ref(u.src[1])
-                if u.dtype.count > 1 and u.arg not in self.vector_folds:
-                    lanes = self.alu(u.arg, [f"{acc}[_l]", f"{val}[_l]"], u.dtype.scalar())
-                    lines.append(f"{pad}for (int _l = 0; _l < {u.dtype.count}; _l++) {acc}[_l] = {lanes};")
-                else:
-                    lines.append(f"{pad}{acc} = {self.alu(u.arg, [acc, val], u.dtype)};")
-                continue
-            if u.op is Op.STORE:
-                lines.append(pad + self.store(u, ref, index))
-                continue
-            expr = self.vector_expression(u, ref, index) if u.dtype.count > 1 else self.expression(u, ref, index)
-            names[u] = f"v{counter}"
-            counter += 1
-            lines.append(f"{pad}const {self.reg_type_name(u.dtype)} {names[u]} = {expr};")
+            body.statement(u)
         head = f"{self.kernel_prefix} {name}({', '.join(self.param_decl(p) for p in params)}) {{"
-        return "\n".join([head, *pre, *lines, "}"])
+        return "\n".join([head, *body.pre, *body.lines, "}"])
 
     def alu(self, op: Op, args: list[str], dt: DType) -> str:
         """ALU `op` on rendered operands giving a `dt` value; emulated results are rounded to `dt`."""
@@ -392,6 +309,101 @@ def _innermost_folds(lin: list[UOp]) -> dict[UOp, list[tuple[Op, UOp]]]:
             if innermost and assigns:
                 out[rng] = assigns
     return out
+
+
+class _KernelBody:
+    """The statements of one kernel that renderer `r` is rendering, one linearized UOp at a time (`statement`):
+    `names` the C name of each value so far (accumulators acc<n> and values v<n> numbered in one sequence),
+    `lines` the statements, `depth` the loop nesting (the indentation), `pre` the GPU index specials' declarations.
+    `ref` and `index` render operands for the renderer's `expression`, `vector_expression` and `store`."""
+
+    def __init__(self, r: CStyleRenderer, lin: list[UOp], loop_kinds: Mapping[UOp, LoopKind]):
+        self.r, self.loop_kinds = r, loop_kinds
+        self.names: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.depth, self.counter = 1, 0
+        specials = {u for u in lin for u in (u, *u.src) if u.op is Op.SPECIAL}
+        self.folds = _innermost_folds(lin)
+        self.pre = [f"  const int {u.arg[0]} = {r.render_special(u)};" for u in sorted(specials, key=lambda u: u.arg)]
+        self.names.update({u: u.arg[0] for u in specials})
+
+    def ref(self, u: UOp) -> str:
+        if u.op is Op.CONST:
+            return self.r.render_const(u.arg, u.dtype)
+        if u.op is Op.DEFINE_VAR:  # a kernel argument
+            return u.arg[0]
+        if u.op is Op.REDUCE:  # after its loop, a reduction is its accumulator
+            return self.names[UOp(Op.DEFINE_REG, u.dtype, (), u)]
+        return self.names[u]
+
+    def index(self, u: UOp) -> tuple[str, str, str | None]:
+        buf = self.names[u.src[0]] if u.src[0] in self.names else f"b{u.src[0].arg}"
+        return buf, self.ref(u.src[1]), (self.ref(u.src[2]) if len(u.src) > 2 else None)
+
+    def fresh(self, u: UOp, prefix: str) -> str:
+        self.names[u] = f"{prefix}{self.counter}"
+        self.counter += 1
+        return self.names[u]
+
+    def statement(self, u: UOp) -> None:
+        pad, r = "  " * self.depth, self.r
+        if u.op is Op.RANGE:
+            self.loop(u, pad)
+        elif u.op is Op.END:
+            self.depth -= 1
+            self.lines.append("  " * self.depth + "}")
+        elif u.op in (Op.INDEX, Op.PARAM, Op.DEFINE_VAR, Op.SPECIAL):
+            return
+        elif u.op is Op.DEFINE_LOCAL:
+            self.names[u] = u.arg[0]
+            # kernel-local arrays hold values as registers do (float for emulated dtypes: OpenCL has no half
+            # variables without cl_khr_fp16), so their loads and stores convert nothing (`_in_kernel`)
+            self.lines.append(f"{pad}{r.shared_qualifier}{r.reg_type_name(u.ptrdtype.base)} {u.arg[0]}[{u.arg[1]}];")
+        elif u.op is Op.BARRIER:
+            self.lines.append(f"{pad}{r.barrier}")
+        elif u.op is Op.IF:  # work items past the end of a padded launch stop here
+            self.lines.append(f"{pad}if (!{self.ref(u.src[0])}) return;")
+        elif u.op is Op.DEFINE_REG and isinstance(u.dtype, PtrDType):  # a kernel-local array
+            self.names[u] = u.arg[0]
+            self.lines.append(f"{pad}{r.reg_type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+        elif u.op is Op.DEFINE_REG:
+            self.accumulator(u, pad)
+        elif u.op is Op.ASSIGN:
+            self.fold(u, pad)
+        elif u.op is Op.STORE:
+            self.lines.append(pad + r.store(u, self.ref, self.index))
+        else:
+            expr = r.vector_expression(u, self.ref, self.index) if u.dtype.count > 1 else \
+                r.expression(u, self.ref, self.index)
+            self.lines.append(f"{pad}const {r.reg_type_name(u.dtype)} {self.fresh(u, 'v')} = {expr};")
+
+    def loop(self, u: UOp, pad: str) -> None:
+        rn = self.names[u] = f"r{u.arg[0]}"
+        loop_folds = self.folds.get(u, ())
+        # OpenMP folds scalars only: a loop folding vector accumulators already runs lanes in parallel
+        fold_names = [] if any(reg.dtype.count > 1 for _, reg in loop_folds) else \
+            [(op, self.names[reg], reg.dtype) for op, reg in loop_folds]
+        kind = LoopKind.of(self.loop_kinds.get(u, LoopKind.PLAIN))  # plain strings: deprecated, warned
+        if (pragma := self.r.loop_pragma(kind, fold_names)) is not None:
+            self.lines.append(f"{pad}{pragma}")
+        self.lines.append(f"{pad}for (int {rn} = 0; {rn} < {self.ref(u.src[0])}; {rn}++) {{")
+        self.depth += 1
+
+    def accumulator(self, u: UOp, pad: str) -> None:
+        red = u.arg
+        acc = self.fresh(u, "acc")
+        init = self.r.render_const(identity_element(red.arg, red.dtype), u.dtype.scalar())
+        if u.dtype.count > 1:
+            init = "{" + ", ".join([init] * u.dtype.count) + "}"
+        self.lines.append(f"{pad}{self.r.reg_type_name(u.dtype)} {acc} = {init};")
+
+    def fold(self, u: UOp, pad: str) -> None:
+        acc, val = self.names[u.src[0]], self.ref(u.src[1])
+        if u.dtype.count > 1 and u.arg not in self.r.vector_folds:
+            lanes = self.r.alu(u.arg, [f"{acc}[_l]", f"{val}[_l]"], u.dtype.scalar())
+            self.lines.append(f"{pad}for (int _l = 0; _l < {u.dtype.count}; _l++) {acc}[_l] = {lanes};")
+        else:
+            self.lines.append(f"{pad}{acc} = {self.r.alu(u.arg, [acc, val], u.dtype)};")
 
 
 # vector ops whose C vector-extension meaning is the lane-wise scalar meaning

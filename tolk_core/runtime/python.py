@@ -159,25 +159,35 @@ def _const(tok: str) -> Any:
 
 # ---------------------------------------------------------------- the interpreter
 
-def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> None:
-    """Execute kernel `k` on typed 1-D arrays `bufs` (in argument order) and int `vals`."""
-    ranges = [i.out for i in k.body if i.op == "RANGE"]
-    ndim = len(ranges)
-    axis = {r: a for a, r in enumerate(ranges)}
-    env: dict[str, Any] = {f"b{slot}": b for (slot, _), b in zip(k.buffers, bufs, strict=True)}
-    env.update({f"${v}": np.int64(x) for v, x in zip(k.variables, vals, strict=True)})
-    open_loops: list[str] = []
-    reg_depth: dict[str, int] = {}
-    reg_dtype: dict[str, DType] = {}
-    sizes = [1] * ndim
+class _Interpreter:
+    """One launch of kernel `k`: every loop is an axis of the launch's arrays (`axis`), `sizes` the extents of
+    the loops open now (1 for the others), `env` the values, buffers and variables by name. One method per
+    instruction (`_STEPS`)."""
 
-    def val(tok: str) -> Any:
-        return _const(tok) if ":" in tok else env[tok]
+    def __init__(self, k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]):
+        self.k = k
+        ranges = [i.out for i in k.body if i.op == "RANGE"]
+        self.ndim = len(ranges)
+        self.axis = {r: a for a, r in enumerate(ranges)}
+        self.env: dict[str, Any] = {f"b{slot}": b for (slot, _), b in zip(k.buffers, bufs, strict=True)}
+        self.env.update({f"${v}": np.int64(x) for v, x in zip(k.variables, vals, strict=True)})
+        self.open_loops: list[str] = []
+        self.reg_depth: dict[str, int] = {}  # an accumulator: how many loops were open where it was defined
+        self.reg_dtype: dict[str, DType] = {}
+        self.sizes = [1] * self.ndim
 
-    def full_shape() -> tuple[int, ...]:
-        return tuple(sizes)
+    def run(self) -> None:
+        with np.errstate(all="ignore"):
+            for ins in self.k.body:
+                _STEPS.get(ins.op, _Interpreter.alu)(self, ins)
+        if self.open_loops:
+            raise KernelRuntimeError(f"kernel {self.k.name}: loops {self.open_loops} are never closed")
 
-    def checked(buf: np.ndarray, idx: Any, gate: Any, what: str) -> Any:
+    def val(self, tok: str) -> Any:
+        return _const(tok) if ":" in tok else self.env[tok]
+
+    def checked(self, buf: np.ndarray, idx: Any, gate: Any, what: str) -> Any:
+        """`idx` as int64, after checking that every index a live lane (where `gate` holds) uses is in `buf`."""
         idx = np.asarray(idx, dtype=np.int64)
         live = idx
         if gate is not None:
@@ -185,69 +195,85 @@ def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> No
             live = np.broadcast_to(idx, shape)[np.broadcast_to(gate, shape)]
         if live.size and (live.min() < 0 or live.max() >= buf.size):
             bad = int(live.min()) if live.min() < 0 else int(live.max())
-            raise KernelRuntimeError(f"kernel {k.name}: {what} index {bad} out of range for a buffer of "
+            raise KernelRuntimeError(f"kernel {self.k.name}: {what} index {bad} out of range for a buffer of "
                                      f"{buf.size} elements")
         return idx
 
-    with np.errstate(all="ignore"):
-        for ins in k.body:
-            op, ops = ins.op, ins.operands
-            if op == "RANGE":
-                n = int(val(ops[0]))
-                a = axis[ins.out]
-                sizes[a] = n
-                counter_shape = [1] * ndim
-                counter_shape[a] = n
-                env[ins.out] = np.arange(n, dtype=np.int64).reshape(counter_shape)
-                open_loops.append(ins.out)
-            elif op == "END":
-                if not open_loops or open_loops[-1] != ops[0]:
-                    raise KernelRuntimeError(f"kernel {k.name}: END {ops[0]} does not close the innermost loop")
-                open_loops.pop()
-                sizes[axis[ops[0]]] = 1
-            elif op == "DEFINE_REG":
-                env[ins.out] = _np(ins.out_dtype).type(identity_element(Op[ops[0]], ins.out_dtype))
-                reg_depth[ins.out], reg_dtype[ins.out] = len(open_loops), ins.out_dtype
-            elif op == "ASSIGN":
-                red, reg, x = ops[0], ops[1], val(ops[2])
-                axes = tuple(axis[r] for r in open_loops[reg_depth[reg]:])
-                acc = env[reg]
-                x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(
-                    sizes[i] if i in axes else 1 for i in range(ndim))))
-                # `initial` makes a reduction over an empty loop give the identity (numpy refuses max of nothing)
-                part = _REDUCE[red].reduce(x, axis=axes, keepdims=True, dtype=acc.dtype,
-                                           initial=acc.dtype.type(identity_element(Op[red], reg_dtype[reg])))
-                env[reg] = _REDUCE[red](acc, part).astype(acc.dtype, copy=False)
-            elif op == "LOAD":
-                buf = val(ops[0])
-                gate = val(ops[2]) if len(ops) > 2 else None
-                idx = checked(buf, val(ops[1]), gate, "load")
-                if gate is None:
-                    env[ins.out] = buf[idx]
-                elif buf.size == 0:
-                    env[ins.out] = np.zeros(np.broadcast_shapes(idx.shape, np.shape(gate)), buf.dtype)
-                else:
-                    env[ins.out] = np.where(gate, buf[np.where(gate, idx, 0)], buf.dtype.type(0))
-            elif op == "STORE":
-                buf, x = val(ops[0]), val(ops[2])
-                gate = val(ops[3]) if len(ops) > 3 else None
-                idx = checked(buf, val(ops[1]), gate, "store")
-                shape = np.broadcast_shapes(full_shape(), idx.shape, np.shape(x),
-                                            () if gate is None else np.shape(gate))
-                idx, x = np.broadcast_to(idx, shape).ravel(), np.broadcast_to(x, shape).ravel()
-                if gate is not None:
-                    mask = np.broadcast_to(gate, shape).ravel()
-                    idx, x = idx[mask], x[mask]
-                buf[idx] = x
-            elif op == "CAST":
-                env[ins.out] = np.asarray(val(ops[0])).astype(_np(ins.out_dtype))
-            elif op == "BITCAST":
-                env[ins.out] = np.ascontiguousarray(val(ops[0])).view(_np(ins.out_dtype))
-            else:
-                out = _ALU[op](*(val(t) for t in ops))
-                env[ins.out] = np.asarray(out).astype(_np(ins.out_dtype), copy=False)
-    if open_loops:
-        raise KernelRuntimeError(f"kernel {k.name}: loops {open_loops} are never closed")
+    def open_loop(self, ins: Instr) -> None:
+        n, a = int(self.val(ins.operands[0])), self.axis[ins.out]
+        self.sizes[a] = n
+        counter_shape = [1] * self.ndim
+        counter_shape[a] = n
+        self.env[ins.out] = np.arange(n, dtype=np.int64).reshape(counter_shape)
+        self.open_loops.append(ins.out)
+
+    def close_loop(self, ins: Instr) -> None:
+        loop = ins.operands[0]
+        if not self.open_loops or self.open_loops[-1] != loop:
+            raise KernelRuntimeError(f"kernel {self.k.name}: END {loop} does not close the innermost loop")
+        self.open_loops.pop()
+        self.sizes[self.axis[loop]] = 1
+
+    def define_reg(self, ins: Instr) -> None:
+        self.env[ins.out] = _np(ins.out_dtype).type(identity_element(Op[ins.operands[0]], ins.out_dtype))
+        self.reg_depth[ins.out], self.reg_dtype[ins.out] = len(self.open_loops), ins.out_dtype
+
+    def assign(self, ins: Instr) -> None:
+        red, reg, x = ins.operands[0], ins.operands[1], self.val(ins.operands[2])
+        axes = tuple(self.axis[r] for r in self.open_loops[self.reg_depth[reg]:])
+        acc = self.env[reg]
+        x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), tuple(
+            self.sizes[i] if i in axes else 1 for i in range(self.ndim))))
+        # `initial` makes a reduction over an empty loop give the identity (numpy refuses max of nothing)
+        part = _REDUCE[red].reduce(x, axis=axes, keepdims=True, dtype=acc.dtype,
+                                   initial=acc.dtype.type(identity_element(Op[red], self.reg_dtype[reg])))
+        self.env[reg] = _REDUCE[red](acc, part).astype(acc.dtype, copy=False)
+
+    def load(self, ins: Instr) -> None:
+        ops = ins.operands
+        buf = self.val(ops[0])
+        gate = self.val(ops[2]) if len(ops) > 2 else None
+        idx = self.checked(buf, self.val(ops[1]), gate, "load")
+        if gate is None:
+            self.env[ins.out] = buf[idx]
+        elif buf.size == 0:
+            self.env[ins.out] = np.zeros(np.broadcast_shapes(idx.shape, np.shape(gate)), buf.dtype)
+        else:
+            self.env[ins.out] = np.where(gate, buf[np.where(gate, idx, 0)], buf.dtype.type(0))
+
+    def store(self, ins: Instr) -> None:
+        ops = ins.operands
+        buf, x = self.val(ops[0]), self.val(ops[2])
+        gate = self.val(ops[3]) if len(ops) > 3 else None
+        idx = self.checked(buf, self.val(ops[1]), gate, "store")
+        shape = np.broadcast_shapes(tuple(self.sizes), idx.shape, np.shape(x), () if gate is None else np.shape(gate))
+        idx, x = np.broadcast_to(idx, shape).ravel(), np.broadcast_to(x, shape).ravel()
+        if gate is not None:
+            mask = np.broadcast_to(gate, shape).ravel()
+            idx, x = idx[mask], x[mask]
+        buf[idx] = x
+
+    def cast(self, ins: Instr) -> None:
+        self.env[ins.out] = np.asarray(self.val(ins.operands[0])).astype(_np(ins.out_dtype))
+
+    def bitcast(self, ins: Instr) -> None:
+        self.env[ins.out] = np.ascontiguousarray(self.val(ins.operands[0])).view(_np(ins.out_dtype))
+
+    def alu(self, ins: Instr) -> None:
+        out = _ALU[ins.op](*(self.val(t) for t in ins.operands))
+        self.env[ins.out] = np.asarray(out).astype(_np(ins.out_dtype), copy=False)
+
+
+_STEPS: dict[str, Callable[[_Interpreter, Instr], None]] = {
+    "RANGE": _Interpreter.open_loop, "END": _Interpreter.close_loop, "DEFINE_REG": _Interpreter.define_reg,
+    "ASSIGN": _Interpreter.assign, "LOAD": _Interpreter.load, "STORE": _Interpreter.store,
+    "CAST": _Interpreter.cast, "BITCAST": _Interpreter.bitcast,
+}
+
+
+def run_kernel(k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]) -> None:
+    """Execute kernel `k` on typed 1-D arrays `bufs` (in argument order) and int `vals`."""
+    _Interpreter(k, bufs, vals).run()
 
 
 # ---------------------------------------------------------------- the device

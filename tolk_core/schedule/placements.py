@@ -242,6 +242,14 @@ def declare(u: UOp, mode: MemoryMode, prov: Provenance) -> None:
     (i if i is not None else _intents.setdefault(u, Intent())).placement = new
 
 
+def carry_intent(old: UOp, new: UOp) -> None:
+    """A pass rebuilt `old` as `new` on rewritten sources (the same op and argument: the same value): `new`
+    keeps what was declared about `old` (a `contiguous()` over a graph from which prepare drops a DETACH is
+    still stored)."""
+    if (i := _intents.get(old)) is not None and new not in _intents:
+        _intents[new] = Intent(i.placement, i.observable, i.host_constant)
+
+
 def mark_observable(u: UOp) -> None:
     _intents.setdefault(u, Intent()).observable = True
 

@@ -2,12 +2,13 @@
 
 Input and output: `SINK(STORE(destination, value), ...)`. A destination is storage (a BUFFER) or a view of
 one through movements and equal-size bitcasts; a value is any tensor-level graph. Each rule below is a named
-function that says what it rewrites; `rule_fires` counts how often each fired (DEBUG>=3 prints the counts of
-one call). The nodes the rules speak of: a materialisation (a *stage*) is CONTIGUOUS; new storage (an *alloc*)
-is the new BUFFER the scheduler makes for a value placed On_device; a call to a function without its own
-compilation is `CALL(body, *args)` with an `InlineCall` arg (`tolk_core.function` builds it); a disk is a
-device whose capabilities say `disk` (`DISK:<path>`, runtime/disk.py). Device facts come in as a `Target`
-(tolk_core/ir/target.py): the rules that need them take it as the matcher's context.
+function that says what it rewrites; `rule_fires` counts how often each fired (the matchers below count into
+it; DEBUG>=3 prints the counts of one call). The nodes the rules speak of: a materialisation (a *stage*) is
+CONTIGUOUS; new storage (an *alloc*) is the new BUFFER the scheduler makes for a value placed On_device; a call
+to a function without its own compilation is `CALL(body, *args)` with an `InlineCall` arg (`tolk_core.function`
+builds it); a disk is a device whose capabilities say `disk` (`DISK:<path>`, runtime/disk.py). Device facts come
+in as a `Target` (tolk_core/ir/target.py): the rules that need them take it as the matcher's context (the
+matcher passes its `ctx` to a rule whose signature has a `ctx` parameter).
 
 Rules, in the order they run:
 - step 1 `store_in_place`;
@@ -32,10 +33,8 @@ helpers the rules share: `storage_base`, `identity_element`, `is_broadcast`, `st
 """
 from __future__ import annotations
 
-import inspect
 import math
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from tolk_core import config
@@ -50,6 +49,8 @@ from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements
 
+# How often each rule of this module fired, by name: the matchers below count into it (PatternMatcher's
+# `fires`); split_reduceop and index_through_movement, which also run outside a matcher, count themselves.
 rule_fires: Counter[str] = Counter()
 
 
@@ -114,17 +115,6 @@ def reads_storage_written(read: UOp, writes: tuple[UOp, ...]) -> bool:
 
 
 # ---------------------------------------------------------------- the rules
-def _counted(name: str, fn: Callable[..., UOp | None]) -> tuple[str, Callable[..., UOp | None]]:
-    wants_target = "ctx" in inspect.signature(fn).parameters  # the rule reads the Target (the matcher's ctx)
-
-    def rule(ctx: Target | None = None, **kw: Any) -> UOp | None:
-        out = fn(ctx=ctx, **kw) if wants_target else fn(**kw)
-        if out is not None:
-            rule_fires[name] += 1
-        return out
-    return name, rule
-
-
 def store_in_place(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     """Step 1: an output whose value is materialised (a stage: CONTIGUOUS, whose new storage the
     scheduler would otherwise make) stores the value into the output's storage directly."""
@@ -497,8 +487,9 @@ def is_gather(idxs: tuple[UOp, ...]) -> bool:
 
 
 def index_through_movement(m: UOp, idxs: tuple[UOp, ...]) -> tuple[tuple[UOp, ...], UOp | None]:
-    """pm_mops' `index_of_movement`: the indices of movement `m`'s source that `idxs` of its output map to, and
-    the condition under which they read it (None: always). Counted as index_of_movement; the lowerer calls it too."""
+    """The mapping of pm_mops' `index_of_movement` for rangeify's lowerer: the indices of movement `m`'s source
+    that `idxs` of its output map to, and the condition under which they read it (None: always). Counted as
+    index_of_movement (the rule itself is counted by its matcher)."""
     rule_fires["index_of_movement"] += 1
     return apply_movement_op(m.op, tuple(m.src[0].tensor_shape), m.arg, idxs)
 
@@ -510,7 +501,7 @@ def index_of_movement(idx: UOp, m: UOp) -> UOp | None:
         idxs, gate = idxs[:-1], idxs[-1]
     if len(idxs) != len(m.tensor_shape) or is_gather(idxs):
         return None
-    src_idxs, valid = index_through_movement(m, tuple(idxs))
+    src_idxs, valid = apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, tuple(idxs))  # counted as a rule
     if valid is not None and gate is not None:
         valid = gate.alu(Op.AND, valid)
     gated = valid if valid is not None else gate
@@ -663,76 +654,66 @@ def _run(u: UOp) -> tuple[UOp, sint] | None:
 
 _STORE = UPat(Op.STORE, src=(UPat.var("dest"), UPat.var("value")), name="store")
 # step 1: outputs stored in place
-pm_outputs_in_place = PatternMatcher([(_STORE, *reversed(_counted("store_in_place", store_in_place)))])
+pm_outputs_in_place = PatternMatcher([(_STORE, store_in_place)], rule_fires)
 # step 3, first: materialisations of storage or of copies are their source (before the store-hazard rule adds
 # its own materialisations, which must stay)
-pm_stage = PatternMatcher([(UPat(Op.CONTIGUOUS, src=(UPat.var("x"),), name="stage"),
-                            *reversed(_counted("stage_of_storage_or_copy", stage_of_storage_or_copy)))])
+pm_stage = PatternMatcher([(UPat(Op.CONTIGUOUS, src=(UPat.var("x"),), name="stage"), stage_of_storage_or_copy)],
+                          rule_fires)
 # pm_mops: movements move towards storage (over the INDEX form above)
 pm_mops = PatternMatcher([
-    (UPat(Op.INDEX, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="idx"), index_of_movement,
-     "index_of_movement"),  # counted by index_through_movement
-    (UPat(Op.INDEX, src=(UPat(Op.RESHAPE, name="r"),), allow_any_len=True, name="idx"),
-     *reversed(_counted("index_reshape_fewer_indices", index_reshape_fewer_indices))),
-    (UPat(Op.STORE, src=(UPat(Op.WHERE, name="sel"), UPat.var("value")), name="store"),
-     *reversed(_counted("store_through_selection", store_through_selection))),
+    (UPat(Op.INDEX, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="idx"), index_of_movement),
+    (UPat(Op.INDEX, src=(UPat(Op.RESHAPE, name="r"),), allow_any_len=True, name="idx"), index_reshape_fewer_indices),
+    (UPat(Op.STORE, src=(UPat(Op.WHERE, name="sel"), UPat.var("value")), name="store"), store_through_selection),
     (UPat(GroupOp.Movement | {Op.INDEX}, src=(UPat(Op.AFTER, name="a"),), allow_any_len=True, name="m"),
-     *reversed(_counted("movement_after_effects", movement_after_effects))),
-    (UPat(Op.END, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="end"),
-     *reversed(_counted("end_of_movement", end_of_movement))),
-])
+     movement_after_effects),
+    (UPat(Op.END, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="end"), end_of_movement),
+], rule_fires)
 # step 2: inline calls inlined; disk copies read runs of bytes
-pm_inline_calls = PatternMatcher([(UPat(Op.CALL, name="call"), *reversed(_counted("inline_call", inline_call)))])
+pm_inline_calls = PatternMatcher([(UPat(Op.CALL, name="call"), inline_call)], rule_fires)
 pm_disk_copies = PatternMatcher([
-    (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev")), name="copy"),
-     *reversed(_counted("disk_copy_views_move_to_result", disk_copy_views_move_to_result))),
-])
+    (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev")), name="copy"), disk_copy_views_move_to_result),
+], rule_fires)
 # step 2, after inlining: a call's stores have run (a repeated store of one value keeps its own state first)
 pm_returned_after = PatternMatcher([
-    (_STORE, *reversed(_counted("repeated_store", repeated_store))),
-    (UPat(Op.AFTER, name="a"), *reversed(_counted("resolve_returned_after", resolve_returned_after))),
-])
+    (_STORE, repeated_store),
+    (UPat(Op.AFTER, name="a"), resolve_returned_after),
+], rule_fires)
 # what the engine applies before it performs copies: disk copies read runs, stores across devices copy
-pm_before_copies = pm_disk_copies + PatternMatcher([
-    (_STORE, *reversed(_counted("store_across_devices", store_across_devices)))])
+pm_before_copies = pm_disk_copies + PatternMatcher([(_STORE, store_across_devices)], rule_fires)
 # step 3, before expand_bitcast rewrites a destination's bitcasts into values: bit-run stores
-pm_bit_run_stores = PatternMatcher([(_STORE, *reversed(_counted("store_bit_run", store_bit_run)))])
+pm_bit_run_stores = PatternMatcher([(_STORE, store_bit_run)], rule_fires)
 # step 3: a call compiled on its own takes storage, runs of it, or values materialised into new storage
-pm_code_calls = PatternMatcher([(UPat(Op.CALL, name="call"),
-                                 *reversed(_counted("code_call_arguments", code_call_arguments)))])
+pm_code_calls = PatternMatcher([(UPat(Op.CALL, name="call"), code_call_arguments)], rule_fires)
 # step 3: from the leaves up
 pm_prepare = PatternMatcher([
-    (_STORE, *reversed(_counted("refuse_broadcast_store", refuse_broadcast_store))),
-    (_STORE, *reversed(_counted("drop_self_store", drop_self_store))),
-    (UPat(Op.STORE, src=(UPat(Op.RESHAPE, name="a"), UPat(Op.RESHAPE, name="b")), name="store"),
-     *reversed(_counted("store_reshape_pair", store_reshape_pair))),
-    (UPat(Op.STORE, src=(UPat(Op.BITCAST, name="bc"), UPat.var("value")), name="store"),
-     *reversed(_counted("store_into_bitcast", store_into_bitcast))),
-    (_STORE, *reversed(_counted("store_across_devices", store_across_devices))),
-    (_STORE, *reversed(_counted("store_hazard", store_hazard))),
-    (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev"))),
-     *reversed(_counted("copy_to_own_device", copy_to_own_device))),
-    (UPat((Op.DETACH, Op.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),), name="u"),
-     *reversed(_counted("drop_detach", drop_detach))),
-    (UPat(Op.SINK, name="sink"), *reversed(_counted("sink_sources_lose_movements", sink_sources_lose_movements))),
-    (UPat(Op.BITCAST, name="bc"), *reversed(_counted("expand_bitcast", expand_bitcast))),
-    (UPat(GroupOp.ALU | {Op.REDUCE_AXIS, Op.CAST, Op.BITCAST, Op.CONTIGUOUS}, name="u"),
-     *reversed(_counted("fold_empty", fold_empty))),
-])
+    (_STORE, refuse_broadcast_store),
+    (_STORE, drop_self_store),
+    (UPat(Op.STORE, src=(UPat(Op.RESHAPE, name="a"), UPat(Op.RESHAPE, name="b")), name="store"), store_reshape_pair),
+    (UPat(Op.STORE, src=(UPat(Op.BITCAST, name="bc"), UPat.var("value")), name="store"), store_into_bitcast),
+    (_STORE, store_across_devices),
+    (_STORE, store_hazard),
+    (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev"))), copy_to_own_device),
+    (UPat((Op.DETACH, Op.CONTIGUOUS_BACKWARD), src=(UPat.var("x"),), name="u"), drop_detach),
+    (UPat(Op.SINK, name="sink"), sink_sources_lose_movements),
+    (UPat(Op.BITCAST, name="bc"), expand_bitcast),
+    (UPat(GroupOp.ALU | {Op.REDUCE_AXIS, Op.CAST, Op.BITCAST, Op.CONTIGUOUS}, name="u"), fold_empty),
+], rule_fires)
 
 
 def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
     """`SINK(STORE(dest, value), ...)` in the normal form rangeify indexes (see the module docstring), for the
     device facts of `target` (which of the graph's devices are disks; None: no disks)."""
     before = Counter(rule_fires)
-    out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1")
-    out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls")
-    out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after")
-    out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies")
+    keep = placements.carry_intent  # a node rebuilt on rewritten sources keeps its declared placement
+    out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1", on_rebuild=keep)
+    out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls", on_rebuild=keep)
+    out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after",
+                        on_rebuild=keep)
+    out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies", on_rebuild=keep)
     out = _split_reductions(out)
-    out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages")
-    out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores")
-    out = graph_rewrite(out, pm_prepare, ctx=target, name="prepare_rangeify step 3")
+    out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages", on_rebuild=keep)
+    out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores", on_rebuild=keep)
+    out = graph_rewrite(out, pm_prepare, ctx=target, name="prepare_rangeify step 3", on_rebuild=keep)
     if config.get("DEBUG") >= 3 and (fired := rule_fires - before):
         print("prepare_rangeify fired: " + ", ".join(f"{k} x{v}" for k, v in sorted(fired.items())))
     return spec.check(out, "prepared", "prepare_rangeify")
@@ -779,4 +760,6 @@ def unbind(sink: UOp) -> tuple[UOp, dict[str, int]]:
         src = tuple(rebuilt[s] for s in u.src)
         rebuilt[u] = mapping.get(u) or (u if src == u.src and not isinstance(u.arg, (tuple, UOp)) else
                                         UOp(u.op, u.dtype, src, _strip(u.arg, mapping)))
+        if rebuilt[u] is not u and u not in mapping:
+            placements.carry_intent(u, rebuilt[u])
     return rebuilt[sink], var_vals

@@ -121,9 +121,8 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
             if x in fused or not cap(x):
                 continue
             if not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
-                if _recomputes_too_much(u, x, realized):
-                    _store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)
-                    owners.store_shared(owners.add({x}), p, cap)
+                if _recomputes_too_much(u, x, realized):  # no reduction, but too much recomputed work
+                    owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
                 continue
             if local_axes is not None and _row_fusable(x, users, realized, fused):
                 fused.add(x)
@@ -135,8 +134,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
                         p.set_scratch_extent(r, extent)
                     rows[r] = x.arg[1]
                 continue
-            _store(x, realized, p)
-            owners.store_shared(owners.add({x}), p, cap)
+            owners.store_shared(owners.add(_store(x, realized, p)), p, cap)
     _split_over_budget(order, realized, p, cap)
     for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
         if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
@@ -196,12 +194,13 @@ def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused:
 
 
 def _store(u: UOp, realized: set[UOp], p: pm.Placements,
-           why: pm.Provenance = pm.Provenance.INLINE_REDUCTION_CAP) -> None:
+           why: pm.Provenance = pm.Provenance.INLINE_REDUCTION_CAP) -> set[UOp]:
     """A heuristic cap (`why`) stores `u`: Never_virtual for the cap, then On_device since its kernel's value is
-    read by another kernel."""
+    read by another kernel. Returns {u}, the newly stored values."""
     p.update(u, pm.NV, why)
     p.update(u, pm.OD, pm.Provenance.refined(why, CROSSES_KERNEL))
     realized.add(u)
+    return {u}
 
 
 def _ops(u: UOp) -> int:

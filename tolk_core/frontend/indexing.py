@@ -1,4 +1,7 @@
-"""`Tensor.__getitem__`: numpy indexing with ints, slices (any step), None, Ellipsis and integer tensors.
+"""Indexing: `Tensor.__getitem__`, numpy indexing with ints, slices (any step), None, Ellipsis and integer
+tensors. (Writing through an index, `t[i] = v`, is `Tensor.__setitem__`: a selection here, then `assign`.)
+
+An op belongs here when it selects elements by index values given by the caller.
 
 Basic indices (ints, slices, None) are movement ops: shrink, flip, a strided reshape, reshape. Integer tensors
 (also lists and integer numpy arrays) gather with numpy's advanced-indexing rules: the index tensors broadcast
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tolk_core.errors import DTypeError, ShapeError
+from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.uop import UOp
 
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
 
 
-class IndexMixin:
+class IndexingMixin:
     """Indexing; mixed into `Tensor`."""
 
     __slots__ = ()
@@ -114,10 +118,9 @@ class IndexMixin:
     def _gather(self: Tensor, gathers: list[tuple[int, Tensor]], insert_at: int | None) -> Tensor:
         """Advanced indexing of this view by (axis, index tensor) pairs; the broadcast index axes go first, or
         at `insert_at` among the remaining axes."""
-        from tolk_core.frontend.tensor import _broadcast_shape
         axes = [a for a, _ in gathers]
         try:
-            bshape = _broadcast_shape(*(t.shape for _, t in gathers))
+            bshape = broadcast_shape(*(t.shape for _, t in gathers))
         except ShapeError:
             raise ShapeError("index tensors of shapes " + ", ".join(str(t.shape) for _, t in gathers)
                              + " cannot be broadcast together") from None

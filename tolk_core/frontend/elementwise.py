@@ -1,5 +1,10 @@
-"""Elementwise maths of `Tensor`: floor division and modulo, powers, transcendental and activation functions,
-clipping, logical and bitwise operators, and bitcast. Every method composes the IR's primitive ALU ops.
+"""Elementwise ops: one output element from the elements at the same index of the (broadcast) inputs.
+Arithmetic, comparisons, `where`, casts and bitcast, floor division and modulo, powers, transcendental and
+activation functions, clipping, logical and bitwise operators.
+
+An op belongs here when it maps elements one to one (after broadcasting). Every method composes the IR's
+primitive ALU ops through `_alu`; `_coerce` gives two operands one dtype and one shape first, with numpy/torch
+promotion (Python scalars are weak: they take the tensor's dtype unless a float meets an integer tensor).
 
 Semantics:
 - `//` and `%` follow numpy's floor convention (the quotient rounds toward -inf, the remainder takes the
@@ -16,8 +21,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tolk_core.errors import DTypeError
-from tolk_core.ir.dtype import dtypes
+import numpy as np
+
+from tolk_core.errors import DeviceMismatchError, DTypeError
+from tolk_core.frontend.construction import as_const
+from tolk_core.frontend.movement import broadcast_shape
+from tolk_core.ir.dtype import DType, dtypes, promote_types
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 
@@ -25,12 +34,119 @@ if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
 
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
-class MathMixin:
+class ElementwiseMixin:
     """Elementwise operations; mixed into `Tensor` (see the module docstring for semantics)."""
 
     __slots__ = ()
+
+    # ---- operands ----
+    def _coerce(self: Tensor, other: Any, reflected: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands as Tensors of one dtype and one broadcast shape."""
+        if isinstance(other, type(self)):
+            if other.device != self.device:
+                raise DeviceMismatchError(f"operands are on different devices: {self.device} and {other.device}")
+            dt = promote_types(self.dtype, other.dtype)
+            a, b = self, other
+        else:
+            if not isinstance(other, (bool, int, float, np.generic)):
+                raise TypeError(f"cannot combine a Tensor with {type(other).__name__}")
+            other = other.item() if isinstance(other, np.generic) else other
+            dt = self.dtype
+            if isinstance(other, float) and not dtypes.is_float(dt):
+                dt = dtypes.default_float
+            elif isinstance(other, int) and not isinstance(other, bool) and dtypes.is_bool(dt):
+                dt = dtypes.default_int
+            a, b = self, type(self)(UOp.const(dt, as_const(other, dt)), self.device)
+        a, b = a.cast(dt), b.cast(dt)
+        shape = broadcast_shape(a.shape, b.shape)
+        a, b = a._broadcast_to(shape), b._broadcast_to(shape)
+        return (b, a) if reflected else (a, b)
+
+    def _alu(self: Tensor, op: Op, *others: Tensor, dtype: DType | None = None) -> Tensor:
+        return type(self)(UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others))), self.device)
+
+    def _binary(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
+        a, b = self._coerce(other, reflected)
+        return a._alu(op, b)
+
+    def cast(self: Tensor, dtype: Any) -> Tensor:
+        dt = dtypes.parse(dtype)
+        return self if dt == self.dtype else self._alu(Op.CAST, dtype=dt)
+
+    def _as_float(self: Tensor) -> Tensor:
+        """This tensor, cast to the default float unless it holds floats already (for ops defined on floats)."""
+        return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+
+    # ---- arithmetic ----
+    def __add__(self: Tensor, other: Any) -> Tensor: return self._binary(Op.ADD, other)
+    def __radd__(self: Tensor, other: Any) -> Tensor: return self._binary(Op.ADD, other, True)
+    def __mul__(self: Tensor, other: Any) -> Tensor: return self._binary(Op.MUL, other)
+    def __rmul__(self: Tensor, other: Any) -> Tensor: return self._binary(Op.MUL, other, True)
+
+    def __sub__(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other)
+        return a._alu(Op.ADD, -b)
+
+    def __rsub__(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other, True)
+        return a._alu(Op.ADD, -b)
+
+    def __neg__(self: Tensor) -> Tensor:
+        if dtypes.is_bool(self.dtype):
+            raise TypeError("negation of a bool tensor: use logical_not")
+        return self._alu(Op.NEG)
+
+    def __truediv__(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other)
+        a, b = a._as_float(), b._as_float()
+        return a._alu(Op.FDIV, b)
+
+    def __rtruediv__(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other, True)
+        a, b = a._as_float(), b._as_float()
+        return a._alu(Op.FDIV, b)
+
+    def maximum(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other)
+        if dtypes.is_bool(a.dtype):
+            return a.cast(dtypes.uint8)._alu(Op.MAX, b.cast(dtypes.uint8)).cast(dtypes.bool)
+        return a._alu(Op.MAX, b)
+
+    def minimum(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other)
+        if dtypes.is_float(a.dtype):  # through MAX, which keeps a NaN of either operand; negation is exact
+            return -((-a)._alu(Op.MAX, -b))
+        return (a < b).where(a, b)
+
+    # ---- comparisons and selection ----
+    def _cmp(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
+        a, b = self._coerce(other, reflected)
+        return a._alu(op, b, dtype=dtypes.bool)
+
+    def __lt__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPLT, other)
+    def __gt__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPLT, other, True)
+    def __le__(self: Tensor, other: Any) -> Tensor: return (self > other).logical_not()
+    def __ge__(self: Tensor, other: Any) -> Tensor: return (self < other).logical_not()
+    def __eq__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPEQ, other)  # type: ignore[override]
+    def __ne__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPNE, other)  # type: ignore[override]
+    __hash__ = object.__hash__
+
+    def where(self: Tensor, x: Any, y: Any) -> Tensor:
+        """Elementwise `x if self else y`, broadcasting all three; scalars are weak as in arithmetic."""
+        if not isinstance(x, type(self)):
+            if not isinstance(y, type(self)):
+                dt = dtypes.default_float if any(isinstance(v, float) for v in (x, y)) else dtypes.from_py(x)
+                y = type(self)(UOp.const(dt, as_const(y, dt)), self.device)
+            y, x = y._coerce(x)
+        else:
+            x, y = x._coerce(y)
+        shape = broadcast_shape(self.shape, x.shape)
+        cond = self.cast(dtypes.bool)._broadcast_to(shape)
+        x, y = x._broadcast_to(shape), y._broadcast_to(shape)
+        return type(self)(UOp(Op.WHERE, x.dtype, (cond.uop, x.uop, y.uop)), self.device)
 
     # ---- rounding ----
     def trunc(self: Tensor) -> Tensor:
@@ -119,6 +235,19 @@ class MathMixin:
     def __rpow__(self: Tensor, other: Any) -> Tensor: return self.pow(other, reflected=True)
 
     # ---- unary maths ----
+    def relu(self: Tensor) -> Tensor:
+        return self.maximum(0)
+
+    def exp(self: Tensor) -> Tensor:
+        return (self._as_float() * _LOG2_E)._alu(Op.EXP2)
+
+    def log(self: Tensor) -> Tensor:
+        return self._as_float()._alu(Op.LOG2) * _LN_2
+
+    def sqrt(self: Tensor) -> Tensor:
+        return self._as_float()._alu(Op.SQRT)
+
+
     def abs(self: Tensor) -> Tensor:
         if dtypes.is_bool(self.dtype) or dtypes.is_unsigned(self.dtype):
             return self
@@ -202,6 +331,14 @@ class MathMixin:
 
     bitwise_not = __invert__
 
+    def logical_and(self: Tensor, other: Any) -> Tensor:
+        a, b = self._coerce(other)
+        return a.cast(dtypes.bool)._alu(Op.AND, b.cast(dtypes.bool))
+
+    def logical_not(self: Tensor) -> Tensor:
+        return self.cast(dtypes.bool)._alu(Op.CMPNE, type(self)(UOp.const(dtypes.bool, True), self.device)
+                                            ._broadcast_to(self.shape), dtype=dtypes.bool)
+
     def logical_or(self: Tensor, other: Any) -> Tensor:
         a, b = self._coerce(other)
         return a.cast(dtypes.bool)._alu(Op.OR, b.cast(dtypes.bool))
@@ -244,4 +381,3 @@ def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     floor = (div - floor > 0.5).where(floor + 1, floor)
     quot = (div == 0).where(_signed_zero(a / b), floor)
     return (b == 0).where(a / b, quot), mod
-

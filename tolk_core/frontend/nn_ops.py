@@ -1,5 +1,8 @@
-"""Neural-network composites of `Tensor`: dot, log_softmax, layernorm, conv2d (with the sliding-window view).
+"""Neural-network composites: `matmul` (`@`), `dot`, `softmax`, `log_softmax`, `layernorm`, `conv2d` (with its
+sliding-window view).
 
+An op belongs here when it is a composite of movement, elementwise ops and reductions that models use as one
+unit. `matmul` broadcasts the batch axes, then multiplies and sums along the shared axis (one reduce kernel).
 `conv2d` is torch's cross-correlation (`F.conv2d(x, w, b, stride, padding, dilation, groups)`): the input is
 padded, viewed as sliding windows with movement ops only (`_windows`), multiplied with the weight and summed,
 so the whole forward pass (bias included) is one reduce kernel.
@@ -11,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tolk_core.errors import ShapeError
+from tolk_core.frontend.movement import broadcast_shape
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -28,9 +32,37 @@ class NNMixin:
 
     __slots__ = ()
 
+    def matmul(self: Tensor, other: Tensor) -> Tensor:
+        """Matrix product with numpy's rules: batch axes broadcast; a 1-d operand is a row (left) or a column
+        (right) vector whose axis is dropped from the result."""
+        if self.ndim == 0 or other.ndim == 0:
+            raise ShapeError(f"matmul needs tensors of at least one dimension, got {self.shape} and {other.shape}")
+        a = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
+        b = other.reshape(other.shape[0], 1) if other.ndim == 1 else other
+        if a.shape[-1] != b.shape[-2]:
+            raise ShapeError(f"matmul of shapes {self.shape} and {other.shape}: inner sizes {a.shape[-1]} and "
+                             f"{b.shape[-2]} differ")
+        batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+        n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
+        a = a._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
+        b = b._broadcast_to(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
+        out = (a * b).sum(axis=-1)
+        if self.ndim == 1:
+            out = out.reshape(out.shape[:-2] + out.shape[-1:])
+        if other.ndim == 1:
+            out = out.reshape(out.shape[:-1])
+        return out
+
+    __matmul__ = matmul
+
     def dot(self: Tensor, other: Tensor) -> Tensor:
         """Matrix product (tinygrad's dot; for two vectors also torch.dot)."""
         return self.matmul(other)
+
+    def softmax(self: Tensor, axis: int = -1) -> Tensor:
+        x = self._as_float()
+        e = (x - x.max(axis=axis, keepdim=True)).exp()
+        return e / e.sum(axis=axis, keepdim=True)
 
     def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
         x = self._as_float()

@@ -1,0 +1,116 @@
+"""Making tensors from nothing or from another tensor's shape: `full`, `zeros`, `ones`, `empty`, `arange`, `eye`,
+`full_like`, `zeros_like`, `ones_like` (random tensors are in random.py).
+
+An op belongs here when it creates a tensor whose values come from its arguments, not from another tensor's
+values. Constants are one CONST reshaped and expanded to the shape (no upload, no storage until a kernel needs
+one); `empty` is storage with undefined contents; `arange` is uploaded (a computed one costs O(n^2) work or a
+special op, an upload O(n)); `eye` is a padded column of ones read with a row length one longer than the rows.
+
+Also the two helpers every Tensor constructor needs: `resolve_device` and `as_const`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tolk_core.engine import buffers as storage
+from tolk_core.errors import ShapeError
+from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.uop import UOp
+from tolk_core.schedule import placements
+
+if TYPE_CHECKING:
+    from tolk_core.frontend.tensor import Scalar, Tensor
+
+
+def resolve_device(device: str | None) -> str:
+    """The canonical name of `device` (e.g. "cpu:0" -> "CPU"), or the default device when None."""
+    from tolk_core.plugins import Device
+    return Device.canonicalize(device) if device is not None else Device.DEFAULT
+
+
+def as_const(value: Scalar, dt: DType) -> Scalar:
+    """A Python value as a constant of `dt` (C conversion rules: floats truncate into integers)."""
+    if dtypes.is_float(dt):
+        return float(value)
+    return bool(value) if dtypes.is_bool(dt) else int(value)
+
+
+class ConstructionMixin:
+    """Constructors; mixed into `Tensor`."""
+
+    __slots__ = ()
+
+    @classmethod
+    def _const(cls, value: Scalar, shape: tuple[int, ...], dtype: DType, device: str | None) -> Tensor:
+        t = cls(UOp.const(dtype, as_const(value, dtype)), device)
+        return t.reshape((1,) * len(shape)).expand(shape) if shape else t
+
+    @staticmethod
+    def _shape_arg(shape: tuple) -> tuple[int, ...]:
+        """A shape given as separate sizes (`zeros(2, 3)`) or as one sequence (`zeros((2, 3))`)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return tuple(shape)
+
+    @classmethod
+    def full(cls, shape: Sequence[int] | int, fill_value: Scalar, dtype: Any = None,
+             device: str | None = None) -> Tensor:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if any(s < 0 for s in shape):
+            raise ShapeError(f"negative size in shape {shape}")
+        dt = dtypes.parse(dtype) if dtype is not None else dtypes.from_py(fill_value)
+        return cls._const(fill_value, shape, dt, device)
+
+    @classmethod
+    def zeros(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+        return cls.full(cls._shape_arg(shape), 0, dtypes.parse(dtype or dtypes.default_float), device)
+
+    @classmethod
+    def ones(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+        return cls.full(cls._shape_arg(shape), 1, dtypes.parse(dtype or dtypes.default_float), device)
+
+    @classmethod
+    def empty(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+        shape = cls._shape_arg(shape)
+        dt = dtypes.parse(dtype or dtypes.default_float)
+        device = resolve_device(device)
+        buf = storage.new_buffer(device, math.prod(shape), dt)
+        placements.seed_input(buf)
+        return cls(storage.view_as(buf, shape), device)
+
+    @classmethod
+    def arange(cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: Any = None,
+               device: str | None = None) -> Tensor:
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("arange step must not be zero")
+        dt = dtypes.parse(dtype) if dtype is not None else (
+            dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
+        # uploaded rather than computed: a computed arange costs O(n^2) work or a special op, an upload O(n)
+        return cls(np.arange(start, stop, step).astype(dtypes.to_np(dt)), device, dt)
+
+    @classmethod
+    def eye(cls, n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:
+        """The (n, m) identity matrix (m defaults to n)."""
+        m = n if m is None else m
+        if n < 0 or m < 0:
+            raise ShapeError(f"eye needs non-negative sizes, got ({n}, {m})")
+        s = max(n, m)
+        dt = dtypes.parse(dtype or dtypes.default_float)
+        # a (s, s+1) block whose first column is 1, read flat in rows of s: element (i, j) lands in column j - i
+        ones = cls.full((s, 1), 1, dt, device).pad(((0, 0), (0, s)))
+        return ones.reshape(s * (s + 1)).shrink(((0, s * s),)).reshape(s, s).shrink(((0, n), (0, m)))
+
+    def full_like(self: Tensor, fill_value: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+        return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device)
+
+    def zeros_like(self: Tensor, dtype: Any = None, device: str | None = None) -> Tensor:
+        return self.full_like(0, dtype, device)
+
+    def ones_like(self: Tensor, dtype: Any = None, device: str | None = None) -> Tensor:
+        return self.full_like(1, dtype, device)

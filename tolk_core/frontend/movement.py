@@ -1,0 +1,211 @@
+"""Movement: ops that rearrange a tensor's elements without computing new values: `reshape`, `permute`,
+`expand`, `transpose`, `T`, `flip`, `pad`, `shrink`, `squeeze`, `unsqueeze`, `flatten`, `cat`, `stack`.
+
+An op belongs here when every output element is an input element (or a constant pad value) chosen by index
+arithmetic alone. Each builds the IR's movement UOps (RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP), validated by
+`tolk_core.ir.shape.movement_shape`, which raises ShapeError naming the shapes. `cat` pads every input to the
+full size and adds them (one fused kernel); `squeeze` of an axis whose size is not 1 leaves it, as torch does.
+
+Also the shape arithmetic the other op modules share: `broadcast_shape` and `normalize_axis`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tolk_core.errors import DeviceMismatchError, ShapeError
+from tolk_core.ir.dtype import dtypes, least_upper_dtype
+from tolk_core.ir.ops import Op
+from tolk_core.ir.shape import movement_shape
+from tolk_core.ir.uop import UOp, prod, sint, sym_eq
+
+if TYPE_CHECKING:
+    from tolk_core.frontend.tensor import Scalar, Tensor
+
+
+def normalize_axis(axis: int, ndim: int) -> int:
+    """`axis` (negative counts from the end) as an index in [0, ndim); a 0-d tensor has one axis, 0 or -1.
+    Raises ShapeError when it is out of range."""
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise ShapeError(f"axis {axis} is out of range for a tensor of {ndim} dimension(s)")
+    return axis % max(ndim, 1)
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape `shapes` broadcast to, numpy's way: aligned on the right, a size-1 axis stretching to the
+    other size. Raises ShapeError naming every shape when two sizes other than 1 differ."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for sizes in zip(*padded, strict=True):
+        non_one = {s for s in sizes if s != 1}
+        if len(non_one) > 1:
+            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
+        out.append(non_one.pop() if non_one else 1)
+    return tuple(out)
+
+
+def _is_neg1(s: Any) -> bool:
+    return isinstance(s, int) and s == -1
+
+
+def _sint(x: Any) -> sint:
+    """A size or offset: a Python int, or a symbolic expression of bound Variables."""
+    return x if isinstance(x, UOp) else int(x)
+
+
+class MovementMixin:
+    """Movement ops; mixed into `Tensor`."""
+
+    __slots__ = ()
+
+    def _mop(self: Tensor, op: Op, arg: Any) -> Tensor:
+        movement_shape(op, self.shape, arg)  # validates, raising ShapeError
+        return type(self)(UOp(op, self.dtype, (self.uop,), arg), self.device)
+
+    def reshape(self: Tensor, *shape: Any) -> Tensor:
+        shape = self._shape_arg(shape)
+        if sum(map(_is_neg1, shape)) > 1:
+            raise ShapeError(f"reshape to {shape}: only one dimension can be -1")
+        if any(map(_is_neg1, shape)):
+            known = prod(s for s in shape if not _is_neg1(s))
+            numel = self.numel()
+            if isinstance(known, UOp) or isinstance(numel, UOp):
+                raise ShapeError(f"reshape of symbolic shape {self.shape} to {shape}: -1 needs concrete sizes")
+            if known == 0 or numel % known:
+                raise ShapeError(f"cannot reshape tensor of shape {self.shape} to {shape}")
+            shape = tuple(numel // known if _is_neg1(s) else s for s in shape)
+        if any(s < 0 for s in shape) or not sym_eq(prod(shape), self.numel()):
+            raise ShapeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape}")
+        return self if shape == self.shape else self._mop(Op.RESHAPE, shape)
+
+    def permute(self: Tensor, *order: Any) -> Tensor:
+        order = tuple(normalize_axis(a, self.ndim) for a in self._shape_arg(order))
+        if sorted(order) != list(range(self.ndim)):
+            raise ShapeError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
+        return self if order == tuple(range(self.ndim)) else self._mop(Op.PERMUTE, order)
+
+    def expand(self: Tensor, *shape: Any) -> Tensor:
+        shape = self._shape_arg(shape)
+        if len(shape) < self.ndim:
+            raise ShapeError(f"cannot expand shape {self.shape} to {shape}: fewer dimensions")
+        x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape)
+        new = tuple(o if s == -1 else s for s, o in zip(shape, x.shape, strict=True))
+        for o, s in zip(x.shape, new, strict=True):
+            if o != s and o != 1:
+                raise ShapeError(f"cannot expand shape {self.shape} to {shape}")
+        return x if new == x.shape else x._mop(Op.EXPAND, new)
+
+    def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
+        return self if self.shape == shape else self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+
+    def transpose(self: Tensor, d0: int = -2, d1: int = -1) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = normalize_axis(d0, self.ndim), normalize_axis(d1, self.ndim)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self: Tensor) -> Tensor:
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def flip(self: Tensor, axis: int | Sequence[int]) -> Tensor:
+        axes = {normalize_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}
+        return self._mop(Op.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else self
+
+    def pad(self: Tensor, padding: Sequence[tuple[int, int]], value: Scalar = 0) -> Tensor:
+        """Pad each axis by (before, after); `padding` has one pair per axis (torch's flat form also accepted)."""
+        padding = tuple(padding)
+        if padding and isinstance(padding[0], int):  # torch style: last axis first, flat pairs
+            flat = padding
+            pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+            padding = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
+        if len(padding) != self.ndim:
+            raise ShapeError(f"pad needs one (before, after) pair per axis of {self.shape}, got {padding}")
+        padding = tuple((_sint(b), _sint(a)) for b, a in padding)
+        if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops
+            x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, self.shape, strict=True)))
+            return x.pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value)
+        if all(p == (0, 0) for p in padding):
+            return self
+        out = self._mop(Op.PAD, padding)
+        if value == 0:
+            return out
+        mask = type(self).full(self.shape, True, dtypes.bool, self.device)._mop(Op.PAD, padding)
+        return mask.where(out, value)
+
+    def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1])) for a, s in zip(arg, self.shape, strict=True))
+        if len(arg) != self.ndim:
+            raise ShapeError(f"shrink needs one (start, end) per axis of {self.shape}, got {arg}")
+        return self if all(a == (0, s) for a, s in zip(arg, self.shape, strict=True)) else self._mop(Op.SHRINK, arg)
+
+    def _strided(self: Tensor, steps: list[int]) -> Tensor:
+        """Every steps[a]-th element along each axis a, starting at the first."""
+        x = self
+        for axis, step in enumerate(steps):
+            if step == 1 or x.shape[axis] == 0:
+                continue
+            n = math.ceil(x.shape[axis] / step)
+            pad = [(0, 0)] * x.ndim
+            pad[axis] = (0, n * step - x.shape[axis])
+            x = x.pad(pad)
+            x = x.reshape(x.shape[:axis] + (n, step) + x.shape[axis + 1:])
+            x = x.shrink([(0, s) for s in x.shape[:axis + 1]] + [(0, 1)] + [(0, s) for s in x.shape[axis + 2:]])
+            x = x.reshape(x.shape[:axis + 1] + x.shape[axis + 2:])
+        return x
+
+    def squeeze(self: Tensor, dim: int | Sequence[int] | None = None) -> Tensor:
+        """Drop size-1 axes: all of them, or those among `dim` (other sizes there are kept, as in torch)."""
+        axes = self._axes(dim) if dim is not None else tuple(range(self.ndim))
+        return self.reshape(tuple(s for a, s in enumerate(self.shape) if not (a in axes and s == 1)))
+
+    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+        """A new size-1 axis at `dim` (-ndim-1 <= dim <= ndim)."""
+        if not -self.ndim - 1 <= dim <= self.ndim:
+            raise ShapeError(f"unsqueeze axis {dim} is out of range for a tensor of {self.ndim} dimension(s)")
+        dim %= self.ndim + 1
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = self._axes(start_dim)[0], self._axes(end_dim)[0]
+        if s > e:
+            raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} in shape {self.shape}")
+        return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+    def cat(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """Concatenate this tensor and `others` along `dim` (usable as `Tensor.cat(a, b, dim=...)`)."""
+        ts = (self, *others)
+        for t in ts:
+            if t.ndim != self.ndim:
+                raise ShapeError(f"cat needs tensors of one rank, got shapes {', '.join(str(t.shape) for t in ts)}")
+            if t.device != self.device:
+                raise DeviceMismatchError(f"cat of tensors on different devices: {self.device} and {t.device}")
+        if self.ndim == 0:
+            raise ShapeError("cat of 0-d tensors: use stack")
+        axis = self._axes(dim)[0]
+        for t in ts:
+            if any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape, strict=True)) if i != axis):
+                raise ShapeError(f"cat along axis {axis}: shapes {', '.join(str(t.shape) for t in ts)} differ "
+                                 "off that axis")
+        dt = least_upper_dtype(*(t.dtype for t in ts))
+        total, offset, out = sum(t.shape[axis] for t in ts), 0, None
+        for t in ts:
+            pad = [(0, 0)] * self.ndim
+            pad[axis] = (offset, total - offset - t.shape[axis])
+            offset += t.shape[axis]
+            part = t.cast(dt).pad(pad)
+            out = part if out is None else (out | part if dtypes.is_bool(dt) else out + part)
+        return out
+
+    def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
+        """Stack this tensor and `others` (all of one shape) along a new axis `dim`."""
+        ts = (self, *others)
+        if any(t.shape != self.shape for t in ts):
+            raise ShapeError(f"stack needs tensors of one shape, got {', '.join(str(t.shape) for t in ts)}")
+        if not -self.ndim - 1 <= dim <= self.ndim:
+            raise ShapeError(f"stack axis {dim} is out of range for tensors of {self.ndim} dimension(s)")
+        return ts[0].unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in ts[1:]), dim=dim)
