@@ -742,7 +742,8 @@ def _range(u: UOp) -> Bounds:
     if u.op not in GroupOp.ALU or dt.count != 1 or (alu := _ALU_BOUNDS.get(u.op)) is None:
         return dlo, dhi
     a = (u.src[0]._vmin, u.src[0]._vmax)
-    b = (u.src[1]._vmin, u.src[1]._vmax) if len(u.src) >= 2 else None
+    # a unary op (NEG) has no second operand: its rule reads `a` only
+    b: Bounds = (u.src[1]._vmin, u.src[1]._vmax) if len(u.src) >= 2 else (None, None)
     isint = dt.kind in ("i", "u")
     if (r := alu(a, b, u, isint)) is None:
         return dlo, dhi

@@ -501,7 +501,7 @@ def index_of_movement(idx: UOp, m: UOp) -> UOp | None:
         idxs, gate = idxs[:-1], idxs[-1]
     if len(idxs) != len(m.tensor_shape) or is_gather(idxs):
         return None
-    src_idxs, valid = apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, tuple(idxs))  # counted as a rule
+    src_idxs, valid = apply_movement_op(m.op, tuple(m.src[0].tensor_shape), m.arg, tuple(idxs))  # counted as a rule
     if valid is not None and gate is not None:
         valid = gate.alu(Op.AND, valid)
     gated = valid if valid is not None else gate
