@@ -293,11 +293,11 @@ class Placements:
     """One lineage's decisions: UOp -> (mode, provenance), falling back to declared intent."""
 
     def __init__(self, table: weakref.WeakKeyDictionary[UOp, Placement] | None = None,
-                 extents: weakref.WeakKeyDictionary[UOp, int] | None = None):
+                 extents: weakref.WeakKeyDictionary[UOp, int | None] | None = None):
         self._table: weakref.WeakKeyDictionary[UOp, Placement] = table if table is not None else \
             weakref.WeakKeyDictionary()
         # elements of scratch a node needs per kernel instance, where that is less than the whole node (a row)
-        self._extents: weakref.WeakKeyDictionary[UOp, int] = extents if extents is not None else \
+        self._extents: weakref.WeakKeyDictionary[UOp, int | None] = extents if extents is not None else \
             weakref.WeakKeyDictionary()
 
     @staticmethod
@@ -308,9 +308,10 @@ class Placements:
         """A snapshot: later writes on either side are invisible to the other."""
         return Placements(weakref.WeakKeyDictionary(self._table), weakref.WeakKeyDictionary(self._extents))
 
-    def set_scratch_extent(self, u: UOp, numel: int) -> None:
+    def set_scratch_extent(self, u: UOp, numel: int | None) -> None:
         """`u` would be kernel-local scratch of `numel` elements per kernel instance (e.g. one row of it):
-        the size Never_virtual is judged by when it settles Local or On_device."""
+        the size Never_virtual is judged by when it settles Local or On_device (None, a symbolic size: all of
+        `u`, as when none is set)."""
         self._extents[u] = numel
 
     def _most_local(self, u: UOp) -> MemoryMode:

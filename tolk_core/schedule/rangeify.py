@@ -130,8 +130,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
                 if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
                         p.mode_is_unspecified(r):
                     p.update(r, pm.NV, ROW_SCRATCH)
-                    if (extent := _row_extent(x)) is not None:  # a symbolic row has no extent to judge by
-                        p.set_scratch_extent(r, extent)
+                    p.set_scratch_extent(r, _row_extent(x))
                     rows[r] = x.arg[1]
                 continue
             owners.store_shared(owners.add(_store(x, realized, p)), p, cap)
