@@ -1,8 +1,8 @@
 """Tolk: a small, fast, readable tensor compiler whose backends are plugins.
 
-The public face: Tensor, dtypes, Variable, jit, Device and the errors. Importing tolk_core imports no
-backend library (and not numpy): plugins are probed at the registry's first use, and the front end loads on
-first use of Tensor, jit, dtypes or Variable.
+The public face: Tensor, dtypes, Variable, jit, Device, profile (per-kernel times and work) and the errors.
+Importing tolk_core imports no backend library (and not numpy): plugins are probed at the registry's first use,
+and the front end loads on first use of Tensor, jit, dtypes or Variable (the profiler on first use of profile).
 """
 from typing import Any
 
@@ -23,7 +23,8 @@ from tolk_core.version import __version__  # noqa: F401
 _LAZY = {"Tensor": ("tolk_core.frontend.tensor", "Tensor"), "jit": ("tolk_core.frontend.jit", "jit"),
          "function": ("tolk_core.frontend.function", "function"),
          "custom_kernel": ("tolk_core.frontend.function", "custom_kernel"),
-         "dtypes": ("tolk_core.ir.dtype", "dtypes"), "Variable": ("tolk_core.ir.uop", "Variable")}
+         "dtypes": ("tolk_core.ir.dtype", "dtypes"), "Variable": ("tolk_core.ir.uop", "Variable"),
+         "profile": ("tolk_core.engine.profile", "profile")}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,8 @@ class _Counters:
     kernels_launched: int = 0   # program launches (one per kernel call)
     compiles: int = 0           # compiler invocations (a miss in both the memory and the disk cache)
     disk_cache_hits: int = 0    # binaries loaded from the on-disk cache instead of compiled
+    kernels_compiled: int = 0   # kernels the engine handed to a device's compiler (not yet loaded in this process)
+    bytes_copied: int = 0       # bytes copied between host and device buffers (copyin and copyout)
     schedules: int = 0          # tensor graphs scheduled into kernels
     schedule_cache_hits: int = 0  # schedules reused from the cache (structurally equal graph: no scheduling)
     time_sum_s: float = 0.0     # kernel time, when DEBUG>=2 makes launches wait and time themselves

@@ -17,6 +17,7 @@ from typing import Any
 
 from tolk_core import config
 from tolk_core.codegen import KernelSource, generate
+from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
 from tolk_core.ir.calls import KernelCode
@@ -94,6 +95,7 @@ def _compile_together(name: str, asts: list[UOp]) -> None:
     if config.get("DEBUG") >= 4:
         print(module)
     start = time.perf_counter()
+    GlobalCounters.kernels_compiled += len({ks.name for ks in sources})
     lib = device.compiler.compile_cached(module)
     if (took := time.perf_counter() - start) > config.get("COMPILE_WARN_SECONDS"):
         _warn_slow(name, took, sources)

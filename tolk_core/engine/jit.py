@@ -10,7 +10,9 @@ Phases, by the call counter `cnt`:
 - 2+, replay: inputs are validated (count, element count, dtype, device: `JitError`) and the precomputed steps
   run with the new input handles: no graph rewrite, no lookup by UOp per kernel, no allocation, no compile.
 
-`JIT=0` runs every call eagerly. `JIT>=2` captures but never batches into graphs.
+`JIT=0` runs every call eagerly. `JIT>=2` captures but never batches into graphs. Inside `tolk_core.profile()` a
+replay waits for and records every launch, and a graph batch launches its kernels one by one so each gets its
+own time (engine/profile.py).
 Variable values (`var_vals`) travel per call into the kernels' scalar arguments and the graphs' values.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers as storage
-from tolk_core.engine import run
+from tolk_core.engine import profile, run
 from tolk_core.engine.compile import CompiledKernel, arg_device, compile_linear, kernel_vals, to_program
 from tolk_core.engine.target import target_for
 from tolk_core.errors import JitError
@@ -128,36 +130,60 @@ def jit_lower(device: str, to_program: ToProgram, linears: Sequence[UOp], input_
 
 # ---------------------------------------------------------------------------------------------- replay steps
 class _KernelStep:
-    """One launch: bound handles, and the (argument position, input slot) pairs patched per call."""
-    __slots__ = ("prg", "handles", "patches", "gs", "ls", "ks", "has_vars", "symbolic")
+    """One launch: bound handles, and the (argument position, input slot) pairs patched per call; `call` is
+    the compiled CALL it launches (what a profile records)."""
+    __slots__ = ("prg", "handles", "patches", "gs", "ls", "ks", "has_vars", "symbolic", "call", "device")
 
-    def __init__(self, ck: CompiledKernel, handles: list[Any], patches: tuple[tuple[int, int], ...]):
+    def __init__(self, ck: CompiledKernel, handles: list[Any], patches: tuple[tuple[int, int], ...], call: UOp):
         self.prg, self.handles, self.patches, self.ks = ck.program, handles, patches, ck.source
         self.gs, self.ls = ck.source.global_size, ck.source.local_size
         self.has_vars = bool(ck.source.vars)
         self.symbolic = any(not isinstance(g, int) for g in self.gs)
+        self.call, self.device = call, ck.device
 
-    def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
+    def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> float | None:
         hs = self.handles
         for pos, slot in self.patches:
             hs[pos] = inputs[slot]
         vals = kernel_vals(self.ks, var_vals) if self.has_vars else ()
         gs = self.ks.launch_dims(var_vals) if self.symbolic else self.gs
-        self.prg(*hs, global_size=gs, local_size=self.ls, vals=vals, wait=wait)
+        et = self.prg(*hs, global_size=gs, local_size=self.ls, vals=vals, wait=wait)
         GlobalCounters.kernels_launched += 1
+        return et
+
+    def profiled(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
+        """Launch, wait, and record the launch in the open profiles."""
+        profile.record(self.device, self.ks.name, profile.timed(self, inputs, var_vals), self.call, var_vals)
 
 
 class _GraphStep:
-    """A batch replayed by the device's Graph: only launches whose inputs or values changed are updated."""
-    __slots__ = ("graph", "bufs", "vals", "patches", "var_launches", "n")
+    """A batch replayed by the device's Graph: only launches whose inputs or values changed are updated.
+    `calls` are the compiled CALLs of its launches (what a profile records)."""
+    __slots__ = ("graph", "bufs", "vals", "patches", "var_launches", "n", "launches", "calls", "device")
 
     def __init__(self, graph: Any, launches: list[Launch], patches: list[tuple[int, tuple[tuple[int, int], ...]]],
-                 var_launches: list[tuple[int, Any]]):
+                 var_launches: list[tuple[int, Any]], calls: Sequence[UOp], device: str):
         self.graph, self.patches, self.var_launches, self.n = graph, patches, var_launches, len(launches)
         self.bufs = [list(ln.bufs) for ln in launches]
         self.vals = [tuple(ln.vals) for ln in launches]
+        self.launches, self.calls, self.device = launches, tuple(calls), device
 
     def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
+        self._update(inputs, var_vals)
+        self.graph(wait=wait)
+        GlobalCounters.kernels_launched += self.n
+
+    def profiled(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
+        """Launch the batch's kernels one by one (the Graph contract: the same results), each waited for and
+        recorded in the open profiles; the graph is kept up to date for the replays after the profile."""
+        self._update(inputs, var_vals)
+        for ln, bufs, vals, call in zip(self.launches, self.bufs, self.vals, self.calls, strict=True):
+            seconds = profile.timed(ln.program, *bufs, global_size=ln.global_size, local_size=ln.local_size,
+                                    vals=vals)
+            GlobalCounters.kernels_launched += 1
+            profile.record(self.device, call.src[0].arg.source.name, seconds, call, var_vals)
+
+    def _update(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
         for li, patches in self.patches:
             bufs, changed = self.bufs[li], False
             for pos, slot in patches:
@@ -169,8 +195,6 @@ class _GraphStep:
             if (vals := kernel_vals(ks, var_vals)) != self.vals[li]:
                 self.vals[li] = vals
                 self.graph.update(li, vals=vals)
-        self.graph(wait=wait)
-        GlobalCounters.kernels_launched += self.n
 
 
 class CapturedJit(Generic[T]):
@@ -239,7 +263,7 @@ class CapturedJit(Generic[T]):
             body = call.src[0]
             if body.op is Op.PROGRAM:
                 hs, patches = args(call)
-                steps.append(_KernelStep(body.arg, hs, patches))
+                steps.append(_KernelStep(body.arg, hs, patches, call))
                 continue
             launches, gpatches, var_launches = [], [], []
             for li, inner in enumerate(body.src[0].src):
@@ -252,7 +276,8 @@ class CapturedJit(Generic[T]):
                 if ck.source.vars:
                     var_launches.append((li, ck.source))
             dev = _device(self.device)
-            steps.append(_GraphStep(dev.graph(dev, launches), launches, gpatches, var_launches))
+            steps.append(_GraphStep(dev.graph(dev, launches), launches, gpatches, var_launches, body.src[0].src,
+                                    self.device))
         self._steps, self._owned = steps, owned
 
     def input_handles(self, input_uops: Sequence[UOp], resolve: Resolver) -> list[Any]:
@@ -285,6 +310,10 @@ class CapturedJit(Generic[T]):
     def replay(self, inputs: list[Any], var_vals: dict[str, int], wait: bool = False) -> T:
         steps = self._steps
         assert steps is not None, "bind() before replay()"
+        if profile.profiling():  # every launch waited for, timed and recorded
+            for step in steps:
+                step.profiled(inputs, var_vals)
+            return self.ret
         last = len(steps) - 1
         for i, step in enumerate(steps):
             step(inputs, var_vals, wait and i == last)

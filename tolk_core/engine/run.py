@@ -3,19 +3,19 @@
 `run_linear(linear, input_uops, var_vals)` compiles what is missing (`compile.compile_linear`) and launches
 each CALL in order. Inside `capture()` nothing runs: every LINEAR about to run is recorded instead (the JIT
 compiles what it recorded and replays it, so the capturing call still returns real results). Captures nest
-per thread of control (a context variable), innermost first.
+per thread of control (a context variable), innermost first. With DEBUG>=2, or inside `profile.profile()`, every
+launch waits and is timed: DEBUG=2 prints one line per launch, a profile records it (engine/profile.py).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine import buffers
+from tolk_core.engine import buffers, profile
 from tolk_core.engine.compile import arg_device, compile_linear, kernel_vals
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
@@ -66,14 +66,19 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
         return
     programs = compile_linear(linear)
     debug = config.get("DEBUG")
+    timing = debug >= 2 or profile.profiling()
     for call, (prg, ks) in zip(linear.src, programs, strict=True):
         handles = [_runtime_arg(b, input_uops).allocate().handle for b in call.src[1:]]
         vals = kernel_vals(ks, var_vals)
         gsize = ks.launch_dims(var_vals)
-        st = time.perf_counter()
-        et = prg(*handles, global_size=gsize, local_size=ks.local_size, vals=vals, wait=debug >= 2)
+        if not timing:
+            prg(*handles, global_size=gsize, local_size=ks.local_size, vals=vals)
+            GlobalCounters.kernels_launched += 1
+            continue
+        seconds = profile.timed(prg, *handles, global_size=gsize, local_size=ks.local_size, vals=vals)
         GlobalCounters.kernels_launched += 1
+        cost = profile.launch_cost(call, var_vals)
+        profile.record(device := arg_device(call.src[1]), ks.name, seconds, call, var_vals, cost)
         if debug >= 2:
-            GlobalCounters.time_sum_s += et or 0.0
-            print(f"*** {arg_device(call.src[1]):8s} {ks.name:40s} global={gsize} "
-                  f"local={ks.local_size} {((et or 0.0) if et else time.perf_counter() - st) * 1e6:9.1f} us")
+            GlobalCounters.time_sum_s += seconds
+            print(profile.launch_line(device, ks.name, gsize, ks.local_size, seconds, cost))

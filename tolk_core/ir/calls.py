@@ -4,6 +4,8 @@
   (`tolk_core.function`); prepare_rangeify replaces the call by its body.
 - `KernelCode(...)`: the arg of the callee `SINK()` of `CALL(callee, *args)` for a kernel given as code
   (`tolk_core.custom_kernel`); the engine compiles and runs it on its own.
+- `KernelInfo(ops, nominal)`: the arg of a kernel's `CALL(kernel SINK, *buffers)` in a schedule's LINEAR: the
+  tensor ops the kernel implements and their nominal operation count.
 """
 from __future__ import annotations
 
@@ -32,6 +34,23 @@ class KernelCode:
     written: tuple[bool, ...]
     global_size: tuple[int, int, int] = (1, 1, 1)
     local_size: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What a kernel implements: `ops`, its tensor-level operations counted by name in the order they are first
+    computed ((("MUL", 2), ("ADD", 1), ("REDUCE_AXIS(ADD)", 1))), and `nominal`, the operations they stand for
+    (`schedule/work.py` counts them; symbolic where a shape is). What the profiler reads (docs/performance.md,
+    "Profiling"); kept out of the kernel AST, which keys the program caches."""
+    ops: tuple[tuple[str, int], ...] = ()
+    nominal: int | UOp = 0
+
+    def ops_text(self) -> str:
+        """`ops` as text: "MUL x2, ADD, REDUCE_AXIS(ADD)"."""
+        return ", ".join(name if n == 1 else f"{name} x{n}" for name, n in self.ops)
+
+    def __repr__(self) -> str:
+        return f"KernelInfo({self.ops_text() or '-'}; nominal {self.nominal})"
 
 
 def is_inline_call(u: UOp) -> bool:

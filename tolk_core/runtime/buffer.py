@@ -4,6 +4,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from tolk_core.counters import GlobalCounters
 from tolk_core.errors import BufferSizeError
 from tolk_core.runtime.allocator import Allocator
 
@@ -88,6 +89,7 @@ class Buffer:
         if mv.nbytes != self.nbytes:
             raise BufferSizeError(f"copyin: source has {mv.nbytes} bytes but the buffer {self!r} holds {self.nbytes}")
         self.allocator.copyin(self.handle, mv)
+        GlobalCounters.bytes_copied += mv.nbytes
         return self
 
     def copyout(self, dest: memoryview | bytearray) -> memoryview:
@@ -100,6 +102,7 @@ class Buffer:
             raise BufferSizeError(f"copyout: destination has {raw.nbytes} bytes but the buffer {self!r} holds "
                                   f"{self.nbytes}")
         self.allocator.copyout(raw, self.handle)
+        GlobalCounters.bytes_copied += raw.nbytes
         return mv
 
     def view(self, size: int, dtype: Any, offset: int) -> Buffer:

@@ -1,7 +1,9 @@
 """linear: the kernels of a schedule, in dependency order, as one LINEAR of CALLs.
 
 `LINEAR(CALL(kernel_sink, *buffers), ...)`: each CALL's buffers are BUFFER UOps bound to the kernel's PARAM
-slots in order. Kernels come out of rangeify sources-first, so running the CALLs in order is correct.
+slots in order, and the CALL's arg is the kernel's `KernelInfo` (the tensor ops it implements and their nominal
+operation count, what the profiler reads). Kernels come out of rangeify sources-first, so running the CALLs in
+order is correct.
 """
 from __future__ import annotations
 
@@ -20,5 +22,5 @@ def create_linear(sink: UOp, new_buffer: Callable[[UOp], UOp], target: Target | 
     kernel-local arrays are used where `target` allows them (`Target.local_arrays`; no target: none)."""
     local_arrays = target is not None and target.local_arrays
     kernels = rangeify([(s.src[1], s.src[0]) for s in sink.src if s.op is Op.STORE], new_buffer, local_arrays)
-    linear = UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers)) for k in kernels))
+    linear = UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (k.ast, *k.buffers), k.info) for k in kernels))
     return spec.check(linear, "linear", "rangeify")

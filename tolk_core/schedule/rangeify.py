@@ -26,12 +26,14 @@ import math
 from dataclasses import dataclass, field
 
 from tolk_core import config
+from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.dtype import AddrSpace, dtypes
 from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule.prepare import index_through_movement
+from tolk_core.schedule.work import kernel_info
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -39,9 +41,11 @@ _STORAGE = (Op.BUFFER,)
 
 @dataclass
 class Kernel:
-    """One kernel: its AST (a SINK of one STORE ended by its ranges) and the BUFFER bound to each PARAM slot."""
+    """One kernel: its AST (a SINK of one STORE ended by its ranges), the BUFFER bound to each PARAM slot, and
+    what it implements."""
     ast: UOp
     buffers: list[UOp] = field(default_factory=list)
+    info: KernelInfo = field(default_factory=KernelInfo)
 
 
 def _is_expanding(u: UOp) -> bool:
@@ -535,7 +539,7 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp],
     used = sorted((u for u in ast.toposort() if u.op is Op.PARAM), key=lambda u: u.arg)
     if len(used) != len(lw.buffers):
         ast = ast.substitute({p: p.replace(arg=i) for i, p in enumerate(used)})
-    return Kernel(ast, [lw.buffers[p.arg] for p in used])
+    return Kernel(ast, [lw.buffers[p.arg] for p in used], kernel_info(value, set(_kernel_body(value, realized))))
 
 
 def placement_dump(values: list[UOp], p: pm.Placements) -> str:

@@ -1,14 +1,14 @@
 """CPUGraph: a batch of kernel launches replayed by one generated C driver function (one native call).
 
-The driver is compiled in the same translation unit as the batch's kernels:
+The driver calls each launch's already loaded kernel through its address:
 
-    void tolk_graph_<digest>(void** b, const int* v, void** f) { k0(b[0], b[1]); k1(b[2], b[3], v[0]); ... }
+    void tolk_graph_<digest>(void** b, const int* v, void** f) { ((void (*)(void*, void*))f[0])(b[0], b[1]); ... }
 
-`b` is a pointer table (one entry per buffer argument of every launch) and `v` the launches' int arguments.
-Both are data read on every call, patched in place when an input changes (`update`); no address is baked into
-the code, so the unit is keyed by its source alone and shared through the compile cache. A launch whose kernel
-source is unknown (a Launch built by hand, as the conformance suite does) is called through its loaded
-function's address in `f` instead: one native call per replay either way.
+`b` is a pointer table (one entry per buffer argument of every launch), `v` the launches' int arguments and
+`f` the kernels' addresses. All three are data read on every call, patched in place when an input changes
+(`update`); no address is baked into the code, so the driver is keyed by its source alone (the launches'
+signatures) and shared through the compile cache. The unit holds the driver only: the kernels were compiled
+before the graph was built, and building it compiles none of them again.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ class CPUGraph(Graph):
 
     def __init__(self, device: Any, launches: Sequence[Launch]):
         super().__init__(device, launches)
-        functions = {ln.program.name: ln.source for ln in self.launches if ln.source}
         self._buf_at: list[int] = []
         self._val_at: list[int] = []
         calls: list[str] = []
@@ -37,21 +36,16 @@ class CPUGraph(Graph):
             self._buf_at.append(nb)
             self._val_at.append(nv)
             args = [f"b[{nb + j}]" for j in range(len(ln.bufs))] + [f"v[{nv + j}]" for j in range(len(ln.vals))]
-            if ln.source:
-                callee = ln.program.name
-            else:  # through the loaded function's address, cast to its signature (pointers, then ints)
-                sig = ", ".join(["void*"] * len(ln.bufs) + ["int"] * len(ln.vals)) or "void"
-                callee = f"((void (*)({sig}))f[{len(pointers)}])"
-                if not isinstance(ln.program, CPUProgram):
-                    raise TypeError(f"CPUGraph replays CPU programs; launch of {ln.program.name!r} holds a "
-                                    f"{type(ln.program).__name__}")
-                pointers.append(ctypes.cast(ln.program.fxn, ctypes.c_void_p).value)
-            calls.append(f"  {callee}({', '.join(args)});")
+            sig = ", ".join(["void*"] * len(ln.bufs) + ["int"] * len(ln.vals)) or "void"
+            calls.append(f"  ((void (*)({sig}))f[{len(pointers)}])({', '.join(args)});")
+            if not isinstance(ln.program, CPUProgram):
+                raise TypeError(f"CPUGraph replays CPU programs; launch of {ln.program.name!r} holds a "
+                                f"{type(ln.program).__name__}")
+            pointers.append(ctypes.cast(ln.program.fxn, ctypes.c_void_p).value)
             nb, nv = nb + len(ln.bufs), nv + len(ln.vals)
         body = "\n".join(calls)
         name = "tolk_graph_" + hashlib.sha256(body.encode()).hexdigest()[:12]
-        driver = f"void {name}(void** b, const int* v, void** f) {{\n{body}\n}}"
-        module = device.renderer.render_module([*functions.values(), driver])
+        module = device.renderer.render_module([f"void {name}(void** b, const int* v, void** f) {{\n{body}\n}}"])
         self._fn = getattr(device.load(device.compiler.compile_cached(module)), name)
         self._fn.restype = None
         self._bufs = (ctypes.c_void_p * max(nb, 1))(*[b.ptr for ln in self.launches for b in ln.bufs])
