@@ -23,6 +23,7 @@ place where read.
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from tolk_core import config
@@ -371,8 +372,9 @@ def _fission(cands: list[UOp], realized: set[UOp], p: pm.Placements) -> None:
             realized.add(u)
 
 
-def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
-    """The unstored nodes a kernel computing `root` evaluates (root included), stopping at stored values."""
+def _kernel_body(root: UOp, realized: Container[UOp]) -> list[UOp]:
+    """The unstored nodes a kernel computing `root` evaluates (root included), stopping at stored values (those
+    in `realized`: a set, or a map whose keys are the stored values)."""
     seen, stack, out = {root}, [root], []
     while stack:
         u = stack.pop()
