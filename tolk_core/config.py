@@ -226,8 +226,15 @@ def layers(name: str) -> list[tuple[Origin, Any]]:
 
 
 def get(name: str) -> Any:
-    """The effective value of setting `name`: override > environment > project file > user file > default."""
-    return layers(name)[0][1]
+    """The effective value of setting `name`: override > environment > project file > user file > default
+    (`layers(name)[0][1]`, without building every layer: passes read settings on every call)."""
+    if name in _overrides:
+        return _overrides[name]
+    setting = _lookup(name)
+    if (raw := os.environ.get(setting.env_var)) is not None and raw != "":
+        return _convert(setting, raw, f"environment {setting.env_var}")
+    found = _files()[1].get(name)
+    return found[0][1] if found else setting.default
 
 
 def source(name: str) -> Origin:
