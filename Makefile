@@ -29,9 +29,11 @@ bench: install
 	$(BIN)/pip install -q torch==2.13.0 tinygrad==0.14.0 threadpoolctl
 	$(BIN)/python -m bench --device CPU --quick --json bench-cpu.json
 
+# ruff, the import contracts (.importlinter), then mypy over tolk_core and the plugins ([tool.mypy] in pyproject.toml)
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 install: $(STAMP)
 
@@ -119,4 +121,4 @@ gpu-bundle-size:
 	sh scripts/gpu_bundle_size.sh $(GPU_BUNDLE) $(GPU_BUNDLE_MAX_MIB)
 
 clean:
-	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache .mypy_cache

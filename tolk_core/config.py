@@ -102,7 +102,9 @@ class Origin:
 
 
 _overrides: dict[str, Any] = {}
-_file_cache: dict[tuple[str, str, str], tuple[list[tuple[str, Path, str | None]], dict[str, tuple[Origin, Any]]]] = {}
+# what _files() returns: the consulted files as (kind, path, status), and each setting's values from them
+_FileValues = tuple[list[tuple[str, Path, str | None]], dict[str, list[tuple[Origin, Any]]]]
+_file_cache: dict[tuple[str, str, str], _FileValues] = {}
 
 
 def _convert(setting: Setting, raw: Any, where: str) -> Any:
@@ -179,16 +181,16 @@ def _validate(table: dict[str, Any], path: Path, kind: str) -> dict[str, tuple[O
     return out
 
 
-def _files() -> tuple[list[tuple[str, Path, str | None]], dict[str, list[tuple[Origin, Any]]]]:
+def _files() -> _FileValues:
     """(consulted files as (kind, path, status), values per setting from the files, project first)."""
     cache_key = (os.getcwd(), os.environ.get("XDG_CONFIG_HOME", ""), os.environ.get("TOLK_NO_CONFIG", ""))
     if cache_key in _file_cache:
-        return _file_cache[cache_key]  # type: ignore[return-value]
+        return _file_cache[cache_key]
     consulted: list[tuple[str, Path, str | None]] = []
     values: dict[str, list[tuple[Origin, Any]]] = {}
     if os.environ.get("TOLK_NO_CONFIG", "") not in ("", "0"):
         result = (consulted, values)
-        _file_cache[cache_key] = result  # type: ignore[assignment]
+        _file_cache[cache_key] = result
         return result
     project = None
     for cand in _project_candidates():
@@ -205,7 +207,7 @@ def _files() -> tuple[list[tuple[str, Path, str | None]], dict[str, list[tuple[O
             for name, ov in _validate(found[1], found[0], kind).items():
                 values.setdefault(name, []).append(ov)
     result = (consulted, values)
-    _file_cache[cache_key] = result  # type: ignore[assignment]
+    _file_cache[cache_key] = result
     return result
 
 
@@ -224,8 +226,15 @@ def layers(name: str) -> list[tuple[Origin, Any]]:
 
 
 def get(name: str) -> Any:
-    """The effective value of setting `name`: override > environment > project file > user file > default."""
-    return layers(name)[0][1]
+    """The effective value of setting `name`: override > environment > project file > user file > default
+    (`layers(name)[0][1]`, without building every layer: passes read settings on every call)."""
+    if name in _overrides:
+        return _overrides[name]
+    setting = _lookup(name)
+    if (raw := os.environ.get(setting.env_var)) is not None and raw != "":
+        return _convert(setting, raw, f"environment {setting.env_var}")
+    found = _files()[1].get(name)
+    return found[0][1] if found else setting.default
 
 
 def source(name: str) -> Origin:

@@ -175,7 +175,7 @@ def train(device: str | None = None, steps: int | None = None, quick: bool = Fal
         idx = rng.integers(0, len(xtr), batch)
         x, y = Tensor(xtr[idx], device=device), Tensor(ytr[idx], device=device)
         phase = "eager" if i < eager_steps or jitted is None else "jit"
-        fn = step if phase == "eager" else jitted
+        fn = jitted if phase == "jit" and jitted is not None else step
         k0, t0 = GlobalCounters.kernels_launched, time.perf_counter()
         loss = fn(x, y).item()
         if (phase == "eager" and i > 0) or i >= eager_steps + 2:  # compiling calls are not timed

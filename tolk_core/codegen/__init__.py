@@ -37,7 +37,7 @@ def kernel_params(ast: UOp) -> tuple[KernelParam, ...]:
     written = {u.src[0].src[0].arg for u in nodes if u.op is Op.STORE}
     bufs = sorted({u for u in nodes if u.op is Op.PARAM}, key=lambda u: u.arg)
     names = sorted({u.arg[0] for u in nodes if u.op is Op.DEFINE_VAR})
-    return (*(KernelParam(p.arg, p.dtype.base, p.arg in written) for p in bufs),
+    return (*(KernelParam(p.arg, p.ptrdtype.base, p.arg in written) for p in bufs),
             *(KernelParam(len(bufs) + i, dtypes.index, var=n) for i, n in enumerate(names)))
 
 

@@ -83,6 +83,7 @@ class _Linearizer:
         """Close the innermost `n` loops, each inside the next; the outermost lands in `target`."""
         for i in range(n):
             loop = self.stack.pop()
+            assert loop.rng is not None, "the kernel's top level (stack[0]) is never closed"
             (target if i == n - 1 else self.stack[-1].body).extend([loop.rng, *loop.body, UOp(Op.END, dtypes.void,
                                                                                              (loop.rng,))])
 

@@ -104,6 +104,11 @@ def _size(r: UOp) -> sint:
     return r.src[0].arg if r.src[0].op is Op.CONST else r.src[0]
 
 
+def _const_size(r: UOp) -> int:
+    """The size of a range known to be constant (every range of a row kernel is: `_row_kernel`)."""
+    return r.src[0].arg
+
+
 def _most(r: UOp) -> int:
     """The largest size a (possibly symbolic) range can have: what heuristics plan for."""
     return int(r.src[0].vmax)
@@ -256,7 +261,7 @@ def _gpu_lane_dtypes(nodes: list[UOp]) -> bool:
     """Whether GPU vector lanes may widen these kernel nodes: values of native vector element types, memory of
     float32/int32/uint32 (bool is stored as uchar; half and bfloat16 may be emulated)."""
     return all(u.dtype.scalar() in _LANE_DTYPES for u in nodes if not isinstance(u.dtype, PtrDType)) and \
-        all(u.dtype.base in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX)
+        all(u.ptrdtype.base in _GPU_LANE_MEMORY for u in nodes if u.op is Op.INDEX)
 
 
 def _local_size(renderer: Renderer, most: int, items: int) -> int:
@@ -345,9 +350,9 @@ def _row_item_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | None
         return None
     rows, reduces, fills = row
     nodes = ast.toposort()
-    n_rows = math.prod(_size(r) for r in rows)
+    n_rows = math.prod(_const_size(r) for r in rows)
     if not rows or n_rows < ROW_ITEM_MIN_ROWS or \
-            sum(u.arg[1] * u.dtype.base.itemsize for u in nodes if is_array(u)) > ROW_ITEM_ARRAY_BYTES:
+            sum(u.arg[1] * u.ptrdtype.base.itemsize for u in nodes if is_array(u)) > ROW_ITEM_ARRAY_BYTES:
         return None
     lanes: list[tuple[UOp, int]] = []
     if _gpu_lane_dtypes(nodes):
@@ -487,14 +492,14 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
     nodes = ast.toposort()
     inner = [r for r in outs if r not in rows]
     arrays = [u for u in nodes if is_array(u)]
-    extents = [math.prod(_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]
-    local = min(renderer.local_max, GPU_LOCAL, 1 << (max([*extents, math.prod(_size(r) for r in inner)]) - 1)
+    extents = [math.prod(_const_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]
+    local = min(renderer.local_max, GPU_LOCAL, 1 << (max([*extents, math.prod(_const_size(r) for r in inner)]) - 1)
                 .bit_length())
-    shared = sum(a.arg[1] * a.dtype.base.itemsize for a in arrays) + sum(local * r.dtype.itemsize for r in reduces)
+    shared = sum(a.arg[1] * a.ptrdtype.base.itemsize for a in arrays) + sum(local * r.dtype.itemsize for r in reduces)
     if shared > renderer.shared_bytes:
         return None
     share = _GroupShare(local, itertools.count(max(r.arg[0] for r in nodes if r.op is Op.RANGE) + 1))
-    n_rows = math.prod(_size(r) for r in rows)
+    n_rows = math.prod(_const_size(r) for r in rows)
     group = UOp(Op.SPECIAL, dtypes.index, (UOp.const(dtypes.index, n_rows),), ("gidx0", 0))
     new: dict[UOp, UOp] = {r: (group // math.prod(_size(x) for x in rows[i + 1:])) % _size(r)
                            for i, r in enumerate(rows)}
@@ -502,7 +507,7 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
         if u in new or u.op is Op.SINK or (u.op is Op.END and u in ast.src):
             continue
         if is_array(u):
-            new[u] = UOp(Op.DEFINE_LOCAL, u.dtype.base.ptr(u.arg[1], AddrSpace.LOCAL), (), u.arg)
+            new[u] = UOp(Op.DEFINE_LOCAL, u.ptrdtype.base.ptr(u.arg[1], AddrSpace.LOCAL), (), u.arg)
             continue
         src = tuple(new.get(s, s) for s in u.src)
         if u.op is Op.REDUCE:

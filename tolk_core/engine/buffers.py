@@ -41,7 +41,7 @@ def from_numpy(arr: np.ndarray, dtype: DType, device: str) -> UOp:
     """Upload a C-contiguous array into new storage; the result is viewed in the array's shape."""
     buf = new_buffer(device, arr.size, dtype)
     if arr.size:
-        runtime_buffer(buf).copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
+        runtime_buffer(buf).copyin(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
     return view_as(buf, arr.shape)
 
 
@@ -63,5 +63,5 @@ def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
         raise ShapeError("internal: to_numpy of an unrealized value")
     out = np.empty(shape, dtypes.to_np(dtype))
     if math.prod(shape):
-        runtime_buffer(buf).copyout(memoryview(out.reshape(-1).view(np.uint8)))
+        runtime_buffer(buf).copyout(out.reshape(-1).view(np.uint8).data)
     return out

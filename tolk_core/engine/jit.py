@@ -215,7 +215,7 @@ class CapturedJit(Generic[T]):
         self._scratch: dict[int, tuple[Buffer, np.ndarray]] = {}
 
     def _flat_calls(self) -> list[UOp]:
-        out = []
+        out: list[UOp] = []
         for c in self.linear.src:
             out.extend(c.src[0].src[0].src if c.src[0].op is Op.CUSTOM_FUNCTION else (c,))
         return out
@@ -303,8 +303,8 @@ class CapturedJit(Generic[T]):
         if (hit := self._scratch.get(slot)) is None:
             hit = self._scratch[slot] = (Buffer(buf.device, buf.size, buf.dtype), np.empty(buf.nbytes, np.uint8))
         scratch, host = hit
-        buf.copyout(memoryview(host))
-        scratch.copyin(memoryview(host))
+        buf.copyout(host.data)
+        scratch.copyin(host.data)
         return scratch.handle
 
     def replay(self, inputs: list[Any], var_vals: dict[str, int], wait: bool = False) -> T:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -43,7 +44,7 @@ from tolk_core.codegen.linearize import range_deps
 from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.dtype import PtrDType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
-from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.ir.uop import UOp, sint
 
 _NO_INFO = KernelInfo()
 
@@ -61,7 +62,7 @@ class KernelCost:
     def at(self, var_vals: dict[str, int]) -> tuple[int, int, int]:
         """(executed operations, FLOPs, bytes) at these Variable values."""
         def n(sizes: tuple[sint, ...]) -> int:
-            return int(prod(s if isinstance(s, int) else s.eval(var_vals) for s in sizes))
+            return int(math.prod(s if isinstance(s, int) else s.eval(var_vals) for s in sizes))  # ints by now
         touched: dict[tuple[int, bool], list] = {}
         for sizes, item, cap, key in self.accesses:
             t = touched.setdefault(key, [0, item, cap])

@@ -24,7 +24,7 @@ from tolk_core.engine.run import capturing, run_linear
 from tolk_core.engine.schedule import concrete, schedule, schedule_stores
 from tolk_core.engine.target import is_disk, reading, target_for
 from tolk_core.errors import DiskError, JitError
-from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
@@ -60,7 +60,7 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     run_linear(linear, var_vals=var_vals)
     views: dict[UOp, UOp] = {}
     for orig, buf in zip(todo, outs, strict=True):
-        views[orig] = buffers.view_as(buf, tuple(concrete(s, var_vals) for s in orig.shape))
+        views[orig] = buffers.view_as(buf, tuple(concrete(s, var_vals) for s in orig.tensor_shape))
         if not capturing():  # a capture fills the buffer only at replay, and each replay overwrites it
             _computed[orig] = views[orig]
     return [views.get(v, v) for v in out]
@@ -79,37 +79,37 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
         if u.op is not Op.COPY:
             continue
         src, dest = u.src[0].substitute(done) if done else u.src[0], u.src[1].arg
-        if src.device in (None, dest):
+        if (home := src.device) is None or home == dest:
             continue
         if capturing():
-            raise JitError(f"a copy from {src.device} to {dest} inside a jitted function: the JIT captures "
+            raise JitError(f"a copy from {home} to {dest} inside a jitted function: the JIT captures "
                            "kernels of one device; copy the input before calling the jitted function")
-        host, shape, var_vals, dt = _bytes_of(src)
+        host, shape, var_vals, dt = _bytes_of(src, home)
         copied = buffers.new_buffer(dest, host.size // dt.itemsize, dt)
         if host.size:
-            buffers.runtime_buffer(copied).copyin(memoryview(host))
+            buffers.runtime_buffer(copied).copyin(host.data)
         done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in shape))
     return sink.substitute(done) if done else sink
 
 
-def _bytes_of(src: UOp) -> tuple[np.ndarray, tuple, dict[str, int], dtypes.DType]:
-    """The bytes of value `src` on its own device (computed first when it is not storage), as a host array,
+def _bytes_of(src: UOp, device: str) -> tuple[np.ndarray, tuple, dict[str, int], DType]:
+    """The bytes of value `src` on its own `device` (computed first when it is not storage), as a host array,
     with its shape, the Variable values it was computed with, and its dtype."""
-    if (run := prepare.disk_run(src)) is not None and is_disk(src.device):
+    if (run := prepare.disk_run(src)) is not None and is_disk(device):
         disk, offset, nbytes, dt = run
         host = np.empty(nbytes, np.uint8)
         if nbytes:
-            buffers.runtime_buffer(disk).allocate().view(nbytes, dtypes.uint8, offset).copyout(memoryview(host))
-        return host, tuple(src.shape), {}, dt
-    _refuse_disk(src.device, src)
+            buffers.runtime_buffer(disk).allocate().view(nbytes, dtypes.uint8, offset).copyout(host.data)
+        return host, tuple(src.tensor_shape), {}, dt
+    _refuse_disk(device, src)
     var_vals: dict[str, int] = {}
     if (buf := buffers.base_buffer(src)) is None:
-        linear, (buf,), var_vals = schedule(target_for(src.device), [src])
+        linear, (buf,), var_vals = schedule(target_for(device), [src])
         run_linear(linear, var_vals=var_vals)
     host = np.empty(buf.arg * buf.dtype.itemsize, np.uint8)
     if host.size:
-        buffers.runtime_buffer(buf).copyout(memoryview(host))
-    return host, tuple(src.shape), var_vals, buf.dtype
+        buffers.runtime_buffer(buf).copyout(host.data)
+    return host, tuple(src.tensor_shape), var_vals, buf.dtype
 
 
 def assign(device: str, target: UOp, value: UOp) -> None:

@@ -23,7 +23,7 @@ from tolk_core.engine.target import reading
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.target import Target
-from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.ir.uop import UOp, sint
 from tolk_core.schedule import placements
 from tolk_core.schedule.linear import create_linear
 from tolk_core.schedule.prepare import prepare_rangeify, unbind
@@ -78,7 +78,7 @@ def schedule(target: Target, values: Sequence[UOp]) -> Schedule:
     made: list[UOp] = []
 
     def new_buffer(v: UOp) -> UOp:
-        made.append(buffers.new_buffer(target.device, concrete(prod(v.shape), var_vals), v.dtype))
+        made.append(buffers.new_buffer(target.device, concrete(v.size, var_vals), v.dtype))
         return made[-1]
 
     outs = [new_buffer(v) for v in sink.src]
@@ -105,7 +105,7 @@ def schedule_stores(target: Target, sink: UOp) -> Schedule:
     sink, var_vals = unbind(sink)
 
     def new_buffer(v: UOp) -> UOp:
-        return buffers.new_buffer(target.device, concrete(prod(v.shape), var_vals), v.dtype)
+        return buffers.new_buffer(target.device, concrete(v.size, var_vals), v.dtype)
     return Schedule(lower(target, sink, new_buffer), [], var_vals)
 
 
@@ -115,7 +115,7 @@ def _structure(sink: UOp) -> tuple:
     results alive in the value cache)."""
     index: dict[UOp, int] = {}
     nbuf = 0
-    out = []
+    out: list[tuple] = []
     for u in sink.toposort():
         if u.op is Op.BUFFER:
             out.append(("buffer", u.dtype, u.arg, nbuf))

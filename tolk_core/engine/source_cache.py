@@ -49,8 +49,9 @@ def _structure(ast: UOp) -> str | None:
 def _code_fingerprint(renderer_module: str) -> str:
     """Size and modification time of every module of tolk_core and of the renderer's top-level package."""
     roots = {Path(__file__).resolve().parents[1]}
-    if (mod := sys.modules.get(renderer_module.partition(".")[0])) is not None and getattr(mod, "__file__", None):
-        roots.add(Path(mod.__file__).resolve().parent)
+    mod = sys.modules.get(renderer_module.partition(".")[0])
+    if mod is not None and (file := getattr(mod, "__file__", None)):
+        roots.add(Path(file).resolve().parent)
     h = hashlib.sha256()
     for root in sorted(roots):
         for dirpath, dirnames, filenames in os.walk(root):

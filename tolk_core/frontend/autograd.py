@@ -47,7 +47,7 @@ class GradientError(TolkError):
 def _full(like: UOp, value: float | bool) -> UOp:
     """A constant of `like`'s shape and dtype."""
     c = UOp.const(like.dtype, value)
-    shape = tuple(like.shape)
+    shape = tuple(like.tensor_shape)
     return UOp(Op.EXPAND, like.dtype, (UOp(Op.RESHAPE, like.dtype, (c,), (1,) * len(shape)),), shape) if shape else c
 
 
@@ -70,7 +70,7 @@ def _sum_to(g: UOp, axes: tuple[int, ...]) -> UOp:
 
 
 def _expand(g: UOp, shape: tuple) -> UOp:
-    return g if tuple(g.shape) == tuple(shape) else UOp(Op.EXPAND, g.dtype, (g,), tuple(shape))
+    return g if tuple(g.tensor_shape) == tuple(shape) else UOp(Op.EXPAND, g.dtype, (g,), tuple(shape))
 
 
 def _tie_share(a: UOp, b: UOp) -> UOp:
@@ -87,16 +87,16 @@ def _reduce_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     op, axes = u.arg
     x = u.src[0]
     if op is Op.ADD:
-        return (_expand(g, x.shape),)
+        return (_expand(g, x.tensor_shape),)
     if op is Op.MAX:  # shared evenly between the elements equal to the maximum
-        hit = _where(_alu(Op.CMPEQ, x, _expand(u, x.shape)), _full(x, 1.0), _full(x, 0.0))
+        hit = _where(_alu(Op.CMPEQ, x, _expand(u, x.tensor_shape)), _full(x, 1.0), _full(x, 0.0))
         count = _sum_to(hit, axes)
-        return (_mul(hit, _expand(_alu(Op.FDIV, g, count), x.shape)),)
+        return (_mul(hit, _expand(_alu(Op.FDIV, g, count), x.tensor_shape)),)
     raise GradientError(f"no gradient rule for a {op.name} reduction (REDUCE_AXIS {u.arg})")
 
 
 def _expand_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
-    ins = tuple(u.src[0].shape)
+    ins = tuple(u.src[0].tensor_shape)
     return (_sum_to(g, tuple(i for i, (a, b) in enumerate(zip(ins, u.arg, strict=True)) if a != b)),)
 
 
@@ -106,12 +106,12 @@ def _permute_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
 
 
 def _pad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
-    return (UOp(Op.SHRINK, g.dtype, (g,), tuple((b, b + s) for (b, _), s in zip(u.arg, u.src[0].shape,
+    return (UOp(Op.SHRINK, g.dtype, (g,), tuple((b, b + s) for (b, _), s in zip(u.arg, u.src[0].tensor_shape,
                                                                                   strict=True))),)
 
 
 def _shrink_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
-    return (UOp(Op.PAD, g.dtype, (g,), tuple((lo, s - hi) for (lo, hi), s in zip(u.arg, u.src[0].shape,
+    return (UOp(Op.PAD, g.dtype, (g,), tuple((lo, s - hi) for (lo, hi), s in zip(u.arg, u.src[0].tensor_shape,
                                                                                   strict=True))),)
 
 
@@ -140,7 +140,7 @@ _RULES: dict[Op, Rule] = {
     Op.WHERE: lambda u, g: (None, _where(u.src[0], g, _full(g, 0.0)), _where(u.src[0], _full(g, 0.0), g)),
     Op.CAST: _cast_rule,
     Op.REDUCE_AXIS: _reduce_rule,
-    Op.RESHAPE: lambda u, g: (UOp(Op.RESHAPE, g.dtype, (g,), tuple(u.src[0].shape)),),
+    Op.RESHAPE: lambda u, g: (UOp(Op.RESHAPE, g.dtype, (g,), tuple(u.src[0].tensor_shape)),),
     Op.PERMUTE: _permute_rule,
     Op.EXPAND: _expand_rule,
     Op.PAD: _pad_rule,

@@ -45,7 +45,7 @@ class ConstructionMixin:
     __slots__ = ()
 
     @classmethod
-    def _const(cls, value: Scalar, shape: tuple[int, ...], dtype: DType, device: str | None) -> Tensor:
+    def _const(cls: type[Tensor], value: Scalar, shape: tuple[int, ...], dtype: DType, device: str | None) -> Tensor:
         t = cls(UOp.const(dtype, as_const(value, dtype)), device)
         return t.reshape((1,) * len(shape)).expand(shape) if shape else t
 
@@ -57,7 +57,7 @@ class ConstructionMixin:
         return tuple(shape)
 
     @classmethod
-    def full(cls, shape: Sequence[int] | int, fill_value: Scalar, dtype: Any = None,
+    def full(cls: type[Tensor], shape: Sequence[int] | int, fill_value: Scalar, dtype: Any = None,
              device: str | None = None) -> Tensor:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         if any(s < 0 for s in shape):
@@ -66,15 +66,15 @@ class ConstructionMixin:
         return cls._const(fill_value, shape, dt, device)
 
     @classmethod
-    def zeros(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    def zeros(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
         return cls.full(cls._shape_arg(shape), 0, dtypes.parse(dtype or dtypes.default_float), device)
 
     @classmethod
-    def ones(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    def ones(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
         return cls.full(cls._shape_arg(shape), 1, dtypes.parse(dtype or dtypes.default_float), device)
 
     @classmethod
-    def empty(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    def empty(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
         shape = cls._shape_arg(shape)
         dt = dtypes.parse(dtype or dtypes.default_float)
         device = resolve_device(device)
@@ -83,7 +83,7 @@ class ConstructionMixin:
         return cls(storage.view_as(buf, shape), device)
 
     @classmethod
-    def arange(cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: Any = None,
+    def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: Any = None,
                device: str | None = None) -> Tensor:
         if stop is None:
             start, stop = 0, start
@@ -95,7 +95,7 @@ class ConstructionMixin:
         return cls(np.arange(start, stop, step).astype(dtypes.to_np(dt)), device, dt)
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:
+    def eye(cls: type[Tensor], n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:
         """The (n, m) identity matrix (m defaults to n)."""
         m = n if m is None else m
         if n < 0 or m < 0:

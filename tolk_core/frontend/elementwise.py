@@ -130,8 +130,8 @@ class ElementwiseMixin:
     def __gt__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPLT, other, True)
     def __le__(self: Tensor, other: Any) -> Tensor: return (self > other).logical_not()
     def __ge__(self: Tensor, other: Any) -> Tensor: return (self < other).logical_not()
-    def __eq__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPEQ, other)  # type: ignore[override]
-    def __ne__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPNE, other)  # type: ignore[override]
+    def __eq__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPEQ, other)  # type: ignore[override]  # a Tensor, not bool
+    def __ne__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPNE, other)  # type: ignore[override]  # a Tensor, not bool
     __hash__ = object.__hash__
 
     def where(self: Tensor, x: Any, y: Any) -> Tensor:

@@ -54,6 +54,13 @@ def _param_of(u: UOp) -> UOp | None:
     return u
 
 
+def _stored_param(store: UOp) -> UOp:
+    """The PARAM placeholder a traced STORE writes: a traced body stores only into its arguments."""
+    p = _param_of(store.src[0])
+    assert p is not None, "a traced store writes an argument"
+    return p
+
+
 @dataclass
 class _Trace:
     """One trace in progress: the argument Tensors' placeholders and the stores the body made, in order."""
@@ -118,7 +125,8 @@ def function(fn: Callable[..., Any]) -> Callable[..., Any]:
                    for body in outs]
         return tuple(results) if traced.many else results[0] if results else None
 
-    call.traces = lambda: len(bodies)  # type: ignore[attr-defined] - how many signatures were traced
+    # how many signatures were traced; a function object takes attributes, which its declared type does not list
+    call.traces = lambda: len(bodies)  # type: ignore[attr-defined]  # an attribute of the wrapper, for tests
     return call
 
 
@@ -141,13 +149,13 @@ def _perform_stores(name: str, traced: _Traced, args: list[Tensor]) -> tuple[tup
     Returns the result bodies, their reads of a stored argument's earlier value taken from a copy made first,
     and the call's arguments: an argument that is not stored into but reads storage the call writes
     (Shape.reads_storage_written) is a value at the time of the call, so it is materialised first."""
-    written = {_param_of(s.src[0]) for s in traced.stores}
+    written = {_stored_param(s) for s in traced.stores}
     nested = bool(_traces) and any(_param_of(a.uop) is not None for a in args)
     for p in written:  # a stored argument must be storage (or a placeholder of an enclosing trace)
         a = args[p.arg[0]]
         if _param_of(a.uop) is None and not tensor_mod.views_storage(a.uop):
             a.realize()
-    first = {p: next(i for i, s in enumerate(traced.stores) if _param_of(s.src[0]) is p) for p in written}
+    first = {p: next(i for i, s in enumerate(traced.stores) if _stored_param(s) is p) for p in written}
     # (inside another body the enclosing call takes its own copies: nothing runs while tracing)
     stale = set() if nested else \
         {p for p in written if any(p in _pre_state_reads(o) for o in traced.outs) or
@@ -219,8 +227,8 @@ def custom_kernel(source: str, name: str, outputs: Sequence[Tensor | tuple[tuple
     tensors = [*outs, *inputs]
     if len(devices := {t.device for t in tensors}) > 1:
         raise DeviceMismatchError(f"kernel {name} is given Tensors on {sorted(devices)}: one device only")
-    code = prepare.KernelCode(source, name, (True,) * len(outs) + (False,) * len(inputs), tuple(global_size),
-                              None if local_size is None else tuple(local_size))
+    code = prepare.KernelCode(source, name, (True,) * len(outs) + (False,) * len(inputs), (*global_size,),
+                              None if local_size is None else (*local_size,))  # as tuples (lists are taken too)
     callee = UOp(Op.SINK, dtypes.void, (), code)
     engine.run_code_call(tensors[0].device, UOp(Op.CALL, dtypes.void, (callee, *(t.uop for t in tensors))))
     return outs

@@ -19,11 +19,18 @@ import numpy as np
 
 from tolk_core.errors import DTypeError, ShapeError
 from tolk_core.frontend.movement import broadcast_shape
-from tolk_core.ir.dtype import dtypes
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.uop import UOp, sint
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
+
+
+def _require_int_index(dt: DType) -> None:
+    """Index tensors hold integers: DTypeError otherwise."""
+    if not dtypes.is_int(dt):
+        raise DTypeError(f"tensors used as indices must hold integers, got {dt.name}"
+                         + (" (boolean masks are not supported)" if dtypes.is_bool(dt) else ""))
 
 
 class IndexingMixin:
@@ -51,19 +58,26 @@ class IndexingMixin:
         """An index of integers: a Tensor as it is (its values are not known before it is computed: an index out
         of range selects nothing, giving 0), host data (list, ndarray) as an integer ndarray, bounds-checked
         against its axis by `_basic_index` (IndexError, as numpy)."""
-        t = idx if isinstance(idx, type(self)) else np.asarray(idx)
-        dt = t.dtype if isinstance(t, type(self)) else (dtypes.from_np(t.dtype) if t.size else dtypes.default_int)
-        if not dtypes.is_int(dt):
-            raise DTypeError(f"tensors used as indices must hold integers, got {dt.name}"
-                             + (" (boolean masks are not supported)" if dtypes.is_bool(dt) else ""))
-        return t if isinstance(t, type(self)) or t.size else t.astype(np.int64)
+        if isinstance(idx, type(self)):
+            _require_int_index(idx.dtype)
+            return idx
+        arr = np.asarray(idx)
+        if not arr.size:  # an empty list has numpy's float dtype: it selects nothing, as integers
+            return arr.astype(np.int64)
+        _require_int_index(dtypes.from_np(arr.dtype))
+        return arr
 
     def _basic_index(self: Tensor, entries: list[Any]) -> tuple[Tensor, list[tuple[int, Tensor]], int | None]:
         """Apply ints, slices and None; tensor entries keep their axis. Returns the view; per tensor entry (its
         axis in the view, the index tensor); and where the gathered axes go in the result: numpy counts ints as
         advanced indices too, and if the advanced entries are adjacent the broadcast axes replace them in place
         (at the returned position among the view's other axes), else (None) they go first."""
-        shrink, flips, steps, out_shape, gathers, advanced = [], [], [], [], [], []
+        shrink: list[tuple[sint, sint]] = []
+        flips: list[int] = []
+        steps: list[int] = []
+        out_shape: list[int | None] = []  # per view axis: the axis of this tensor it is, or None (a new axis)
+        gathers: list[tuple[int, Tensor]] = []
+        advanced: list[int] = []
         axis, insert_at = 0, None
         for k, idx in enumerate(entries):
             if idx is None:
@@ -136,6 +150,7 @@ class IndexingMixin:
             pos = type(self).arange(n, device=self.device).reshape((1,) * (nb + j) + (n,) + tail[j + 1:])
             hit = idx == pos
             mask = hit if mask is None else mask.logical_and(hit)
+        assert mask is not None  # gathers holds one index tensor at least
         picked = mask.where(x.reshape((1,) * nb + x.shape), 0)
         out = picked.sum(axis=tuple(range(nb, nb + k))).cast(self.dtype)
         if insert_at:

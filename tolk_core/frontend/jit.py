@@ -129,7 +129,8 @@ class TolkJit(Generic[R]):
         phase = self._engine.cnt
         if phase >= 2:
             self._validate(signature)
-        uops = [_base(t.uop) for _, t in inputs]
+        uops = [b for _, t in inputs if (b := _base(t.uop)) is not None]
+        assert len(uops) == len(inputs)  # _inputs computed every input into storage
         # the capture compiles in a lineage of its own (a fork of the current one): its placement decisions
         # are hermetic, and the lineage it was called from is left as it was
         lineage = placements.current().fork() if phase == 1 else contextlib.nullcontext()

@@ -135,7 +135,7 @@ class MovementMixin:
         mask = type(self).full(self.shape, True, dtypes.bool, self.device)._mop(Op.PAD, padding)
         return mask.where(out, value)
 
-    def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
         arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1])) for a, s in zip(arg, self.shape, strict=True))
         if len(arg) != self.ndim:
             raise ShapeError(f"shrink needs one (start, end) per axis of {self.shape}, got {arg}")
@@ -199,6 +199,7 @@ class MovementMixin:
             offset += t.shape[axis]
             part = t.cast(dt).pad(pad)
             out = part if out is None else (out | part if dtypes.is_bool(dt) else out + part)
+        assert out is not None  # ts holds this tensor at least
         return out
 
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:

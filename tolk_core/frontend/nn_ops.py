@@ -24,7 +24,7 @@ def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
     t = (v, v) if isinstance(v, int) else tuple(v)
     if len(t) != 2 or any(not isinstance(i, int) for i in t):
         raise ShapeError(f"conv2d {what} must be an int or a pair of ints, got {v!r}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 class NNMixin:

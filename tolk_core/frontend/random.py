@@ -47,7 +47,7 @@ class RandomMixin:
         _state["seed"], _state["counter"] = int(seed), 0
 
     @classmethod
-    def _iota(cls, n: int, device: str | None) -> Tensor:
+    def _iota(cls: type[Tensor], n: int, device: str | None) -> Tensor:
         """[0, 1, ..., n-1] as uint32, computed without an upload: the sum over the bits of a (2,)*k grid, bit j
         being a padded constant [0, 2^j] broadcast along its own axis (pure index maths, fuses elementwise)."""
         k = max((n - 1).bit_length(), 1)
@@ -56,10 +56,11 @@ class RandomMixin:
             bit = cls.full((1,), 1 << (k - 1 - j), dtypes.uint32, device).pad(((1, 0),))
             term = bit.reshape(tuple(2 if a == j else 1 for a in range(k))).expand((2,) * k)
             total = term if total is None else total + term
+        assert total is not None  # k >= 1 bits were summed
         return total.reshape(1 << k).shrink(((0, n),))
 
     @classmethod
-    def _random_bits(cls, shape: tuple[int, ...], device: str | None) -> Tensor:
+    def _random_bits(cls: type[Tensor], shape: tuple[int, ...], device: str | None) -> Tensor:
         if any(s < 0 for s in shape):
             raise ShapeError(f"negative size in shape {shape}")
         seed, counter = _state["seed"], _state["counter"]
@@ -74,21 +75,21 @@ class RandomMixin:
         return _fmix32(h ^ int(k1[0])).reshape(shape)
 
     @classmethod
-    def rand(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    def rand(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
         """Uniform floats in [0, 1), advancing the draw counter."""
         bits = cls._random_bits(cls._shape_arg(shape), device)
         u = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
         return u.cast(dtypes.parse(dtype or dtypes.default_float))
 
     @classmethod
-    def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: Any = None,
+    def uniform(cls: type[Tensor], *shape: Any, low: float = 0.0, high: float = 1.0, dtype: Any = None,
                 device: str | None = None) -> Tensor:
         """Uniform floats in [low, high)."""
         u = cls.rand(*shape, dtype=dtypes.float32, device=device)
         return (u * (high - low) + low).cast(dtypes.parse(dtype or dtypes.default_float))
 
     @classmethod
-    def randn(cls, *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
+    def randn(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
         """Standard normal floats (Box-Muller over two uniform draws)."""
         shape = cls._shape_arg(shape)
         u1 = cls.rand(shape, dtype=dtypes.float32, device=device)

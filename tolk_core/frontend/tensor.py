@@ -95,6 +95,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
 
     # `_requires_grad`, `_grad`: autograd's; `_read_guard`: a ReadGuard (unset for most tensors)
     __slots__ = ("uop", "device", "__weakref__", "_requires_grad", "_grad", "_read_guard")
+    _read_guard: ReadGuard
     __array_priority__ = 1000  # numpy defers to our reflected operators
 
     def __init__(self, data: Any, device: str | None = None, dtype: Any = None):
@@ -123,12 +124,16 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         # ascontiguousarray makes a 0-d array 1-d: keep the shape
         arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False)).reshape(arr.shape)
         self.uop = storage.from_numpy(arr, dt, self.device)
-        placements.seed_input(storage.base_buffer(self.uop))
+        buf = storage.base_buffer(self.uop)
+        assert buf is not None  # from_numpy gives a view of new storage
+        placements.seed_input(buf)
 
     # ---- properties ----
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.uop.shape)
+        # typed as ints, which every size is but a bound Variable's (a UOp): the shape arithmetic of the front end
+        # treats sizes as ints, and symbolic sizes pass through it unchanged
+        return tuple(self.uop.tensor_shape)  # type: ignore[arg-type]  # a bound Variable's size is a UOp
 
     @property
     def dtype(self) -> DType:
@@ -213,8 +218,9 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             self.realize()  # the selection must view this tensor's own storage
         self[index].assign(value)
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on `device`, lazily: the copy happens when the result is realized (a COPY node)."""
+    def to(self, device: str | None) -> Tensor:
+        """This tensor on `device` (None: the default device), lazily: the copy happens when the result is realized
+        (a COPY node)."""
         device = resolve_device(device)
         if device == self.device:
             return self

@@ -9,6 +9,7 @@ Contracts:
 """
 from __future__ import annotations
 
+import builtins
 import enum
 import math
 from dataclasses import dataclass, field
@@ -102,7 +103,8 @@ _NP_NAMES: dict[str, Any] = {
 
 
 class dtypes:
-    """Namespace of the dtype singletons and dtype queries."""
+    """Namespace of the dtype singletons and dtype queries. Inside it `bool` names the dtype, so the queries'
+    annotations spell Python's type `builtins.bool`."""
     void = DType("void", 0, "v")
     bool = DType("bool", 1, "b")
     int8 = DType("int8", 1, "i")
@@ -126,20 +128,20 @@ class dtypes:
     floats: tuple[DType, ...] = (float16, bfloat16, float32, float64)
 
     @staticmethod
-    def is_float(dt: DType) -> bool:
+    def is_float(dt: DType) -> builtins.bool:
         return dt.kind == "f"
 
     @staticmethod
-    def is_int(dt: DType) -> bool:
+    def is_int(dt: DType) -> builtins.bool:
         """Signed or unsigned integer, including index; bool is not an int."""
         return dt.kind in ("i", "u")
 
     @staticmethod
-    def is_unsigned(dt: DType) -> bool:
+    def is_unsigned(dt: DType) -> builtins.bool:
         return dt.kind == "u"
 
     @staticmethod
-    def is_bool(dt: DType) -> bool:
+    def is_bool(dt: DType) -> builtins.bool:
         return dt.kind == "b"
 
     @staticmethod

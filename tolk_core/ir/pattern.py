@@ -41,6 +41,8 @@ class UPat:
         self.arg = _ANY_ARG if arg is None else arg
         self.name, self.allow_any_len = name, allow_any_len
         self.alts: tuple[UPat, ...] | None = None
+        self.src_kind: str
+        self.src: tuple[UPat, ...]
         if src is None:
             self.src_kind, self.src = "any", ()
         elif isinstance(src, UPat):
@@ -190,7 +192,7 @@ class PatternMatcher:
     when they are given the same (a pass family's tally, e.g. prepare's `rule_fires`). A matcher made with `+`
     shares its operands' Counter when they share one, and has its own otherwise."""
 
-    def __init__(self, rules: Sequence[tuple], fires: Counter[str] | None = None):
+    def __init__(self, rules: Sequence[tuple | Rule], fires: Counter[str] | None = None):
         self.fires: Counter[str] = Counter() if fires is None else fires
         self.rules: list[Rule] = []
         for i, r in enumerate(rules):
@@ -205,14 +207,19 @@ class PatternMatcher:
             self.rules.append(Rule(pat, fn, name, "ctx" in inspect.signature(fn).parameters))
         # rules indexed by the op they can match; rules on any op are appended to every list (order kept)
         self._by_op: dict[Op, list[Rule]] = {}
+        rule_ops = [(r, self._ops(r.pat)) for r in self.rules]
         for op in Op:
-            self._by_op[op] = [r for r in self.rules if self._ops(r.pat) is None or op in self._ops(r.pat)]
+            self._by_op[op] = [r for r, ops in rule_ops if ops is None or op in ops]
 
     @staticmethod
     def _ops(p: UPat) -> frozenset | None:
         if p.alts is not None:
-            sets = [PatternMatcher._ops(a) for a in p.alts]
-            return None if any(s is None for s in sets) else frozenset().union(*sets)
+            union: frozenset = frozenset()
+            for a in p.alts:
+                if (ops := PatternMatcher._ops(a)) is None:
+                    return None  # one alternative matches any op, so the whole pattern does
+                union |= ops
+            return union
         return p.op
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
@@ -269,7 +276,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
         r = pm_rewrite(u, ctx, fired)
         if r is not None:
             rewrites += 1
-            if debug:
+            if fired is not None:  # given exactly when debug is on
                 print(f"[{name or 'rewrite'}] {fired[-1]}: {u.op.name} -> {r.op.name}")
         return r
 

@@ -25,6 +25,7 @@ kernels at the kernel stage).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from tolk_core import config
 from tolk_core.errors import ShapeError, SpecError, StageSpecError
@@ -86,8 +87,8 @@ def _check_alu(u: UOp) -> str | None:
     if u.op in GroupOp.Comparison:
         if u.dtype.scalar() != dtypes.bool:
             return f"comparison must give bool, gives {u.dtype!r}"
-        a, b = u.src[0].dtype, u.src[1].dtype
-        if not (a == b or _lanes_fit(a, b) or _lanes_fit(b, a)):
+        da, db = u.src[0].dtype, u.src[1].dtype
+        if not (da == db or _lanes_fit(da, db) or _lanes_fit(db, da)):
             return f"compares {u.src[0].dtype!r} with {u.src[1].dtype!r}"
         return None
     for s in u.src:
@@ -251,9 +252,9 @@ def _linear_form(linear: UOp) -> tuple[UOp, str, UOp] | None:
         if sorted(params) != list(range(len(args))):
             return call, f"the kernel reads PARAM slots {sorted(params)}, the call passes {len(args)} buffers", linear
         for slot, p in sorted(params.items()):
-            if args[slot].op is not Op.BUFFER or args[slot].dtype != p.dtype.base:
+            if args[slot].op is not Op.BUFFER or args[slot].dtype != p.ptrdtype.base:
                 return call, (f"argument {slot} is {args[slot].op.name} of {args[slot].dtype!r}, the kernel's PARAM "
-                              f"{slot} points to {p.dtype.base!r}"), linear
+                              f"{slot} points to {p.ptrdtype.base!r}"), linear
         if (bad := _node_violation(kernel, "kernel")) is not None:
             return *bad, kernel
     return None
@@ -341,6 +342,7 @@ def validate(x: UOp | list[UOp], stage: str) -> None:
     if stage not in STAGES:
         raise SpecError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     if stage == "linearized":
+        assert not isinstance(x, UOp), "the linearized stage checks a program: a list of instructions"
         if (bad_line := _linearized_violation(list(x))) is not None:
             i, reason = bad_line
             u = x[i] if i < len(x) else None
@@ -358,7 +360,11 @@ def validate(x: UOp | list[UOp], stage: str) -> None:
         raise SpecError(f"{stage} spec: {reason}\n{_where(u, root)}", stage, u, reason)
 
 
-def check(x: UOp | list[UOp], stage: str, producer: str = "") -> UOp | list[UOp]:
+# what check() passes through: a graph, or a linearized program
+_Checked = TypeVar("_Checked", UOp, list[UOp])
+
+
+def check(x: _Checked, stage: str, producer: str = "") -> _Checked:
     """validate() when the SPEC setting is on; returns `x` so passes can chain it. A failure raises
     StageSpecError naming `producer`, the pass whose output `x` is."""
     if config.get("SPEC") >= 1:

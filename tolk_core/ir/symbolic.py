@@ -65,9 +65,11 @@ def _build(terms: dict[UOp, int], k: int, dt: DType) -> UOp:
 
 
 def _terms_range(terms: dict[UOp, int], k: int) -> tuple[int, int]:
+    """Bounds of sum(b * v) + k from each term's range. The terms are those of an integer division or
+    remainder (IDIV and MOD take integers), so each range is a pair of ints; int() says so to the checker."""
     lo = hi = k
     for b, v in terms.items():
-        a, z = b.vmin * v, b.vmax * v
+        a, z = int(b.vmin) * v, int(b.vmax) * v
         lo, hi = lo + min(a, z), hi + max(a, z)
     return lo, hi
 

@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Union
 
-from tolk_core.errors import ShapeError, TolkError
+from tolk_core.errors import DTypeError, ShapeError, TolkError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
 from tolk_core.ir.ops import GroupOp, Op, exec_alu, python_alu, trunc_div, truncate
 
@@ -63,6 +63,14 @@ class UOp:
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
+    # facts cached on first use (`_fill`); unset until then, hence the AttributeError the properties catch
+    _topo: tuple[UOp, ...]
+    _shape: tuple[sint, ...] | None
+    _device: str | None
+    # bounds are ints for integer and bool dtypes, floats for floats: the interval arithmetic of `_range` relies
+    # on the dtype, which a checker does not follow, so the slots are Any and `vmin`/`vmax` say int | float
+    _vmin: Any
+    _vmax: Any
 
     def __new__(cls, op: Op, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         if type(src) is not tuple:
@@ -182,7 +190,7 @@ class UOp:
             return self._shape
 
     @property
-    def device(self) -> str | tuple[str, ...] | None:
+    def device(self) -> str | None:
         try:
             return self._device
         except AttributeError:
@@ -190,7 +198,7 @@ class UOp:
             return self._device
 
     @property
-    def vmin(self) -> int | float | bool:
+    def vmin(self) -> int | float:
         """A lower bound of this expression's value (exact for constants and variables)."""
         try:
             return self._vmin
@@ -199,7 +207,7 @@ class UOp:
             return self._vmin
 
     @property
-    def vmax(self) -> int | float | bool:
+    def vmax(self) -> int | float:
         """An upper bound of this expression's value."""
         try:
             return self._vmax
@@ -208,11 +216,23 @@ class UOp:
             return self._vmax
 
     @property
-    def size(self) -> sint:
-        """Number of elements of the tensor-level shape."""
-        if self.shape is None:
+    def tensor_shape(self) -> tuple[sint, ...]:
+        """`shape` where the node must have one (a tensor-level node); ShapeError for a node without one."""
+        if (shape := self.shape) is None:
             raise ShapeError(f"{self.op.name} has no shape")
-        return prod(self.shape)
+        return shape
+
+    @property
+    def ptrdtype(self) -> PtrDType:
+        """This node's dtype, a pointer (a PARAM's, an INDEX's, a kernel-local array's); DTypeError otherwise."""
+        if not isinstance(self.dtype, PtrDType):
+            raise DTypeError(f"{self.op.name} has dtype {self.dtype!r}, not a pointer")
+        return self.dtype
+
+    @property
+    def size(self) -> sint:
+        """Number of elements of the tensor-level shape (ShapeError for a node without one)."""
+        return prod(self.tensor_shape)
 
     # ---------------------------------------------------------------- construction helpers
     @staticmethod
@@ -486,7 +506,12 @@ def smax(*xs: sint) -> sint:
         return max(xs)
     r = xs[0]
     for x in xs[1:]:
-        r = (r if isinstance(r, UOp) else x._ufix(r)).maximum(x)
+        if isinstance(r, UOp):
+            r = r.maximum(x)
+        elif isinstance(x, UOp):
+            r = x._ufix(r).maximum(x)
+        else:
+            r = max(r, x)
     return ssimplify(r)
 
 
@@ -495,7 +520,12 @@ def smin(*xs: sint) -> sint:
         return min(xs)
     r = xs[0]
     for x in xs[1:]:
-        r = (r if isinstance(r, UOp) else x._ufix(r)).minimum(x)
+        if isinstance(r, UOp):
+            r = r.minimum(x)
+        elif isinstance(x, UOp):
+            r = x._ufix(r).minimum(x)
+        else:
+            r = min(r, x)
     return ssimplify(r)
 
 
@@ -514,8 +544,8 @@ def _compute_shape(u: UOp) -> tuple | None:
     if op in GroupOp.ALU or op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.COPY, Op.ASSIGN,
                                    Op.AFTER, Op.BITCAST):
         srcs = u.src if op in GroupOp.ALU else u.src[:1]
-        shapes = [s._shape for s in srcs]
-        if not shapes or any(s is None for s in shapes):
+        shapes = [s._shape for s in srcs if s._shape is not None]
+        if not shapes or len(shapes) < len(srcs):  # no sources, or one without a shape
             return None
         first = shapes[0]
         for s in shapes[1:]:
@@ -712,7 +742,8 @@ def _range(u: UOp) -> Bounds:
     if u.op not in GroupOp.ALU or dt.count != 1 or (alu := _ALU_BOUNDS.get(u.op)) is None:
         return dlo, dhi
     a = (u.src[0]._vmin, u.src[0]._vmax)
-    b = (u.src[1]._vmin, u.src[1]._vmax) if len(u.src) >= 2 else None
+    # a unary op (NEG) has no second operand: its rule reads `a` only
+    b: Bounds = (u.src[1]._vmin, u.src[1]._vmax) if len(u.src) >= 2 else (None, None)
     isint = dt.kind in ("i", "u")
     if (r := alu(a, b, u, isint)) is None:
         return dlo, dhi

@@ -97,7 +97,7 @@ def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
     t = (v, v) if isinstance(v, int) else tuple(v)
     if len(t) != 2 or not all(isinstance(i, int) and i >= 0 for i in t):
         raise ShapeError(f"conv2d {what} must be a non-negative int or a pair of them, got {v!r}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,

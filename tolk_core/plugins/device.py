@@ -185,7 +185,7 @@ class DeviceFace:
             if origin.is_demand:
                 if len(names) == 1:
                     return Resolution(self.check(names[0]), str(origin))
-                reasons = []
+                reasons: list[str] = []
                 for n in names:
                     try:
                         return Resolution(self.check(n), str(origin), tuple(reasons))
@@ -205,8 +205,8 @@ class DeviceFace:
                 return Resolution(canon, str(origin), tuple(notes))
         avail = reg.available()
         if not avail:
-            reasons = "; ".join(f"{b.name}: {b.state} ({b.reason})" for b in reg.backends) or "no backend installed"
-            raise DeviceUnavailableError(f"no device is available ({reasons}). Fix: install tolk-cpu and a C compiler")
+            states = "; ".join(f"{b.name}: {b.state} ({b.reason})" for b in reg.backends) or "no backend installed"
+            raise DeviceUnavailableError(f"no device is available ({states}). Fix: install tolk-cpu and a C compiler")
         best = avail[0]
         return Resolution(_canonical(best, 0, best.name), f"plugin priority ({best.name}={best.priority})",
                           tuple(notes))

@@ -21,13 +21,13 @@ class TolkHookSpecs:
     """Hook specifications; implementations take no arguments."""
 
     @hookspec
-    def tolk_backends(self) -> Iterable[BackendSpec]:  # type: ignore[empty-body]
+    def tolk_backends(self) -> Iterable[BackendSpec]:  # type: ignore[empty-body]  # a specification: pluggy calls the implementations, never this body
         """Declare devices."""
 
     @hookspec
-    def tolk_graphs(self) -> Iterable[GraphSpec]:  # type: ignore[empty-body]
+    def tolk_graphs(self) -> Iterable[GraphSpec]:  # type: ignore[empty-body]  # a specification: pluggy calls the implementations, never this body
         """Supply a Graph capability for a device (batched replay of launches)."""
 
     @hookspec
-    def tolk_renderers(self) -> Iterable[RendererSpec]:  # type: ignore[empty-body]
+    def tolk_renderers(self) -> Iterable[RendererSpec]:  # type: ignore[empty-body]  # a specification: pluggy calls the implementations, never this body
         """Supply a renderer and its compiler for a device."""

@@ -84,7 +84,7 @@ class _Status:
 
     def __init__(self, state: str = "", reason: str = "", hint: str = "", probe: Any = None,
                  timeout: float = 0.0, install_hint: str = ""):
-        self._fixed = (state, reason, hint, None) if state else None
+        self._fixed: tuple[str, str, str, Availability | None] | None = (state, reason, hint, None) if state else None
         self._probe, self._timeout, self._install_hint = probe, timeout, install_hint
         self._lock = threading.Lock()
 
@@ -178,7 +178,7 @@ def register(obj: Any, name: str | None = None) -> None:
     The next registry use rebuilds the snapshot (devices already opened stay open)."""
     global _snapshot
     with _lock:
-        _runtime.append((name or getattr(obj, "__name__", type(obj).__name__), obj))
+        _runtime.append((name if name else getattr(obj, "__name__", type(obj).__name__), obj))
         _snapshot = None
 
 
@@ -408,31 +408,32 @@ def build_registry(fresh: bool = False) -> Registry:
     timeout = float(config.get("PROBE_TIMEOUT"))
     out: list[BackendRecord] = []
     for name, claimants in sorted(claims.items()):
-        g = sorted((x for x in graphs if x.spec.device.upper() == name),
-                   key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name))
+        gs = sorted((x for x in graphs if x.spec.device.upper() == name),
+                    key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name))
+        graph = gs[0] if gs else None
         rs = tuple(sorted((x for x in renderers if x.spec.device.upper() == name),
                           key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name)))
-        common = dict(graph=g[0] if g else None, renderers=rs)
         if len(claimants) > 1:
             who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
             for s, rec in claimants:
                 out.append(BackendRecord(name, s, rec, _Status(
                     "conflict", f"{name} is claimed by {who}",
-                    "uninstall one of them or disable one with TOLK_DISABLE_PLUGINS=<name>"), **common))
+                    "uninstall one of them or disable one with TOLK_DISABLE_PLUGINS=<name>"),
+                    graph=graph, renderers=rs))
             continue
         s, rec = claimants[0]
         if (why := _incompatible(s.api_version)) is not None:
             out.append(BackendRecord(name, s, rec, _Status(
                 "incompatible", why, f"install a version of {rec.dist} built for tolk plugin API {API_VERSION[0]}.x"),
-                **common))
+                graph=graph, renderers=rs))
             continue
         out.append(BackendRecord(name, s, rec, _Status(probe=s.probe, timeout=timeout, install_hint=s.install_hint),
-                                 **common))
+                                 graph=graph, renderers=rs))
     by_name: dict[str, list[BackendRecord]] = {}
-    for b in out:
-        by_name.setdefault(b.name, []).append(b)
-        for a in b.spec.aliases:
-            by_name.setdefault(a.upper(), []).append(b)
+    for record in out:
+        by_name.setdefault(record.name, []).append(record)
+        for a in record.spec.aliases:
+            by_name.setdefault(a.upper(), []).append(record)
     return Registry(tuple(final_plugins), tuple(out), tuple(rejected),
                     MappingProxyType({k: tuple(v) for k, v in by_name.items()}))
 

@@ -30,8 +30,8 @@ def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
         if proc.returncode != 0:
             raise CompileError(f"{cc} failed (exit {proc.returncode}): {' '.join(args)}", src,
                                proc.stderr + proc.stdout)
-        with open(so_path, "rb") as f:
-            return f.read()
+        with open(so_path, "rb") as so:
+            return so.read()
 
 
 _loaded: dict[str, ctypes.CDLL] = {}

@@ -139,15 +139,15 @@ class CStyleRenderer(Renderer):
             return "NAN"
         return "INFINITY" if v > 0 else "(-INFINITY)"
 
-    def render_const(self, value: object, dt: DType) -> str:
+    def render_const(self, value: int | float, dt: DType) -> str:
         if dtypes.is_bool(dt):
             return "1" if value else "0"
         if dtypes.is_float(dt):
-            v = float(value)  # type: ignore[arg-type]  # UOp.const already rounded it to dt
+            v = float(value)  # UOp.const already rounded it to dt
             if not math.isfinite(v):
                 return self.inf_nan(v, dt)
             return repr(v) if self.reg_dtype(dt) == dtypes.float64 else f"{v!r}f"
-        v = int(value)  # type: ignore[call-overload]
+        v = int(value)
         suffix = {dtypes.int64: "ll", dtypes.uint64: "ull", dtypes.uint32: "u"}.get(dt, "")
         if dt in (dtypes.int64, dtypes.int32) and v == dtypes.min(dt):  # -2^31 is not a C literal
             return f"({v + 1}{suffix}-1)"
@@ -358,7 +358,7 @@ class _KernelBody:
             self.names[u] = u.arg[0]
             # kernel-local arrays hold values as registers do (float for emulated dtypes: OpenCL has no half
             # variables without cl_khr_fp16), so their loads and stores convert nothing (`_in_kernel`)
-            self.lines.append(f"{pad}{r.shared_qualifier}{r.reg_type_name(u.dtype.base)} {u.arg[0]}[{u.arg[1]}];")
+            self.lines.append(f"{pad}{r.shared_qualifier}{r.reg_type_name(u.ptrdtype.base)} {u.arg[0]}[{u.arg[1]}];")
         elif u.op is Op.BARRIER:
             self.lines.append(f"{pad}{r.barrier}")
         elif u.op is Op.IF:  # work items past the end of a padded launch stop here

@@ -25,14 +25,14 @@ from tolk_core.ir.uop import UOp
 from tolk_core.render.renderer import LoopKind, Renderer
 
 
-def const_token(value: object, dt: DType) -> str:
+def const_token(value: int | float, dt: DType) -> str:
     """A constant operand: ``dtype:value`` (floats as Python reprs, so nan/inf/-0.0 survive)."""
     if dtypes.is_bool(dt):
         return f"{dt.name}:{int(bool(value))}"
     if dtypes.is_float(dt):
-        v = float(value)  # type: ignore[arg-type]
+        v = float(value)
         return f"{dt.name}:{'nan' if math.isnan(v) else repr(v)}"
-    return f"{dt.name}:{int(value)}"  # type: ignore[call-overload]
+    return f"{dt.name}:{int(value)}"
 
 
 class PythonRenderer(Renderer):

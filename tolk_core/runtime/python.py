@@ -59,6 +59,20 @@ class Instr:
     dtype: DType | None
     operands: tuple[str, ...]
 
+    @property
+    def out(self) -> str:
+        """The value this instruction defines; END, ASSIGN and STORE define none, so asking is a kernel error."""
+        if self.dest is None:
+            raise KernelRuntimeError(f"{self.op} {' '.join(self.operands)} defines no value")
+        return self.dest
+
+    @property
+    def out_dtype(self) -> DType:
+        """The dtype of the value this instruction defines (see `out`)."""
+        if self.dtype is None:
+            raise KernelRuntimeError(f"{self.op} {' '.join(self.operands)} defines no value")
+        return self.dtype
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -152,7 +166,7 @@ class _Interpreter:
 
     def __init__(self, k: Kernel, bufs: Sequence[np.ndarray], vals: Sequence[int]):
         self.k = k
-        ranges = [i.dest for i in k.body if i.op == "RANGE"]
+        ranges = [i.out for i in k.body if i.op == "RANGE"]
         self.ndim = len(ranges)
         self.axis = {r: a for a, r in enumerate(ranges)}
         self.env: dict[str, Any] = {f"b{slot}": b for (slot, _), b in zip(k.buffers, bufs, strict=True)}
@@ -186,12 +200,12 @@ class _Interpreter:
         return idx
 
     def open_loop(self, ins: Instr) -> None:
-        n, a = int(self.val(ins.operands[0])), self.axis[ins.dest]
+        n, a = int(self.val(ins.operands[0])), self.axis[ins.out]
         self.sizes[a] = n
-        shape = [1] * self.ndim
-        shape[a] = n
-        self.env[ins.dest] = np.arange(n, dtype=np.int64).reshape(shape)
-        self.open_loops.append(ins.dest)
+        counter_shape = [1] * self.ndim
+        counter_shape[a] = n
+        self.env[ins.out] = np.arange(n, dtype=np.int64).reshape(counter_shape)
+        self.open_loops.append(ins.out)
 
     def close_loop(self, ins: Instr) -> None:
         loop = ins.operands[0]
@@ -201,8 +215,8 @@ class _Interpreter:
         self.sizes[self.axis[loop]] = 1
 
     def define_reg(self, ins: Instr) -> None:
-        self.env[ins.dest] = _np(ins.dtype).type(identity_element(Op[ins.operands[0]], ins.dtype))
-        self.reg_depth[ins.dest], self.reg_dtype[ins.dest] = len(self.open_loops), ins.dtype
+        self.env[ins.out] = _np(ins.out_dtype).type(identity_element(Op[ins.operands[0]], ins.out_dtype))
+        self.reg_depth[ins.out], self.reg_dtype[ins.out] = len(self.open_loops), ins.out_dtype
 
     def assign(self, ins: Instr) -> None:
         red, reg, x = ins.operands[0], ins.operands[1], self.val(ins.operands[2])
@@ -221,18 +235,18 @@ class _Interpreter:
         gate = self.val(ops[2]) if len(ops) > 2 else None
         idx = self.checked(buf, self.val(ops[1]), gate, "load")
         if gate is None:
-            self.env[ins.dest] = buf[idx]
+            self.env[ins.out] = buf[idx]
         elif buf.size == 0:
-            self.env[ins.dest] = np.zeros(np.broadcast_shapes(idx.shape, np.shape(gate)), buf.dtype)
+            self.env[ins.out] = np.zeros(np.broadcast_shapes(idx.shape, np.shape(gate)), buf.dtype)
         else:
-            self.env[ins.dest] = np.where(gate, buf[np.where(gate, idx, 0)], buf.dtype.type(0))
+            self.env[ins.out] = np.where(gate, buf[np.where(gate, idx, 0)], buf.dtype.type(0))
 
     def store(self, ins: Instr) -> None:
         ops = ins.operands
         buf, x = self.val(ops[0]), self.val(ops[2])
         gate = self.val(ops[3]) if len(ops) > 3 else None
         idx = self.checked(buf, self.val(ops[1]), gate, "store")
-        shape = np.broadcast_shapes(tuple(self.sizes), idx.shape, np.shape(x), np.shape(gate))
+        shape = np.broadcast_shapes(tuple(self.sizes), idx.shape, np.shape(x), () if gate is None else np.shape(gate))
         idx, x = np.broadcast_to(idx, shape).ravel(), np.broadcast_to(x, shape).ravel()
         if gate is not None:
             mask = np.broadcast_to(gate, shape).ravel()
@@ -240,14 +254,14 @@ class _Interpreter:
         buf[idx] = x
 
     def cast(self, ins: Instr) -> None:
-        self.env[ins.dest] = np.asarray(self.val(ins.operands[0])).astype(_np(ins.dtype))
+        self.env[ins.out] = np.asarray(self.val(ins.operands[0])).astype(_np(ins.out_dtype))
 
     def bitcast(self, ins: Instr) -> None:
-        self.env[ins.dest] = np.ascontiguousarray(self.val(ins.operands[0])).view(_np(ins.dtype))
+        self.env[ins.out] = np.ascontiguousarray(self.val(ins.operands[0])).view(_np(ins.out_dtype))
 
     def alu(self, ins: Instr) -> None:
         out = _ALU[ins.op](*(self.val(t) for t in ins.operands))
-        self.env[ins.dest] = np.asarray(out).astype(_np(ins.dtype), copy=False)
+        self.env[ins.out] = np.asarray(out).astype(_np(ins.out_dtype), copy=False)
 
 
 _STEPS: dict[str, Callable[[_Interpreter, Instr], None]] = {

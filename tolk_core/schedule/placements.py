@@ -293,11 +293,11 @@ class Placements:
     """One lineage's decisions: UOp -> (mode, provenance), falling back to declared intent."""
 
     def __init__(self, table: weakref.WeakKeyDictionary[UOp, Placement] | None = None,
-                 extents: weakref.WeakKeyDictionary[UOp, int] | None = None):
+                 extents: weakref.WeakKeyDictionary[UOp, int | None] | None = None):
         self._table: weakref.WeakKeyDictionary[UOp, Placement] = table if table is not None else \
             weakref.WeakKeyDictionary()
         # elements of scratch a node needs per kernel instance, where that is less than the whole node (a row)
-        self._extents: weakref.WeakKeyDictionary[UOp, int] = extents if extents is not None else \
+        self._extents: weakref.WeakKeyDictionary[UOp, int | None] = extents if extents is not None else \
             weakref.WeakKeyDictionary()
 
     @staticmethod
@@ -308,9 +308,10 @@ class Placements:
         """A snapshot: later writes on either side are invisible to the other."""
         return Placements(weakref.WeakKeyDictionary(self._table), weakref.WeakKeyDictionary(self._extents))
 
-    def set_scratch_extent(self, u: UOp, numel: int) -> None:
+    def set_scratch_extent(self, u: UOp, numel: int | None) -> None:
         """`u` would be kernel-local scratch of `numel` elements per kernel instance (e.g. one row of it):
-        the size Never_virtual is judged by when it settles Local or On_device."""
+        the size Never_virtual is judged by when it settles Local or On_device (None, a symbolic size: all of
+        `u`, as when none is set)."""
         self._extents[u] = numel
 
     def _most_local(self, u: UOp) -> MemoryMode:
@@ -455,12 +456,12 @@ class Placements:
 
 
 # ---------------------------------------------------------------- fission bookkeeping
-def promote_crossing(p: Placements, touched: dict[UOp, set[int]]) -> dict[UOp, Placement | None]:
+def promote_crossing(p: Placements, touched: dict[UOp, set[UOp]]) -> dict[UOp, Placement | None]:
     """Kernel fission: every node not materialized (by peek) that kernels two or more touch is promoted
     On_device (FISSION). Returns the undo values (raw entries) of the promoted nodes."""
     undo: dict[UOp, Placement | None] = {}
     for u, kernels in touched.items():
-        if len(kernels) > 1 and not p.is_materialized_peek(u) and p.get(u) is not None and p.get(u)[0] in (L, NV):
+        if len(kernels) > 1 and not p.is_materialized_peek(u) and (pl := p.get(u)) is not None and pl[0] in (L, NV):
             undo[u] = p.raw_entry(u)
             p.promote_local_to_device(u, FISSION)
     return undo

@@ -79,7 +79,7 @@ def is_broadcast(u: UOp) -> bool:
     """An EXPAND that stretches an axis of one element to more (a symbolic size included). An expand that only
     adds axes of one, or empties an axis, stretches none."""
     return u.op is Op.EXPAND and any(i is not o and resolve(i == 1, False) and not resolve(o <= 1, False)
-                                     for i, o in zip(u.src[0].shape, u.arg, strict=True))
+                                     for i, o in zip(u.src[0].tensor_shape, u.arg, strict=True))
 
 
 def _reads_storage_other_than(value: UOp, base: UOp, dest: UOp) -> bool:
@@ -142,24 +142,25 @@ def disk_copy_views_move_to_result(copy: UOp, x: UOp, dev: UOp, ctx: Target | No
     value that is computed, not viewed, raises DiskError naming the device and the operation."""
     if not on_disk(x, ctx) or x.op not in _VIEW_OPS:
         return None
-    if not resolve(prod(x.shape) != 0, True):
-        return _filled(0, x.dtype, tuple(x.shape))  # nothing to read
+    if not resolve(x.size != 0, True):
+        return _filled(0, x.dtype, tuple(x.tensor_shape))  # nothing to read
     chain, base = x.view_chain(GroupOp.View)
     if base.op is not Op.BUFFER:
         raise DiskError(f"{x.device} is a disk: a disk value can only be copied, viewed or bitcast, but "
                         f"{base.op.name} computes on it; copy it to another device first (.to(...))")
     size = base.dtype.itemsize
-    top, offset, nbytes, dt, shape = len(chain), 0, base.arg * size, base.dtype, (base.arg,)
+    top, offset, nbytes, dt = len(chain), 0, base.arg * size, base.dtype
+    shape: tuple[sint, ...] = (base.arg,)
     for i, v in enumerate(chain):  # the highest view that is a run of whole elements of the storage
         if (cv := contiguous_view(v)) is not None and cv[0] is base and isinstance(cv[1], int):
-            top, offset, nbytes = i, cv[1] * size, prod(v.shape) * v.dtype.itemsize
-            dt, shape = v.dtype, tuple(v.shape)
+            top, offset, nbytes = i, cv[1] * size, v.size * v.dtype.itemsize
+            dt, shape = v.dtype, tuple(v.tensor_shape)
             break
     rest = chain[:top]
     src = base if nbytes == base.arg * size else \
         UOp(Op.SHRINK, base.dtype, (base,), ((offset // size, (offset + nbytes) // size),))
     out = UOp(Op.COPY, dt, (src if dt == base.dtype else UOp(Op.BITCAST, dt, (src,)), dev))
-    if tuple(out.shape) != shape:
+    if tuple(out.tensor_shape) != shape:
         out = UOp(Op.RESHAPE, dt, (out,), shape)
     for v in reversed(rest):
         out = v.replace(src=(out,))
@@ -235,13 +236,15 @@ def code_call_arguments(call: UOp) -> UOp | None:
             continue
         cv = contiguous_view(a)
         base = cv[0].storage_base(GroupOp.ViewOfState) if cv is not None else None
-        if cv is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER or base.dtype != a.dtype:
+        if cv is None or base is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER or \
+                base.dtype != a.dtype:
             if w:
-                raise CallArgumentError(f"call of kernel {code.name}: argument {i} ({a.op.name} {_fmt(a.shape)}) is "
-                                        "written but is not a run of whole elements of storage of its type")
+                raise CallArgumentError(f"call of kernel {code.name}: argument {i} ({a.op.name} "
+                                        f"{_fmt(a.tensor_shape)}) is written but is not a run of whole elements "
+                                        "of storage of its type")
             out.append(_materialised(a))
             continue
-        phase, n = cv[1], prod(a.shape)
+        phase, n = cv[1], a.size
         if not isinstance(phase, int) or not isinstance(n, int):  # a symbolic run: a value of its own
             if w:
                 raise CallArgumentError(f"call of kernel {code.name}: argument {i} is written at a symbolic offset")
@@ -265,10 +268,10 @@ def split_reduceop(red: UOp, x: UOp) -> UOp | None:
     """A large reduction over few outputs is split in two, the first materialised: reduced in one kernel,
     each of the few outputs is one long serial loop; the first stage computes out*d partial results in
     parallel and the second folds them (`_split`)."""
-    if not config.get("SPLIT_REDUCEOP") or not all(isinstance(s, int) for s in (*x.shape, *red.shape)):
+    if not config.get("SPLIT_REDUCEOP") or not all(isinstance(s, int) for s in (*x.tensor_shape, *red.tensor_shape)):
         return None
     op, axes = red.arg
-    out_n, in_n = math.prod(red.shape), math.prod(x.shape)
+    out_n, in_n = math.prod(red.tensor_shape), math.prod(x.tensor_shape)
     if out_n == 0 or in_n < config.get("REDUCEOP_SPLIT_THRESHOLD") * out_n:
         return None
     cap = (1 << config.get("REDUCEOP_SPLIT_SIZE")) // out_n
@@ -277,7 +280,7 @@ def split_reduceop(red: UOp, x: UOp) -> UOp | None:
         if axis in broadcast:
             continue
         for d in range(min(256, cap), 7, -1):
-            if x.shape[axis] % d == 0:
+            if x.tensor_shape[axis] % d == 0:
                 return _split(red, x, axis, d)
     return None
 
@@ -302,22 +305,22 @@ def _split(red: UOp, x: UOp, axis: int, d: int) -> UOp:
     """Reshape `axis` into (d, size/d), move the d part last, reduce the original axes (now with size/d in
     place of `axis`) in a first, materialised reduction of out*d elements, then reduce the d part."""
     op, axes = red.arg
-    n = len(x.shape)
-    shape = (*x.shape[:axis], d, x.shape[axis] // d, *x.shape[axis + 1:])
+    n = len(x.tensor_shape)
+    shape = (*x.tensor_shape[:axis], d, x.tensor_shape[axis] // d, *x.tensor_shape[axis + 1:])
     split = UOp(Op.RESHAPE, x.dtype, (x,), shape)
     order = tuple(i for i in range(n + 1) if i != axis) + (axis,)
     moved = UOp(Op.PERMUTE, x.dtype, (split,), order)
     first_axes = tuple(sorted(order.index(a if a < axis else a + 1) for a in axes))
     first = _materialised(UOp(Op.REDUCE_AXIS, red.dtype, (moved,), (op, first_axes)))
     second = UOp(Op.REDUCE_AXIS, red.dtype, (first,), (op, (n,)))
-    return UOp(Op.RESHAPE, red.dtype, (second,), tuple(red.shape))
+    return UOp(Op.RESHAPE, red.dtype, (second,), tuple(red.tensor_shape))
 
 
 def _broadcast_axes(x: UOp) -> set[int]:
     """The axes `x` is broadcast along: index it with one range per axis, push the movements down to what they
     view, and see which ranges do not survive."""
     rngs = tuple(UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, s),), (i, AxisType.PROBE))
-                 for i, s in enumerate(x.shape))
+                 for i, s in enumerate(x.tensor_shape))
     live: set[UOp] = set()
     stack: list[tuple[UOp, tuple[UOp, ...]]] = [(x, rngs)]
     seen: set[tuple[UOp, tuple[UOp, ...]]] = set()
@@ -327,13 +330,13 @@ def _broadcast_axes(x: UOp) -> set[int]:
             continue
         seen.add((u, idxs))
         if u.op in GroupOp.Movement:
-            src_idxs, _ = apply_movement_op(u.op, tuple(u.src[0].shape), u.arg, idxs)
+            src_idxs, _ = apply_movement_op(u.op, tuple(u.src[0].tensor_shape), u.arg, idxs)
             stack.append((u.src[0], tuple(src_idxs)))
         elif u.op in GroupOp.ALU or u.op in (Op.CAST, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
             stack.extend((s, idxs) for s in u.src)
         else:  # storage, constants, reductions: whatever indexes them is live
             live |= {r for i in idxs for r in i.toposort() if r.op is Op.RANGE}
-    return {i for i, r in enumerate(rngs) if r not in live and x.shape[i] != 1}
+    return {i for i, r in enumerate(rngs) if r not in live and x.tensor_shape[i] != 1}
 
 
 def sink_sources_lose_movements(sink: UOp) -> UOp | None:
@@ -413,14 +416,14 @@ def store_bit_run(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     cv = contiguous_view(dest)
     base = cv[0].storage_base(GroupOp.ViewOfState) if cv is not None else dest
     if cv is None or cv[0].op not in (Op.BUFFER, Op.AFTER) or base.op is not Op.BUFFER:
-        raise BitRunStoreError(f"cannot store through {dest.op.name} {_fmt(dest.shape)} of {dest.dtype.name}: a "
+        raise BitRunStoreError(f"cannot store through {dest.op.name} {_fmt(dest.tensor_shape)} of {dest.dtype.name}: a "
                                "store through a bitcast that changes the element size must write a run of whole "
                                "elements of its storage")
     storage, offset = cv
-    n = prod(dest.shape) * dest.dtype.itemsize // storage.dtype.itemsize
-    run = storage if resolve(offset == 0, False) and resolve(n == prod(storage.shape), False) else \
+    n = dest.size * dest.dtype.itemsize // storage.dtype.itemsize
+    run = storage if resolve(offset == 0, False) and resolve(n == storage.size, False) else \
         UOp(Op.SHRINK, storage.dtype, (storage,), ((offset, offset + n),))
-    flat = value if len(value.shape) == 1 else UOp(Op.RESHAPE, value.dtype, (value,), (prod(value.shape),))
+    flat = value if len(value.tensor_shape) == 1 else UOp(Op.RESHAPE, value.dtype, (value,), (value.size,))
     return store.replace(src=(run, UOp(Op.BITCAST, storage.dtype, (flat,))))
 
 
@@ -434,9 +437,9 @@ def refuse_broadcast_store(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     for u in dest.view_chain(GroupOp.ViewOfState | {Op.DETACH, Op.CONTIGUOUS_BACKWARD})[0]:
         if is_broadcast(u):
             raise BroadcastStoreError(
-                f"cannot store into a broadcast: EXPAND {_fmt(u.src[0].shape)} -> {_fmt(u.arg)} stretches an axis "
-                "of one element to more, so several elements of the destination are one cell, which the store would "
-                "write once per element, in no order")
+                f"cannot store into a broadcast: EXPAND {_fmt(u.src[0].tensor_shape)} -> {_fmt(u.arg)} stretches an "
+                "axis of one element to more, so several elements of the destination are one cell, which the store "
+                "would write once per element, in no order")
     return None
 
 
@@ -457,7 +460,7 @@ def fold_empty(u: UOp) -> UOp | None:
     if shape is None or u.op in (Op.CONST, Op.BUFFER) or u.op in GroupOp.Movement and u.src[0].op is Op.CONST:
         return None
     if u.op is Op.REDUCE_AXIS and resolve(prod(shape) != 0, False) and \
-            not resolve(prod(u.src[0].shape) != 0, True):
+            not resolve(u.src[0].size != 0, True):
         return _filled(identity_element(u.arg[0], u.dtype), u.dtype, shape)
     if not resolve(prod(shape) != 0, True) and len(shape):
         return _filled(0, u.dtype, shape)
@@ -488,7 +491,7 @@ def index_through_movement(m: UOp, idxs: tuple[UOp, ...]) -> tuple[tuple[UOp, ..
     that `idxs` of its output map to, and the condition under which they read it (None: always). Counted as
     index_of_movement (the rule itself is counted by its matcher)."""
     rule_fires["index_of_movement"] += 1
-    return apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, idxs)
+    return apply_movement_op(m.op, tuple(m.src[0].tensor_shape), m.arg, idxs)
 
 
 def index_of_movement(idx: UOp, m: UOp) -> UOp | None:
@@ -496,9 +499,9 @@ def index_of_movement(idx: UOp, m: UOp) -> UOp | None:
     idxs, gate = idx.src[1:], None
     if idx.arg == "gated":
         idxs, gate = idxs[:-1], idxs[-1]
-    if len(idxs) != len(m.shape) or is_gather(idxs):
+    if len(idxs) != len(m.tensor_shape) or is_gather(idxs):
         return None
-    src_idxs, valid = apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, tuple(idxs))  # counted as a rule
+    src_idxs, valid = apply_movement_op(m.op, tuple(m.src[0].tensor_shape), m.arg, tuple(idxs))  # counted as a rule
     if valid is not None and gate is not None:
         valid = gate.alu(Op.AND, valid)
     gated = valid if valid is not None else gate
@@ -511,11 +514,11 @@ def index_reshape_fewer_indices(idx: UOp, r: UOp) -> UOp | None:
     """An index with fewer indices than reshape `r` has axes (the trailing axes left whole) indexes r's source,
     when the reshape leaves those trailing axes alone."""
     idxs, x = idx.src[1:], r.src[0]
-    k = len(r.shape) - len(idxs)
-    if idx.arg is not None or k <= 0 or is_gather(idxs) or len(x.shape) < k or \
-            tuple(x.shape[len(x.shape) - k:]) != tuple(r.shape[len(r.shape) - k:]):
+    k = len(r.tensor_shape) - len(idxs)
+    if idx.arg is not None or k <= 0 or is_gather(idxs) or len(x.tensor_shape) < k or \
+            tuple(x.tensor_shape[len(x.tensor_shape) - k:]) != tuple(r.tensor_shape[len(r.tensor_shape) - k:]):
         return None
-    lead_in, lead_out = tuple(x.shape[:len(x.shape) - k]), tuple(r.shape[:len(idxs)])
+    lead_in, lead_out = tuple(x.tensor_shape[:len(x.tensor_shape) - k]), tuple(r.tensor_shape[:len(idxs)])
     src_idxs, _ = apply_movement_op(Op.RESHAPE, lead_in, lead_out, tuple(idxs))
     return UOp(Op.INDEX, idx.dtype, (x, *src_idxs))
 
@@ -562,7 +565,7 @@ def _bits(x: UOp, dt: DType) -> UOp:
 
 
 def _shrink_last(x: UOp, i: int) -> UOp:
-    return UOp(Op.SHRINK, x.dtype, (x,), tuple((0, s) for s in x.shape[:-1]) + ((i, i + 1),))
+    return UOp(Op.SHRINK, x.dtype, (x,), tuple((0, s) for s in x.tensor_shape[:-1]) + ((i, i + 1),))
 
 
 def expand_bitcast(bc: UOp, ctx: Target | None = None) -> UOp | None:
@@ -579,16 +582,19 @@ def expand_bitcast(bc: UOp, ctx: Target | None = None) -> UOp | None:
         total = None
         for i in range(rate):
             lane = UOp(Op.CAST, unew, (_shrink_last(grouped, i),))
-            lane = lane.alu(Op.SHL, _filled(8 * i * old.itemsize, unew, tuple(lane.shape)))
+            lane = lane.alu(Op.SHL, _filled(8 * i * old.itemsize, unew, tuple(lane.tensor_shape)))
             total = lane if total is None else total + lane
+        assert total is not None  # rate >= 2 lanes were summed
         return _bits(UOp(Op.RESHAPE, unew, (total,), (*lead, last // rate)), new)
     rate = old.itemsize // new.itemsize  # narrowing: each wide lane shifted and cast into its narrow lanes
     wide = UOp(Op.RESHAPE, ux.dtype, (ux,), (*lead, last, 1))
     stacked = None
     for i in range(rate):
-        lane = UOp(Op.CAST, unew, (wide.alu(Op.SHR, _filled(8 * i * new.itemsize, ux.dtype, tuple(wide.shape))),))
+        shift = _filled(8 * i * new.itemsize, ux.dtype, wide.tensor_shape)
+        lane = UOp(Op.CAST, unew, (wide.alu(Op.SHR, shift),))
         padded = UOp(Op.PAD, unew, (lane,), tuple((0, 0) for _ in lead) + ((0, 0), (i, rate - 1 - i)))
         stacked = padded if stacked is None else stacked + padded
+    assert stacked is not None  # rate >= 2 lanes were stacked
     return _bits(UOp(Op.RESHAPE, unew, (stacked,), (*lead, last * rate)), new)
 
 
@@ -604,25 +610,25 @@ def contiguous_view(u: UOp) -> tuple[UOp, sint] | None:
     movements and reading off `range + offset`; an index the simplifier leaves with divisions it does not
     recombine is a miss, and the caller treats `u` as a value of its own.
     """
-    n, found = prod(u.shape), _run(u)
+    n, found = u.size, _run(u)
     while found is not None and (b := found[0]).op is Op.BITCAST and isinstance(off := found[1], int):
         new, old, src = b.dtype.itemsize, b.src[0].dtype.itemsize, b.src[0]
         if (off * new) % old or (n * new) % old:
             break  # the run splits elements of the bitcast's source
         n, start = n * new // old, off * new // old
-        flat = src if len(src.shape) == 1 else UOp(Op.RESHAPE, src.dtype, (src,), (prod(src.shape),))
+        flat = src if len(src.tensor_shape) == 1 else UOp(Op.RESHAPE, src.dtype, (src,), (src.size,))
         found = _run(UOp(Op.SHRINK, src.dtype, (flat,), ((start, start + n),)))
     return found
 
 
 def _run(u: UOp) -> tuple[UOp, sint] | None:
     """contiguous_view through movements and equal-size bitcasts only (b stops at any other bitcast)."""
-    n = prod(u.shape)
+    n = u.size
     if not isinstance(n, int) or n == 0:
         return None
     r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, n),), (0, AxisType.VIEW))
-    idxs, strides = [], [prod(u.shape[i + 1:]) for i in range(len(u.shape))]
-    for st, size in zip(strides, u.shape, strict=True):
+    idxs, strides = [], [prod(u.tensor_shape[i + 1:]) for i in range(len(u.tensor_shape))]
+    for st, size in zip(strides, u.tensor_shape, strict=True):
         idxs.append((r // st) % size)
     b = u
     while b.op in _VIEW_OPS:
@@ -630,13 +636,13 @@ def _run(u: UOp) -> tuple[UOp, sint] | None:
             if b.dtype.itemsize != b.src[0].dtype.itemsize:
                 break
         else:
-            new_idxs, valid = apply_movement_op(b.op, tuple(b.src[0].shape), b.arg, tuple(idxs))
+            new_idxs, valid = apply_movement_op(b.op, tuple(b.src[0].tensor_shape), b.arg, tuple(idxs))
             if valid is not None and not resolve(valid, False):
                 return None  # padding: elements that are not b's
             idxs = list(new_idxs)
         b = b.src[0]
     flat = UOp.const(dtypes.index, 0)
-    for i, st in zip(idxs, [prod(b.shape[i + 1:]) for i in range(len(b.shape))], strict=True):
+    for i, st in zip(idxs, [prod(b.tensor_shape[i + 1:]) for i in range(len(b.tensor_shape))], strict=True):
         flat = flat + i * st
     offset = (flat - r).simplify()
     nodes = offset.toposort()

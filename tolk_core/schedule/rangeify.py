@@ -22,6 +22,8 @@ place where read.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from tolk_core import config
@@ -48,7 +50,7 @@ class Kernel:
 
 
 def _is_expanding(u: UOp) -> bool:
-    return u.op is Op.EXPAND and any(i != o for i, o in zip(u.src[0].shape, u.arg, strict=True))
+    return u.op is Op.EXPAND and any(i != o for i, o in zip(u.src[0].tensor_shape, u.arg, strict=True))
 
 
 # the scheduler's decisions, as provenances: each candidate for storage gets one. Codes are stable labels printed
@@ -100,7 +102,8 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
             p.require_readable(u)
     cands = [u for u in order if _is_candidate(u) and u not in outputs]
     for u in cands:
-        if u in prefs and p.known_non_virtual(u) and p.get(u)[1].leading() not in pm.HEURISTIC_CAPS:
+        if u in prefs and p.known_non_virtual(u) and (pl := p.get(u)) is not None and \
+                pl[1].leading() not in pm.HEURISTIC_CAPS:
             raise pm.PlacementUserError(f"cannot inline {pm.node_name(u)}: it is {p.debug(u)}, which only a "
                                         "heuristic cap could lift")
     realized: set[UOp] = outputs | {u for u in order if u.op in _STORAGE}
@@ -144,14 +147,14 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     _fission(cands, realized, p)
     stored = outputs | {u for u in order if u.op in _STORAGE} | {u for u in cands if p.is_in_context_force(u, INLINED)}
     if local_axes is not None:
-        local_axes.update({u: rows.get(u, tuple(range(len(u.shape)))) for u in cands
+        local_axes.update({u: rows.get(u, tuple(range(len(u.tensor_shape)))) for u in cands
                            if u not in stored and (pl := p.get(u)) is not None and pl[0] is pm.L})
     return stored
 
 
 def _row_extent(x: UOp) -> int | None:
     """Elements of one row of reduction `x`'s input (None when symbolic)."""
-    n = prod(x.src[0].shape[a] for a in x.arg[1])
+    n = prod(x.src[0].tensor_shape[a] for a in x.arg[1])
     return n if isinstance(n, int) else None
 
 
@@ -178,10 +181,10 @@ def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused:
     if x.op is not Op.REDUCE_AXIS:
         return False
     axes = x.arg[1]
-    if axes != tuple(range(len(x.shape) - len(axes), len(x.shape))):
+    if axes != tuple(range(len(x.tensor_shape) - len(axes), len(x.tensor_shape))):
         return False  # the row must be the innermost loops, so the outer loops compute it once per row
     for w in users[x]:
-        if _is_expanding(w) and any(i != o and a not in axes for a, (i, o) in enumerate(zip(x.shape, w.arg,
+        if _is_expanding(w) and any(i != o and a not in axes for a, (i, o) in enumerate(zip(x.tensor_shape, w.arg,
                                                                                               strict=True))):
             return False  # broadcast along another axis: every copy would recompute the whole reduction
         if w.op in GroupOp.Movement and w.op is not Op.EXPAND:
@@ -215,7 +218,7 @@ def _broadcast_factor(view: UOp, base: UOp) -> int | None:
     factor, u = 1, view
     while u is not base:
         if u.op is Op.EXPAND:
-            n_in, n_out = prod(u.src[0].shape), prod(u.arg)
+            n_in, n_out = u.src[0].size, prod(u.arg)
             if not (isinstance(n_in, int) and isinstance(n_out, int)):
                 return None
             factor *= n_out // max(n_in, 1)
@@ -235,7 +238,7 @@ def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp]) -> bool:
     if bound <= 0:
         return False
     factor = _broadcast_factor(view, x)
-    if factor is None or factor <= bound or not isinstance(n := prod(x.shape), int):
+    if factor is None or factor <= bound or not isinstance(n := x.size, int):
         return False
     c = sum(_ops(b) for b in _kernel_body(x, realized))
     return c > 0 and (c + 1) * factor / (c + factor) > bound and c * n * (factor - 1) >= config.get("FUSION_MIN_EXCESS")
@@ -369,8 +372,9 @@ def _fission(cands: list[UOp], realized: set[UOp], p: pm.Placements) -> None:
             realized.add(u)
 
 
-def _kernel_body(root: UOp, realized: set[UOp]) -> list[UOp]:
-    """The unstored nodes a kernel computing `root` evaluates (root included), stopping at stored values."""
+def _kernel_body(root: UOp, realized: Container[UOp]) -> list[UOp]:
+    """The unstored nodes a kernel computing `root` evaluates (root included), stopping at stored values (those
+    in `realized`: a set, or a map whose keys are the stored values)."""
     seen, stack, out = {root}, [root], []
     while stack:
         u = stack.pop()
@@ -420,14 +424,14 @@ class _Lowerer:
         """A read of Local value `u` from its kernel-local array: the array is filled once per value of the
         indices outside its axes (a row per row index), before its first read. None when its size is symbolic."""
         axes = self.local_axes[u]
-        sizes = tuple(u.shape[a] for a in axes)
-        if not all(isinstance(n, int) for n in sizes):
+        sizes = tuple(size for a in axes if isinstance(size := u.tensor_shape[a], int))
+        if len(sizes) < len(axes):  # a symbolic size
             return None
         key = (u, tuple(i for a, i in enumerate(idxs) if a not in axes))
         if key not in self.scratch:
-            rngs = {a: self.new_range(u.shape[a], AxisType.LOCAL) for a in axes}
+            rngs = {a: self.new_range(u.tensor_shape[a], AxisType.LOCAL) for a in axes}
             value = self.lower(u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, top=True)
-            n = prod(sizes)
+            n = math.prod(sizes)
             arr = UOp(Op.DEFINE_REG, u.dtype.ptr(n, AddrSpace.REG), (), (f"loc{len(self.scratch)}", n))
             store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, arr.dtype, (arr, _flat(tuple(rngs.values()), sizes))),
                                                 value))
@@ -442,7 +446,7 @@ class _Lowerer:
         if (hit := self.memo.get(key)) is not None:
             return hit
         if not top and u in self.realized:
-            ret = self.load(self.realized[u], tuple(u.shape), idxs, gate)
+            ret = self.load(self.realized[u], tuple(u.tensor_shape), idxs, gate)
         elif not top and gate is None and u in self.local_axes and (loc := self.local(u, idxs)) is not None:
             ret = loc  # (under a gate the indices may be out of range: computed in place instead)
         elif u.op is Op.BUFFER:
@@ -460,7 +464,7 @@ class _Lowerer:
                 ret = UOp(Op.WHERE, u.dtype, (valid, inner, UOp.const(u.dtype, _zero(u.dtype))))
         elif u.op is Op.REDUCE_AXIS:
             op, axes = u.arg
-            in_shape = u.src[0].shape
+            in_shape = u.src[0].tensor_shape
             rngs = {a: self.new_range(in_shape[a], AxisType.REDUCE) for a in axes}
             src_idxs = tuple(rngs.get(a, i) for a, i in enumerate(idxs))
             body = self.lower(u.src[0], src_idxs, gate)
@@ -479,7 +483,8 @@ class _Lowerer:
 
 def _flat(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
     """The row-major flat index of `idxs` into `shape`."""
-    flat, stride = UOp.const(dtypes.index, 0), 1
+    flat = UOp.const(dtypes.index, 0)
+    stride: sint = 1
     for i, s in reversed(list(zip(idxs, shape, strict=True))):
         flat = flat + i * stride
         stride *= s
@@ -501,7 +506,7 @@ def store_target(lw: _Lowerer, target: UOp, idxs: tuple[UOp, ...], shape: tuple[
     for m in chain:
         if m.op is Op.BITCAST:
             continue
-        idxs, valid = apply_movement_op(m.op, tuple(m.src[0].shape), m.arg, idxs)
+        idxs, valid = apply_movement_op(m.op, tuple(m.src[0].tensor_shape), m.arg, idxs)
         if valid is not None:
             gate = valid if gate is None else gate.alu(Op.AND, valid)
     param = lw.param(u, u.arg)
@@ -513,7 +518,7 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp],
     """The kernel that computes `value` into `out` (a BUFFER, or a view of one for an assignment), reading the
     stored values in `realized` and keeping the Local values of `local_axes` in kernel-local arrays."""
     lw = _Lowerer(realized, local_axes)
-    shape = tuple(value.shape)
+    shape = tuple(value.tensor_shape)
     if out.op is Op.BUFFER:
         lw.param(out, prod(shape))  # slot 0, typed by the value's (possibly symbolic) size
     rngs = tuple(lw.new_range(s, AxisType.LOOP) for s in shape)
@@ -577,14 +582,14 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = Fa
         staged = u.op is Op.CONTIGUOUS and u in targets and u not in realized
         if u in points and u not in realized and (u not in targets or staged):
             realized[u] = u if u.op in _STORAGE else new_buffer(u)
-    kernels = []
+    kernels: list[Kernel] = []
     for u in order:  # sources before users: a kernel's inputs are computed by earlier kernels
-        if u not in points or not resolve(prod(u.shape) != 0):
+        if u not in points or not resolve(u.size != 0):
             continue
         if u in targets and (u not in realized or realized[u] in targets[u]):
             kernels.extend(lower_kernel(u, t, realized, local_axes) for t in targets[u])
         elif u.op not in _STORAGE:
             kernels.append(lower_kernel(u, realized[u], realized, local_axes))
-            stored = UOp(Op.RESHAPE, u.dtype, (realized[u],), tuple(u.shape))  # copied on into each destination
+            stored = UOp(Op.RESHAPE, u.dtype, (realized[u],), tuple(u.tensor_shape))  # copied on into each destination
             kernels.extend(lower_kernel(stored, t, realized, local_axes) for t in targets.get(u, ()))
     return kernels

@@ -58,11 +58,12 @@ def _broadcast(u: UOp, flags: dict[UOp, tuple[bool, ...]]) -> tuple[bool, ...]:
     """Per axis of tensor node `u`, whether it holds one value along the axis (its sources' flags known)."""
     n = len(u.shape) if u.shape is not None else 0
     if u.op is Op.EXPAND:
-        return tuple(f or (i == 1 and o != 1) for f, i, o in zip(flags[u.src[0]], u.src[0].shape, u.arg, strict=True))
+        return tuple(f or (i == 1 and o != 1) for f, i, o in zip(flags[u.src[0]], u.src[0].tensor_shape, u.arg,
+                                                                 strict=True))
     if u.op is Op.PERMUTE:
         return tuple(flags[u.src[0]][a] for a in u.arg)
     if u.op is Op.RESHAPE:
-        return _reshaped(tuple(u.src[0].shape), flags[u.src[0]], tuple(u.shape))
+        return _reshaped(u.src[0].tensor_shape, flags[u.src[0]], u.tensor_shape)
     if u.op in (Op.PAD, Op.SHRINK, Op.FLIP, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
         return flags[u.src[0]]
     if u.op is Op.REDUCE_AXIS:
@@ -82,9 +83,9 @@ def nominal_ops(u: UOp, flags: dict[UOp, tuple[bool, ...]]) -> sint:
     if u.op is Op.REDUCE_AXIS:
         src = u.src[0]
         return prod(s if a in u.arg[1] else (1 if f else s) for a, (s, f) in
-                    enumerate(zip(src.shape, flags[src], strict=True)))
+                    enumerate(zip(src.tensor_shape, flags[src], strict=True)))
     counted = (u.op in GroupOp.ALU or u.op is Op.CAST) and u.shape is not None
-    return _distinct(tuple(u.shape), flags[u]) if counted else 0
+    return _distinct(u.tensor_shape, flags[u]) if counted else 0
 
 
 def _body_order(root: UOp, body: Collection[UOp]) -> list[UOp]:

@@ -22,7 +22,7 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.target import Target
-from tolk_core.ir.uop import UOp, prod
+from tolk_core.ir.uop import UOp
 from tolk_core.runtime import Buffer, CompiledDevice, Launch
 from tolk_core.schedule.prepare import unbind
 
@@ -52,14 +52,14 @@ def build(fn: Callable[..., Tensor], *specs: Spec, device: str = "PYTHON") -> Bu
     value, var_vals = unbind(out.uop)  # bound Variables become kernel arguments, their values launch values
 
     def new_buffer(v: UOp) -> UOp:
-        return buffers.new_buffer(out.device, concrete(prod(v.shape), var_vals), v.dtype)
+        return buffers.new_buffer(out.device, concrete(v.size, var_vals), v.dtype)
     obuf = new_buffer(value)
     # the device's facts, without opening it (it may be unavailable here): no disks, no kernel-local arrays
     target = Target(out.device, local_arrays=False)
     linear = lower(target, UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (obuf, value)),)), new_buffer)
-    ins = [buffers.base_buffer(t.uop) for t in ts]
-    assert all(b is not None for b in ins)
-    return Built(linear, ins, obuf, tuple(concrete(d, var_vals) for d in out.shape), var_vals)  # type: ignore[arg-type]
+    ins = [b for t in ts if (b := buffers.base_buffer(t.uop)) is not None]
+    assert len(ins) == len(ts)  # Tensor.empty gives storage
+    return Built(linear, ins, obuf, tuple(concrete(d, var_vals) for d in out.shape), var_vals)
 
 
 def render(built: Built, renderer: Any) -> tuple[str, list[KernelSource]]:
@@ -78,7 +78,7 @@ class Bound:
     def result(self) -> np.ndarray:
         out = np.empty(self.shape, dtypes.to_np(self.output.dtype))
         if out.size:
-            self.output.copyout(memoryview(out.reshape(-1).view(np.uint8)))
+            self.output.copyout(out.reshape(-1).view(np.uint8).data)
         return out
 
 
@@ -96,7 +96,7 @@ def bind(dev: CompiledDevice, built: Built, arrays: Sequence[np.ndarray], lib: b
                 bufs[b] = Buffer(dev.name, b.arg, b.dtype).allocate()
     for b, a in zip(built.inputs, arrays, strict=True):
         if b in bufs and a.size:
-            bufs[b].copyin(memoryview(np.ascontiguousarray(a, dtypes.to_np(b.dtype)).reshape(-1).view(np.uint8)))
+            bufs[b].copyin(np.ascontiguousarray(a, dtypes.to_np(b.dtype)).reshape(-1).view(np.uint8).data)
     vv = built.var_vals
     programs = load(dev, sources, lib)
     launches = [Launch(prg, [bufs[b].handle for b in call.src[1:]], list(kernel_vals(ks, vv)),

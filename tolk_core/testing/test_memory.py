@@ -20,11 +20,11 @@ def _pattern(n: int, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("nbytes", [1, 3, 64, 4099, 1 << 20])
 def test_copyin_copyout_roundtrip(tolk_device, nbytes):
-    data = _pattern(nbytes)
-    buf = Buffer(tolk_device.name, nbytes, U8).copyin(memoryview(data))
+    sent = _pattern(nbytes)
+    buf = Buffer(tolk_device.name, nbytes, U8).copyin(sent.data)
     out = np.full(nbytes + 16, 0xA5, np.uint8)  # a guard zone after the destination
-    tolk_device.allocator.copyout(memoryview(out[:nbytes]), buf.handle)
-    bad = np.flatnonzero(out[:nbytes] != data)
+    tolk_device.allocator.copyout(out[:nbytes].data, buf.handle)
+    bad = np.flatnonzero(out[:nbytes] != sent)
     require(bad.size == 0, "Allocator.copyout",
             lambda: f"bytes read back differ from those copied in (first at byte {bad[0]} of {nbytes}); copyout "
                     "must fill exactly the destination's nbytes")
@@ -39,27 +39,27 @@ def test_zero_size_buffer(tolk_device):
 
 
 def test_buffers_do_not_alias(tolk_device):
-    bufs = [Buffer(tolk_device.name, 1000, U8).copyin(memoryview(_pattern(1000, i))) for i in range(4)]
+    bufs = [Buffer(tolk_device.name, 1000, U8).copyin(_pattern(1000, i).data) for i in range(4)]
     for i, b in enumerate(bufs):
         out = np.empty(1000, np.uint8)
-        b.copyout(memoryview(out))
+        b.copyout(out.data)
         require(np.array_equal(out, _pattern(1000, i)), "Allocator._alloc",
                 f"buffer {i} of 4 live buffers reads back another buffer's bytes: allocations must not overlap")
 
 
 def test_views_share_storage(tolk_device):
-    base = Buffer(tolk_device.name, 4096, U8).copyin(memoryview(_pattern(4096)))
+    base = Buffer(tolk_device.name, 4096, U8).copyin(_pattern(4096).data)
     try:
         view = base.view(1024, U8, 2048).allocate()
     except NotImplementedError:
         pytest.skip(f"{tolk_device.name} does not support buffer views (Allocator.offset)")
     out = np.empty(1024, np.uint8)
-    view.copyout(memoryview(out))
+    view.copyout(out.data)
     require(np.array_equal(out, _pattern(4096)[2048:3072]), "Allocator.offset",
             "a view at byte 2048 does not read its base's bytes 2048..3071")
-    view.copyin(memoryview(np.zeros(1024, np.uint8)))
+    view.copyin(np.zeros(1024, np.uint8).data)
     whole = np.empty(4096, np.uint8)
-    base.copyout(memoryview(whole))
+    base.copyout(whole.data)
     want = _pattern(4096)
     want[2048:3072] = 0
     require(np.array_equal(whole, want), "Allocator.offset",

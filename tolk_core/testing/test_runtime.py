@@ -40,7 +40,7 @@ def test_multi_kernel_library_and_inputs_untouched(tolk_device):
     require(np.allclose(got, want, rtol=1e-5, atol=1e-6), "Program.__call__",
             lambda: f"a {len(k.calls)}-kernel program from one library gave max error {np.abs(got - want).max()}")
     back = np.empty_like(a)
-    bound.bufs[k.inputs[0]].copyout(memoryview(back.reshape(-1).view(np.uint8)))
+    bound.bufs[k.inputs[0]].copyout(back.reshape(-1).view(np.uint8).data)
     require(np.array_equal(back, a), "Program.__call__", "a launch modified a buffer it only reads")
 
 

@@ -30,7 +30,7 @@ def test_many_launches(tolk_device):
 def test_memory_pressure(tolk_device):
     for i in range(200):
         b = Buffer(tolk_device.name, 1 << 20, dtypes.uint8).allocate()
-        b.copyin(memoryview(np.full(1 << 20, i % 256, np.uint8)))
+        b.copyin(np.full(1 << 20, i % 256, np.uint8).data)
         del b
         if i % 50 == 0:
             gc.collect()

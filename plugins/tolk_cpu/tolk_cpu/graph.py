@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.runtime import Graph, Launch
+from tolk_cpu.runtime import CPUProgram
 
 
 class CPUGraph(Graph):
@@ -26,7 +27,10 @@ class CPUGraph(Graph):
 
     def __init__(self, device: Any, launches: Sequence[Launch]):
         super().__init__(device, launches)
-        self._buf_at, self._val_at, calls, pointers = [], [], [], []
+        self._buf_at: list[int] = []
+        self._val_at: list[int] = []
+        calls: list[str] = []
+        pointers: list[int | None] = []
         nb = nv = 0
         for ln in self.launches:
             self._buf_at.append(nb)
@@ -34,6 +38,9 @@ class CPUGraph(Graph):
             args = [f"b[{nb + j}]" for j in range(len(ln.bufs))] + [f"v[{nv + j}]" for j in range(len(ln.vals))]
             sig = ", ".join(["void*"] * len(ln.bufs) + ["int"] * len(ln.vals)) or "void"
             calls.append(f"  ((void (*)({sig}))f[{len(pointers)}])({', '.join(args)});")
+            if not isinstance(ln.program, CPUProgram):
+                raise TypeError(f"CPUGraph replays CPU programs; launch of {ln.program.name!r} holds a "
+                                f"{type(ln.program).__name__}")
             pointers.append(ctypes.cast(ln.program.fxn, ctypes.c_void_p).value)
             nb, nv = nb + len(ln.bufs), nv + len(ln.vals)
         body = "\n".join(calls)

@@ -27,7 +27,7 @@ class HostMemory:
     def __init__(self, owner: np.ndarray, start: int, nbytes: int):
         self.owner, self.nbytes = owner, nbytes
         self.ptr: int = owner.ctypes.data + start
-        self.mv = memoryview(owner[start:start + nbytes])
+        self.mv = owner[start:start + nbytes].data
 
     def __repr__(self) -> str:
         return f"<HostMemory {self.nbytes}B @0x{self.ptr:x}>"

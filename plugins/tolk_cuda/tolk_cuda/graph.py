@@ -32,8 +32,8 @@ def load_driver() -> Any:
 
 
 def _dims(d: Sequence[int] | None) -> tuple[int, int, int]:
-    d = tuple(d or (1, 1, 1))
-    return (*d, *(1,) * (3 - len(d)))[:3]  # type: ignore[return-value]
+    x, y, z, *_ = (*(d or ()), 1, 1, 1)  # missing trailing dimensions are 1
+    return x, y, z
 
 
 class CUDAGraph(Graph):
@@ -88,10 +88,10 @@ class CUDAGraph(Graph):
 
     def update(self, index: int, *, bufs: Sequence[Any] | None = None, vals: Sequence[int] | None = None) -> None:
         super().update(index, bufs=bufs, vals=vals)
-        for slot, b in zip(self._bufs[index], bufs or (), strict=False):
-            slot.value = int(b)
-        for slot, v in zip(self._vals[index], vals or (), strict=False):
-            slot.value = v
+        for buf_arg, b in zip(self._bufs[index], bufs or (), strict=False):
+            buf_arg.value = int(b)
+        for val_arg, v in zip(self._vals[index], vals or (), strict=False):
+            val_arg.value = v
         self._dirty.add(index)
 
     def __call__(self, wait: bool = False) -> float | None:

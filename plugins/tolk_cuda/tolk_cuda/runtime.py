@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pycuda.driver as cuda  # type: ignore[import-not-found]
+import pycuda.driver as cuda
 
 from tolk_core.runtime import Allocator, CompiledDevice, Program, run_smoke
 from tolk_cuda.compiler import CUDACompiler

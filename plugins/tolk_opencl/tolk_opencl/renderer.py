@@ -76,7 +76,7 @@ class OpenCLRenderer(CStyleRenderer):
     def float_mod(self, a: str, b: str, dt: DType) -> str:
         return f"fmod({a},{b})"
 
-    def render_const(self, value: object, dt: DType) -> str:
+    def render_const(self, value: int | float, dt: DType) -> str:
         text = super().render_const(value, dt)
         text = text.replace("ull", "UL").replace("ll", "L")
         return f"(half){text}" if dt == dtypes.float16 and self.native_half else text

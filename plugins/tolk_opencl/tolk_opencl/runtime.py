@@ -29,6 +29,8 @@ class OpenCLAllocator(Allocator):
     def __init__(self, device: OpenCLDevice):
         super().__init__()
         self.dev = device
+        # sub-buffer offsets must be multiples of this many bytes (CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits)
+        self.offset_alignment = device.cl_device.mem_base_addr_align // 8
 
     def _alloc(self, nbytes: int) -> cl.Buffer:
         return cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
@@ -43,11 +45,6 @@ class OpenCLAllocator(Allocator):
     def copyout(self, dest: memoryview, handle: cl.Buffer) -> None:
         if dest.nbytes:
             cl.enqueue_copy(self.dev.queue, np.frombuffer(dest, np.uint8), handle, is_blocking=True)
-
-    @property
-    def offset_alignment(self) -> int:
-        """Sub-buffer offsets must be multiples of this many bytes (CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits)."""
-        return self.dev.cl_device.mem_base_addr_align // 8
 
     def offset(self, handle: cl.Buffer, byte_offset: int, nbytes: int) -> cl.Buffer:
         align = self.offset_alignment
