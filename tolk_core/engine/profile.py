@@ -33,14 +33,14 @@ A kernel given as code (`custom_kernel`) has no AST to count: its rows have laun
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import math
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import range_deps
+from tolk_core.engine.scoped import Scopes
 from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.dtype import PtrDType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
@@ -261,29 +261,23 @@ class Profile:
         return "\n".join(lines)
 
 
-_profiles: contextvars.ContextVar[tuple[Profile, ...]] = contextvars.ContextVar("tolk_profiles", default=())
+_profiles: Scopes[Profile] = Scopes("tolk_profiles")
 
 
 def profiling() -> bool:
     """Whether a profile is open (launches wait and are recorded)."""
-    return bool(_profiles.get())
+    return bool(_profiles.open())
 
 
-@contextlib.contextmanager
-def profile() -> Iterator[Profile]:
+def profile() -> contextlib.AbstractContextManager[Profile]:
     """Record every kernel launched inside the block; the yielded Profile's `rows` hold them afterwards."""
-    prof = Profile()
-    token = _profiles.set((*_profiles.get(), prof))
-    try:
-        yield prof
-    finally:
-        _profiles.reset(token)
+    return _profiles.enter(Profile())
 
 
 def record(device: str, name: str, seconds: float, call: UOp, var_vals: dict[str, int],
            cost: LaunchCost | None = None) -> None:
     """Record one launch of kernel CALL `call` in every open profile (`cost`: its launch_cost, if known)."""
-    if profs := _profiles.get():
+    if profs := _profiles.open():
         cost = cost if cost is not None else launch_cost(call, var_vals)
         for p in profs:
             p.add(device, name, seconds, call, cost)

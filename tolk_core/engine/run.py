@@ -9,14 +9,14 @@ launch waits and is timed: DEBUG=2 prints one line per launch, a profile records
 from __future__ import annotations
 
 import contextlib
-import contextvars
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers, profile
 from tolk_core.engine.compile import arg_device, compile_linear, kernel_vals
+from tolk_core.engine.scoped import Scopes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 
@@ -30,23 +30,17 @@ class Capture:
         self.var_vals: dict[str, int] = {}
 
 
-_captures: contextvars.ContextVar[tuple[Capture, ...]] = contextvars.ContextVar("tolk_captures", default=())
+_captures: Scopes[Capture] = Scopes("tolk_captures")
 
 
 def capturing() -> bool:
     """Whether a capture is in progress (LINEARs are recorded, not run)."""
-    return bool(_captures.get())
+    return bool(_captures.open())
 
 
-@contextlib.contextmanager
-def capture() -> Iterator[Capture]:
+def capture() -> contextlib.AbstractContextManager[Capture]:
     """Record every LINEAR that would run inside the block instead of running it."""
-    rec = Capture()
-    token = _captures.set((*_captures.get(), rec))
-    try:
-        yield rec
-    finally:
-        _captures.reset(token)
+    return _captures.enter(Capture())
 
 
 def _runtime_arg(b: UOp, input_uops: Sequence[UOp]) -> Any:
@@ -60,7 +54,7 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
     """Launch the CALLs of `linear` in order; `input_uops` bind its PARAMs (the JIT's slotted inputs).
     Inside `capture()` the LINEAR is recorded by the innermost capture and nothing runs."""
     var_vals = var_vals or {}
-    if captures := _captures.get():
+    if captures := _captures.open():
         captures[-1].linears.append(linear)
         captures[-1].var_vals.update(var_vals)
         return

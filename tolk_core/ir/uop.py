@@ -501,32 +501,29 @@ def resolve(x: Any, default: bool = True) -> bool:
     return default
 
 
-def smax(*xs: sint) -> sint:
+def _sfold(xs: tuple[sint, ...], py: Callable[..., int], method: str) -> sint:
+    """The max or min (`py` on ints, the UOp method `method` once a symbolic size is involved) of sizes `xs`."""
     if all(not isinstance(x, UOp) for x in xs):
-        return max(xs)
+        return py(xs)
     r = xs[0]
     for x in xs[1:]:
         if isinstance(r, UOp):
-            r = r.maximum(x)
+            r = getattr(r, method)(x)
         elif isinstance(x, UOp):
-            r = x._ufix(r).maximum(x)
+            r = getattr(x._ufix(r), method)(x)
         else:
-            r = max(r, x)
+            r = py(r, x)
     return ssimplify(r)
+
+
+def smax(*xs: sint) -> sint:
+    """The largest of sizes `xs` (symbolic when one is)."""
+    return _sfold(xs, max, "maximum")
 
 
 def smin(*xs: sint) -> sint:
-    if all(not isinstance(x, UOp) for x in xs):
-        return min(xs)
-    r = xs[0]
-    for x in xs[1:]:
-        if isinstance(r, UOp):
-            r = r.minimum(x)
-        elif isinstance(x, UOp):
-            r = x._ufix(r).minimum(x)
-        else:
-            r = min(r, x)
-    return ssimplify(r)
+    """The smallest of sizes `xs` (symbolic when one is)."""
+    return _sfold(xs, min, "minimum")
 
 
 def sym_eq(a: sint, b: sint) -> bool:
