@@ -598,6 +598,21 @@ def test_resolve_returned_after() -> None:
     assert _fired("resolve_returned_after", before) and not any(u.op is Op.AFTER for u in out.toposort())
 
 
+def test_a_reduction_of_a_broadcast_reduces_one_copy() -> None:
+    # (4, 3, 5): the value is broadcast along axis 1, which the sum over axis 2 keeps: one copy is summed and
+    # the result broadcast, instead of summing the same five elements three times
+    a = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    t = Tensor(a, device="CPU")
+    value = (t.reshape(4, 1, 5).expand(4, 3, 5) * 2).sum(axis=2)
+    before = rule_fires["reduce_of_broadcast"]
+    flat = UOp(Op.RESHAPE, value.dtype, (value.uop,), (12,))
+    out = _prepared(_plain_store(UOp.new_buffer("CPU", 12, dtypes.float32), flat))
+    assert _fired("reduce_of_broadcast", before)
+    reduces = [u for u in out.toposort() if u.op is Op.REDUCE_AXIS]
+    assert reduces and all(u.src[0].shape[1] == 1 for u in reduces)  # the reduction reads one copy
+    np.testing.assert_allclose(value.numpy(), np.broadcast_to((a * 2).sum(1, keepdims=True), (4, 3)), rtol=1e-6)
+
+
 # ---------------------------------------------------------------- every rule fired
 def test_every_rule_fired_in_this_module() -> None:
     matchers = (prepare.pm_prepare, prepare.pm_outputs_in_place, prepare.pm_inline_calls, prepare.pm_disk_copies,

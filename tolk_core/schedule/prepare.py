@@ -22,8 +22,8 @@ Rules, in the order they run:
   `store_reshape_pair`, `store_into_bitcast`, `store_across_devices`, `store_hazard` (a value that reads
   its destination's storage through another view is materialised first, so the store cannot overwrite
   elements the value has yet to read), `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`,
-  `expand_bitcast`, `fold_empty`. Calls compiled on their own (a kernel given as code, `KernelCode`):
-  `code_call_arguments` (`pm_code_calls`, applied by the engine when it runs one).
+  `expand_bitcast`, `fold_empty`, `reduce_of_broadcast`. Calls compiled on their own (a kernel given as
+  code, `KernelCode`): `code_call_arguments` (`pm_code_calls`, applied by the engine when it runs one).
 Cross-device copies are performed by the engine (`realize._copy_across_devices`), which stores the value into new
 storage on the copy's device.
 
@@ -48,6 +48,7 @@ from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements
+from tolk_core.schedule.work import broadcast_flags
 
 # How often each rule of this module fired, by name: the matchers below count into it (PatternMatcher's
 # `fires`); split_reduceop and index_through_movement, which also run outside a matcher, count themselves.
@@ -453,6 +454,22 @@ def store_hazard(store: UOp, dest: UOp, value: UOp) -> UOp | None:
     return None
 
 
+def reduce_of_broadcast(u: UOp) -> UOp | None:
+    """A reduction whose input holds one value along an axis it keeps (broadcast there: the gradient of a sum,
+    a constant) reduces one copy and broadcasts the result: computed inline it would fold the same elements
+    once per copy (a `ones` upstream gradient made attention's dP = dO·Vᵀ 128 times the work)."""
+    x = u.src[0]
+    if not x.shape or x.op is Op.CONST:
+        return None
+    keep = [a for a, f in enumerate(broadcast_flags(x)) if f and a not in u.arg[1] and
+            isinstance(x.shape[a], int) and x.shape[a] > 1]
+    if not keep:
+        return None
+    one = tuple((0, 1) if a in keep else (0, s) for a, s in enumerate(x.shape))
+    inner = u.replace(src=(UOp(Op.SHRINK, x.dtype, (x,), one),))
+    return UOp(Op.EXPAND, u.dtype, (inner,), u.tensor_shape)
+
+
 def fold_empty(u: UOp) -> UOp | None:
     """A reduction of an empty axis to a non-empty result is the identity; any other value with an empty
     axis is 0."""
@@ -697,6 +714,7 @@ pm_prepare = PatternMatcher([
     (UPat(Op.SINK, name="sink"), sink_sources_lose_movements),
     (UPat(Op.BITCAST, name="bc"), expand_bitcast),
     (UPat(GroupOp.ALU | {Op.REDUCE_AXIS, Op.CAST, Op.BITCAST, Op.CONTIGUOUS}, name="u"), fold_empty),
+    (UPat(Op.REDUCE_AXIS, name="u"), reduce_of_broadcast),
 ], rule_fires)
 
 

@@ -15,6 +15,7 @@ nodes computed from constants alone (the lowered kernel folds them into a consta
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection
 
 from tolk_core.ir.calls import KernelInfo
@@ -122,3 +123,22 @@ def kernel_info(root: UOp, body: Collection[UOp]) -> KernelInfo:
             counts[label] = counts.get(label, 0) + 1
             nominal = nominal + nominal_ops(u, flags)
     return KernelInfo(tuple(counts.items()), nominal)
+
+
+# broadcast flags of tensor nodes, a pure function of the (immutable) node: remembered while the node lives
+_flags: weakref.WeakKeyDictionary[UOp, tuple[bool, ...]] = weakref.WeakKeyDictionary()
+
+
+def broadcast_flags(u: UOp) -> tuple[bool, ...]:
+    """Per axis of tensor node `u`, whether it holds one value along that axis (an EXPAND from size one on the
+    way, not undone by a computation that reads another value along the axis)."""
+    if (hit := _flags.get(u)) is not None:
+        return hit
+    flags: dict[UOp, tuple[bool, ...]] = {}
+    for x in u.toposort():
+        if (known := _flags.get(x)) is not None:
+            flags[x] = known
+            continue
+        flags[x] = _broadcast(x, flags) if x.shape is not None else ()
+        _flags[x] = flags[x]
+    return flags[u]
