@@ -47,11 +47,6 @@ def test_reading_an_output_after_the_next_call_raises_naming_both(device) -> Non
         outs[2].numpy()
 
 
-def test_random_draws_advance_per_call() -> None:
-    if not hasattr(Tensor, "rand"):
-        pytest.skip("Tensor.rand does not exist on main yet: random draws inside a JIT cannot be tested")
-
-
 @pytest.mark.parametrize("make, message", [
     (lambda a: a.reshape(N // 2, 2 * 2), "argument 0 has shape \\(4, 4\\), the capture had \\(2, 8\\)"),
     (lambda a: a.reshape(4, 4).T.contiguous().realize().reshape(4, 4).T,
