@@ -46,7 +46,3 @@ class Target:
     def reading(self, disks: frozenset[str]) -> Target:
         """This target for a graph that also reads the disks `disks`."""
         return self if disks <= self.disks else replace(self, disks=self.disks | disks)
-
-
-# the facts a pass assumes when it is called without a target: a device with kernels, reading no disk
-NO_DISKS = Target("")
