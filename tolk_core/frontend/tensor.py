@@ -152,6 +152,14 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __bool__(self) -> bool:
+        """The truth of the one element (as torch; this reads the data). A tensor of any other size raises
+        ShapeError: its truth is ambiguous (use `.any()` or `.all()`)."""
+        if self.numel() != 1:
+            raise ShapeError(f"the truth value of a tensor of shape {self.shape} is ambiguous: only a one-element "
+                             "tensor has one; use .any() or .all()")
+        return bool(self.item())
+
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype.name} on {self.device}>"
 
@@ -214,9 +222,9 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if not views_storage(self.uop) and not views_param(self.uop):  # (a PARAM: a call body's argument)
-            self.realize()  # the selection must view this tensor's own storage
-        self[index].assign(value)
+        """`t[index] = value`: `index_put_(index, value)` (frontend/indexing.py): integer-array indices scatter,
+        the last write winning where an element is selected twice."""
+        self.index_put_(index, value)
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (None: the default device), lazily: the copy happens when the result is realized
