@@ -134,3 +134,33 @@ def test_constant_realized_on_one_device_is_not_reused_on_another(device) -> Non
         pytest.skip(f"{other} unavailable here: {e}")
     x = Tensor(np.array([-1.0, 2.0], np.float32), device=device)
     np.testing.assert_array_equal((x.maximum(0.0) + Tensor(0.0, device=device)).numpy(), [0.0, 2.0])
+
+
+def test_lazy_value_keeps_the_storage_it_was_built_from(device) -> None:
+    """A value built from `t` before a write into `t` reads `t` as it was (numpy/torch eager semantics), for
+    `t[i] = v` and `t.assign(...)`; the assigned value itself keeps its values across later writes, and a
+    write into it does not reach `t`."""
+    a = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    t = Tensor(a, device=device).realize()
+    r = t * 2
+    t[0] = 100.0
+    np.testing.assert_array_equal(r.numpy(), a * 2)
+    s = t + 1
+    t.assign(Tensor(np.full(4, 5.0, np.float32), device=device))
+    np.testing.assert_array_equal(s.numpy(), [101.0, 3.0, 4.0, 5.0])
+    v = t + 1
+    t.assign(v)
+    t.assign(t * 10)
+    np.testing.assert_array_equal(v.numpy(), [6.0] * 4)
+    np.testing.assert_array_equal(t.numpy(), [60.0] * 4)
+    v[0] = -1.0
+    np.testing.assert_array_equal(t.numpy(), [60.0] * 4)
+
+
+def test_write_without_lazy_readers_costs_no_extra_kernel(device, kernels) -> None:
+    t = Tensor(np.arange(4, dtype=np.float32), device=device).realize()
+    with kernels() as k:
+        t.assign(t + 1)
+        t[1:3] = 0.0
+    assert k.count == 2
+    np.testing.assert_array_equal(t.numpy(), [1.0, 0.0, 0.0, 4.0])

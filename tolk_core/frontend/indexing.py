@@ -1,5 +1,6 @@
 """Indexing: `Tensor.__getitem__`, numpy indexing with ints, slices (any step), None, Ellipsis and integer
-tensors. (Writing through an index, `t[i] = v`, is `Tensor.__setitem__`: a selection here, then `assign`.)
+tensors, and writing through them: `t[i] = v` and `index_put_` (basic indices: a view, then `assign`; integer
+tensors: a scatter, the last write winning where an element is selected twice, or with `accumulate` adding).
 
 An op belongs here when it selects elements by index values given by the caller.
 
@@ -13,6 +14,7 @@ result shape depends on the data).
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from tolk_core.errors import DTypeError, ShapeError
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.ir.uop import UOp, sint
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -87,13 +89,13 @@ class IndexingMixin:
             v = v.permute(list(range(at, at + nb)) + list(range(at)) + list(range(at + nb, v.ndim)))
         v = v.reshape(bshape + (1,) * k + tuple(sel))
         x = self.permute(axes + rest)  # (n_1..n_k, R...)
-        if not prod(bshape):
+        if not (count := math.prod(bshape)):
             return self
         baxes = tuple(range(nb))
         if accumulate:
             new = mask.any(axis=baxes).where(x + mask.where(v, 0).sum(axis=baxes).cast(x.dtype), x)
         else:
-            order = type(self).arange(1, prod(bshape) + 1, device=self.device).reshape(bshape + (1,) * (x.ndim))
+            order = type(self).arange(1, count + 1, device=self.device).reshape(bshape + (1,) * x.ndim)
             last = mask.where(order, 0).max(axis=baxes)  # 1 + the last position writing each element, 0: none
             new = (last > 0).where(_pick(order == last, v, baxes), x)
         perm = axes + rest
