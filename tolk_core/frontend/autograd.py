@@ -228,6 +228,16 @@ def track(t: Tensor, on: bool) -> bool:
     return True
 
 
+def may_flow(u: UOp) -> bool:
+    """Whether a gradient could flow into `u`: gradients are enabled and a tensor marked requires_grad (now)
+    is in `u`'s graph. (A tensor marked after a value was built from it gets no gradient through the ops that
+    chose a gradient-free form, as in torch, where marking comes before use.)"""
+    if not _grad_enabled[0] or not _tracked:
+        return False
+    nodes = set(u.toposort())
+    return any(t.uop in nodes for t in list(_tracked.values()))
+
+
 def _is_storage(u: UOp) -> bool:
     return u.storage_base(GroupOp.Movement).op is Op.BUFFER
 
