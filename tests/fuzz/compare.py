@@ -250,6 +250,8 @@ def minimize(p: Program, device: str, budget: int = 60) -> Program:
     """A smaller program failing the same way on `device` (the same verdict's first words), trying at most
     `budget` candidates."""
     first = run([p], device).get(p.seed, "")
+    if not first:  # it fails only among other programs (in a batch): nothing to minimize alone
+        return p
     kind = first.split(";")[0].split(" of ")[0] if first.startswith("raised") else "differ"
     tried = 0
     improved = True
