@@ -15,7 +15,16 @@ import numpy as np
 
 from tolk_core import config
 from tolk_core.render.ccompile import compile_c, load_shared, run_compiler
-from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program, remembered_identity, run_smoke
+from tolk_core.runtime import (
+    HOST_CHECK_BYTES,
+    Allocator,
+    CompiledDevice,
+    Compiler,
+    Program,
+    host_headroom,
+    remembered_identity,
+    run_smoke,
+)
 
 ALIGN = 64
 
@@ -34,7 +43,12 @@ class HostMemory:
 
 
 class CPUAllocator(Allocator):
-    """Host memory from numpy (malloc), aligned to 64 bytes; views share their base's memory."""
+    """Host memory from numpy (malloc), aligned to 64 bytes; views share their base's memory. A large
+    allocation is checked against the host memory left (`host_headroom`): with overcommit a malloc past it
+    can succeed and the kernel that writes it be killed."""
+
+    def limits(self, nbytes: int) -> list[tuple[int, str]]:
+        return [h] if nbytes >= HOST_CHECK_BYTES and (h := host_headroom()) is not None else []
 
     def _alloc(self, nbytes: int) -> HostMemory:
         raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
