@@ -92,3 +92,18 @@ class CallArgumentError(TolkError, ValueError):
     """An inline call's argument that does not fit its parameter (docs/prepare.md, inline calls): a storage
     parameter's size, a scalar parameter's shape, or the data type. Names the call, the argument and the
     parameter."""
+
+
+class CompileTimeoutError(CompileError):
+    """A compiler that did not finish within COMPILE_TIMEOUT seconds (docs/configuration.md); it was stopped.
+    Names the limit and how to raise it."""
+
+
+class OutOfMemoryError(TolkError, MemoryError):
+    """An allocation that the device cannot hold: larger than the device's largest allocation, its memory, or
+    the host memory still available. Names the size, the device and the limit it exceeds."""
+
+
+class CacheCorruptionWarning(UserWarning):
+    """An on-disk cache entry (a compiled binary, a rendered source, ...) that is truncated or damaged: it was
+    ignored and rebuilt. The message names the file."""

@@ -15,7 +15,7 @@ from tolk_core import config
 from tolk_core.errors import BufferSizeError, CompileError
 from tolk_core.plugins import BackendSpec, Device, hookimpl, register
 from tolk_core.render.ccompile import compile_c, load_shared
-from tolk_core.runtime import Allocator, Buffer, CompiledDevice, Compiler, Graph, Launch, Program
+from tolk_core.runtime import Allocator, Buffer, CompiledDevice, Compiler, Graph, Launch, Program, cache_file
 
 F32 = np.dtype(np.float32)
 
@@ -277,7 +277,7 @@ def test_two_processes_compiling_the_same_source_share_one_entry(tmp_path):
     assert all(p.returncode == 0 for p in procs), outs
     assert sorted(int(o[0]) for o in outs) == [0, 1]  # one compiled, the other waited and read its entry
     entries = [p for p in (tmp_path / "compile").rglob("*") if p.is_file() and p.suffix != ".lock"]
-    assert len(entries) == 1 and entries[0].read_bytes()[:4] == b"\x7fELF"
+    assert len(entries) == 1 and cache_file.read_entry(entries[0], "binary")[:4] == b"\x7fELF"
 
 
 def test_compiler_identity_is_remembered_per_facts(tmp_path):
