@@ -18,7 +18,6 @@ import numpy as np
 
 from tests.fuzz.programs import (
     COMPARE,
-    FLOATS,
     SIGNED,
     TRANSCENDENTAL,
     Node,
@@ -150,31 +149,10 @@ def _pow_special(p: Program) -> bool:
     return bool((~np.isfinite(x) | (x <= 0)).any())
 
 
-def _gather_negative_zero(p: Program) -> bool:
-    """A gather whose source holds -0.0 (gather losing -0.0)."""
-    for n in _nodes(p.root):
-        if n.op == "gather":
-            v = reference(n.kids[0], p.inputs)[0]
-            if v.dtype.name in FLOATS and np.signbit(v.astype(np.float64)[v.astype(np.float64) == 0]).any():
-                return True
-    return False
-
-
-def _cos_large(p: Program) -> bool:
-    """cos of an argument beyond +-4: Tolk computes cos(x) as sin(pi/2 - x), and rounding pi/2 - x loses
-    the low bits of large x (cos(12345.678) in float32 is 5000 ULPs off). Reported; no fix under way yet."""
-    if p.root.op != "cos":
-        return False
-    x = reference(p.root.kids[0], p.inputs)[0].astype(np.float64)
-    return bool((np.abs(x[np.isfinite(x)]) > 4).any())
-
-
 KNOWN_OPEN: dict[str, Callable[[Program], bool]] = {
     "nan comparisons": _nan_comparison,
     "signed integer extremes": _signed_extreme,
     "pow special cases": _pow_special,
-    "gather losing -0.0": _gather_negative_zero,
-    "cos of large arguments": _cos_large,
 }
 """Mismatch classes with a fix under way: a failing program in one of these classes is reported as known, not
 as a failure. Delete a class's entry once its fix is merged."""

@@ -86,7 +86,7 @@ def test_allocator_releases_cache_on_memory_error():
     assert a.alloc(16) is not None and calls == [16, 16] and a.frees == [8]
 
 
-def test_buffer_lazy_views_sizes_and_free(mem):
+def _use_buffer_and_views(mem) -> None:
     b = Buffer("MEM", 8, F32)
     assert not b.is_allocated and b.nbytes == 32
     b.copyin(memoryview(np.arange(8, dtype=np.float32)))
@@ -103,7 +103,12 @@ def test_buffer_lazy_views_sizes_and_free(mem):
         b.copyout(bytearray(4))
     with pytest.raises(BufferSizeError, match="view of 8 bytes at offset 28 does not fit in a buffer of 32 bytes"):
         b.view(2, F32, 28)
-    del b, v, vv
+
+
+def test_buffer_lazy_views_sizes_and_free(mem):
+    # the buffers live in a helper's frame: the locals() snapshot pytest's assertion-pass hook takes of the
+    # asserting frame would keep them alive after a `del`
+    _use_buffer_and_views(mem)
     gc.collect()
     assert mem.allocator.cached_bytes == 32  # given back to the free list when unreferenced
     assert Buffer("MEM", 8, F32).allocate().handle is not None and mem.allocator.allocs == 1  # reused

@@ -129,8 +129,8 @@ _RULES: dict[Op, Rule] = {
     Op.NEG: lambda u, g: (_neg(g),),
     Op.EXP2: lambda u, g: (_scale(_mul(g, u), _LN_2),),
     Op.LOG2: lambda u, g: (_alu(Op.FDIV, g, _scale(u.src[0], _LN_2)),),
-    # cos(x) written as sin(x + pi/2): SIN is the only trigonometric op in the IR
-    Op.SIN: lambda u, g: (_mul(g, _alu(Op.SIN, _alu(Op.ADD, u.src[0], _full(u, math.pi / 2)))),),
+    Op.SIN: lambda u, g: (_mul(g, _alu(Op.COS, u.src[0])),),
+    Op.COS: lambda u, g: (_mul(g, _alu(Op.NEG, _alu(Op.SIN, u.src[0]))),),
     Op.SQRT: lambda u, g: (_alu(Op.FDIV, g, _scale(u, 2.0)),),
     Op.RECIPROCAL: lambda u, g: (_neg(_mul(g, _mul(u, u))),),
     Op.TRUNC: lambda u, g: (None,),  # piecewise constant: zero almost everywhere

@@ -269,7 +269,7 @@ class ElementwiseMixin:
         return self._as_float()._alu(Op.SIN)
 
     def cos(self: Tensor) -> Tensor:
-        return (math.pi / 2 - self._as_float()).sin()
+        return self._as_float()._alu(Op.COS)
 
     def square(self: Tensor) -> Tensor:
         return self * self

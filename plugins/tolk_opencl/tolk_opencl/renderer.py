@@ -18,7 +18,7 @@ from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import CStyleRenderer
 
-_VECTOR_MATH = frozenset({Op.EXP2, Op.LOG2, Op.SQRT, Op.SIN, Op.TRUNC})
+_VECTOR_MATH = frozenset({Op.EXP2, Op.LOG2, Op.SQRT, Op.SIN, Op.COS, Op.TRUNC})
 
 # rounding a float (or double) to half without half values: through a private ushort, by the vload/vstore
 # built-ins every OpenCL 1.2 device has
