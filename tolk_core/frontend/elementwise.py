@@ -122,7 +122,7 @@ class ElementwiseMixin:
         if (side := self._int_beyond_dtype(other)) is not None:
             # a Python int outside this integer dtype compares exactly (numpy 2): it lies above (side 1) or below
             # (side -1) every element, so the answer is one constant
-            below = (side < 0) != reflected  # whether the left operand is the lesser
+            below = (side > 0) != reflected  # whether the left operand is the lesser
             answer = {Op.CMPLT: below, Op.CMPEQ: False, Op.CMPNE: True}[op]
             return self.full_like(answer, dtypes.bool)
         a, b = self._coerce(other, reflected)
@@ -269,6 +269,8 @@ class ElementwiseMixin:
     def abs(self: Tensor) -> Tensor:
         if dtypes.is_bool(self.dtype) or dtypes.is_unsigned(self.dtype):
             return self
+        if dtypes.is_float(self.dtype):  # + 0.0 turns -0.0 into 0.0 (numpy's abs(-0.0)) and keeps everything else
+            return (self < 0).where(-self, self) + 0.0
         return (self < 0).where(-self, self)
 
     def exp2(self: Tensor) -> Tensor:
@@ -293,10 +295,23 @@ class ElementwiseMixin:
         return self * self
 
     def sigmoid(self: Tensor) -> Tensor:
-        return (1 + (-self._as_float()).exp()).reciprocal()
+        """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: e = exp(-|x|) never overflows, so the tail below
+        x = -88 keeps its (subnormal) value instead of 1 / inf = 0."""
+        x = self._as_float()
+        e = (-x.abs()).exp()
+        return (x < 0).where(e, 1.0) / (1 + e)
 
     def tanh(self: Tensor) -> Tensor:
-        return 2 * (2 * self._as_float()).sigmoid() - 1
+        """tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|), which keeps its relative precision where
+        2*sigmoid(2x) - 1 cancels; below |x| = 1/4 (where 1 - e cancels) its Taylor series to x^9, whose next
+        term is below 2^-26 of the result there. NaN stays NaN; +-inf gives +-1; -0.0 stays -0.0."""
+        x = self._as_float()
+        ax = x.abs()
+        e = (ax * -2).exp()
+        big = (1 - e) / (1 + e)
+        x2 = x * x
+        small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
+        return (ax < 0.25).where(small, (x < 0).where(-big, big))
 
     def silu(self: Tensor) -> Tensor:
         x = self._as_float()
@@ -312,19 +327,22 @@ class ElementwiseMixin:
             raise ValueError("clip needs min_ or max_")
         x = self
         if min_ is not None:
-            a, lo = x._coerce(x._clip_bound(min_))
+            a, lo = x._coerce(x._clip_bound(min_, -1))
             x = (a < lo).where(lo, a)
         if max_ is not None:
-            a, hi = x._coerce(x._clip_bound(max_))
+            a, hi = x._coerce(x._clip_bound(max_, 1))
             x = (a > hi).where(hi, a)
         return x
 
-    def _clip_bound(self: Tensor, bound: Any) -> Any:
-        """A Python int bound beyond this integer tensor's dtype, moved to the dtype's nearest end: clipping to
-        it then changes exactly what clipping to the exact bound would (numpy 2 clips exactly; wrapping the
-        bound would clip int8 data to -200 as to -56)."""
-        side = self._int_beyond_dtype(bound)
-        return bound if side is None else (dtypes.max(self.dtype) if side > 0 else dtypes.min(self.dtype))
+    def _clip_bound(self: Tensor, bound: Any, side: int) -> Any:
+        """A Python int bound beyond this integer tensor's dtype on its own `side` (-1: a lower bound below the
+        dtype, 1: an upper bound above it) bounds nothing: the dtype's nearest end clips exactly as the bound
+        would (numpy 2 clips exactly; wrapping it would clip int8 data to -200 as to -56). On the other side
+        every element would become the bound, which the dtype cannot hold: as_const raises
+        ScalarOverflowError, as numpy 2 does."""
+        if self._int_beyond_dtype(bound) != side:
+            return bound
+        return dtypes.max(self.dtype) if side > 0 else dtypes.min(self.dtype)
 
     clamp = clip
 
