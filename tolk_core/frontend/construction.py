@@ -41,7 +41,7 @@ def as_const(value: Scalar, dt: DType) -> Scalar:
     return bool(value) if dtypes.is_bool(dt) else int(value)
 
 
-def _int_span(values: np.ndarray, start: int) -> tuple[int, int]:
+def _int_span(values: np.ndarray, start: Scalar) -> tuple[int, int]:
     """The least and greatest of the integers `values` as Python ints (`start` twice when there are none)."""
     return (int(values.min()), int(values.max())) if values.size else (int(start), int(start))
 
