@@ -13,6 +13,11 @@ class DTypeError(TolkError, TypeError):
     """A dtype that an operation or a device does not support."""
 
 
+class ScalarOverflowError(TolkError, OverflowError):
+    """A Python integer that the dtype it must take cannot hold (numpy 2 raises OverflowError there too):
+    `Tensor([300], dtype=uint8)`, `int8_tensor + 300`, `full(shape, 2**40, dtype=int32)`."""
+
+
 class BroadcastStoreError(TolkError, ValueError):
     """A store whose destination is a broadcast: several of its elements are one cell, which the
     store would write once per element, in no order."""

@@ -76,11 +76,14 @@ class ReductionMixin:
         return self._reduce(Op.MAX, axis, keepdim)
 
     def min(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
-        if dtypes.is_unsigned(self.dtype) or dtypes.is_bool(self.dtype):
-            top = dtypes.max(self.dtype)
-            return top - (top - self)._reduce(Op.MAX, axis, keepdim) if not dtypes.is_bool(self.dtype) else \
-                self.logical_not().max(axis, keepdim).logical_not()
-        return -((-self)._reduce(Op.MAX, axis, keepdim))
+        """The least element along `axis`: the max of an order-reversing map that is its own inverse and cannot
+        overflow (floats: negation, which keeps NaN; integers: bitwise not, as -x overflows at the dtype's
+        minimum; bools: logical not)."""
+        if dtypes.is_bool(self.dtype):
+            return self.logical_not().max(axis, keepdim).logical_not()
+        if dtypes.is_float(self.dtype):
+            return -((-self)._reduce(Op.MAX, axis, keepdim))
+        return ~((~self)._reduce(Op.MAX, axis, keepdim))
 
     def mean(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         axes = self._axes(axis)

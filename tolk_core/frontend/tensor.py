@@ -132,6 +132,27 @@ def views_param(u: UOp) -> bool:
     return u.op is Op.PARAM
 
 
+def _python_data_dtype(arr: np.ndarray, dt: DType | None) -> DType:
+    """The dtype of a tensor made from Python data (nested lists of scalars) that numpy read as `arr`, `dt`
+    when given: Python floats become the default float (as in torch), Python ints default_int unless a value
+    needs int64 or uint64 (`dtypes.int_dtype_of`). An int that a given integer `dt` cannot hold raises
+    ScalarOverflowError, as numpy 2 does."""
+    if arr.dtype == object:  # numpy keeps ints beyond uint64 as Python objects
+        ints = [v for v in arr.flat if isinstance(v, int) and not isinstance(v, bool)]
+        if ints:
+            dtypes.int_dtype_of(min(ints), max(ints))  # raises: they fit no integer dtype
+    span = (int(arr.min()), int(arr.max())) if arr.dtype.kind in "iu" and arr.size else None
+    if dt is None:
+        if arr.dtype == np.float64:
+            return dtypes.default_float
+        if arr.dtype.kind in "iu":
+            return dtypes.int_dtype_of(*span) if span else dtypes.default_int
+        return dtypes.from_np(arr.dtype)
+    for v in span or ():
+        dtypes.check_fits(dt, v)
+    return dt
+
+
 class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, NNMixin, RandomMixin):
     """A lazily evaluated n-dimensional array on one device. Its state, data access and storage writes live
     here; its ops come from the mixins, one module per subject (see the module docstring)."""
@@ -159,13 +180,10 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             placements.seed_constant(self.uop)
             return
         arr = np.asarray(data)
-        if dt is None:
-            if arr.dtype == np.float64 and not isinstance(data, np.ndarray):
-                dt = dtypes.default_float  # Python floats become the default float, as in torch
-            elif arr.dtype == np.int64 and not isinstance(data, np.ndarray):
-                dt = dtypes.default_int
-            else:
-                dt = dtypes.from_np(arr.dtype)
+        if isinstance(data, np.ndarray):
+            dt = dt or dtypes.from_np(arr.dtype)  # an array keeps its dtype, or converts as numpy's astype does
+        else:
+            dt = _python_data_dtype(arr, dt)
         # ascontiguousarray makes a 0-d array 1-d: keep the shape
         arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False)).reshape(arr.shape)
         self.uop = storage.from_numpy(arr, dt, self.device)
