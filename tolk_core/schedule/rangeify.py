@@ -23,7 +23,7 @@ place where read.
 from __future__ import annotations
 
 import math
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 from tolk_core import config
@@ -35,6 +35,9 @@ from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule.prepare import index_through_movement
 from tolk_core.schedule.work import kernel_info
+
+# one lowering `_Lowerer.lower` performs: (node, indices, gate, top)
+_Request = tuple[UOp, tuple[UOp, ...], UOp | None, bool]
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -420,9 +423,10 @@ class _Lowerer:
         index = UOp(Op.INDEX, param.dtype, (param, _flat(idxs, shape)) + ((gate,) if gate is not None else ()))
         return UOp(Op.LOAD, buf.dtype, (index,))
 
-    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> UOp | None:
+    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> Iterator[_Request | None]:
         """A read of Local value `u` from its kernel-local array: the array is filled once per value of the
-        indices outside its axes (a row per row index), before its first read. None when its size is symbolic."""
+        indices outside its axes (a row per row index), before its first read. None when its size is symbolic.
+        A step generator (see `lower`): it yields the lowering it needs and returns the read."""
         axes = self.local_axes[u]
         sizes = tuple(size for a in axes if isinstance(size := u.tensor_shape[a], int))
         if len(sizes) < len(axes):  # a symbolic size
@@ -430,7 +434,7 @@ class _Lowerer:
         key = (u, tuple(i for a, i in enumerate(idxs) if a not in axes))
         if key not in self.scratch:
             rngs = {a: self.new_range(u.tensor_shape[a], AxisType.LOCAL) for a in axes}
-            value = self.lower(u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, top=True)
+            value = yield (u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, True)
             n = math.prod(sizes)
             arr = UOp(Op.DEFINE_REG, u.dtype.ptr(n, AddrSpace.REG), (), (f"loc{len(self.scratch)}", n))
             store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, arr.dtype, (arr, _flat(tuple(rngs.values()), sizes))),
@@ -442,43 +446,65 @@ class _Lowerer:
         return UOp(Op.LOAD, u.dtype, (index, fill))
 
     def lower(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool = False) -> UOp:
-        key = (u, idxs, gate, top)
-        if (hit := self.memo.get(key)) is not None:
+        """`u` computed at indices `idxs` (under `gate`, the condition its read is valid on; `top`: `u` is the
+        value being stored, so it is computed even when it has storage or a kernel-local array).
+
+        Iterative, for graphs of any depth: each node's lowering is a step generator (`_step`) that yields the
+        (node, indices, gate, top) lowerings it needs one at a time and returns its result; this loop runs them
+        on an explicit stack, sources in the order a recursive walk would take, so ranges and PARAM slots are
+        numbered as such a walk numbers them. Results are memoised by (node, indices, gate, top)."""
+        memo = self.memo
+        if (hit := memo.get((u, idxs, gate, top))) is not None:
             return hit
+        stack: list[tuple[_Request, Iterator[_Request]]] = [((u, idxs, gate, top), self._step(u, idxs, gate, top))]
+        result: UOp | None = None
+        while stack:
+            key, steps = stack[-1]
+            try:
+                need = steps.send(result)
+            except StopIteration as done:
+                stack.pop()
+                result = memo[key] = done.value
+                continue
+            if (result := memo.get(need)) is None:
+                stack.append((need, self._step(*need)))
+        assert result is not None
+        return result
+
+    def _step(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool) -> Iterator[_Request]:
+        """The lowering of one node (see `lower`): yields each (node, indices, gate, top) it needs, is sent its
+        lowered value, and returns this node's lowered value."""
         if not top and u in self.realized:
-            ret = self.load(self.realized[u], tuple(u.tensor_shape), idxs, gate)
-        elif not top and gate is None and u in self.local_axes and (loc := self.local(u, idxs)) is not None:
-            ret = loc  # (under a gate the indices may be out of range: computed in place instead)
-        elif u.op is Op.BUFFER:
-            ret = self.load(u, (u.arg,), idxs, gate)
-        elif u.op is Op.CONST:
-            ret = u
-        elif u.op in GroupOp.Movement:
+            return self.load(self.realized[u], tuple(u.tensor_shape), idxs, gate)
+        if not top and gate is None and u in self.local_axes and (loc := (yield from self.local(u, idxs))) is not None:
+            return loc  # (under a gate the indices may be out of range: computed in place instead)
+        if u.op is Op.BUFFER:
+            return self.load(u, (u.arg,), idxs, gate)
+        if u.op is Op.CONST:
+            return u
+        if u.op in GroupOp.Movement:
             src_idxs, valid = index_through_movement(u, idxs)  # pm_mops: an INDEX of a movement
             if valid is None:
-                ret = self.lower(u.src[0], tuple(src_idxs), gate)
-            else:
-                valid = valid.simplify()
-                g = valid if gate is None else gate.alu(Op.AND, valid)
-                inner = self.lower(u.src[0], tuple(src_idxs), g)
-                ret = UOp(Op.WHERE, u.dtype, (valid, inner, UOp.const(u.dtype, _zero(u.dtype))))
-        elif u.op is Op.REDUCE_AXIS:
+                return (yield (u.src[0], tuple(src_idxs), gate, False))
+            valid = valid.simplify()
+            g = valid if gate is None else gate.alu(Op.AND, valid)
+            inner = yield (u.src[0], tuple(src_idxs), g, False)
+            return UOp(Op.WHERE, u.dtype, (valid, inner, UOp.const(u.dtype, _zero(u.dtype))))
+        if u.op is Op.REDUCE_AXIS:
             op, axes = u.arg
             in_shape = u.src[0].tensor_shape
             rngs = {a: self.new_range(in_shape[a], AxisType.REDUCE) for a in axes}
-            src_idxs = tuple(rngs.get(a, i) for a, i in enumerate(idxs))
-            body = self.lower(u.src[0], src_idxs, gate)
+            body = yield (u.src[0], tuple(rngs.get(a, i) for a, i in enumerate(idxs)), gate, False)
             live = tuple(r for r in rngs.values() if r.op is Op.RANGE)
             if any(in_shape[a] == 0 for a in axes):
-                ret = UOp.const(u.dtype, identity_element(op, u.dtype))
-            else:
-                ret = UOp(Op.REDUCE, u.dtype, (body, *live), op) if live else body
-        elif u.op in (Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
-            ret = self.lower(u.src[0], idxs, gate)
-        else:  # ALU, CAST, BITCAST: elementwise
-            ret = UOp(u.op, u.dtype, tuple(self.lower(s, idxs, gate) for s in u.src), u.arg)
-        self.memo[key] = ret
-        return ret
+                return UOp.const(u.dtype, identity_element(op, u.dtype))
+            return UOp(Op.REDUCE, u.dtype, (body, *live), op) if live else body
+        if u.op in (Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
+            return (yield (u.src[0], idxs, gate, False))
+        srcs = []  # ALU, CAST, BITCAST: elementwise
+        for s in u.src:
+            srcs.append((yield (s, idxs, gate, False)))
+        return UOp(u.op, u.dtype, tuple(srcs), u.arg)
 
 
 def _flat(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
