@@ -23,7 +23,7 @@ place where read.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterator
+from collections.abc import Container, Generator
 from dataclasses import dataclass, field
 
 from tolk_core import config
@@ -38,6 +38,8 @@ from tolk_core.schedule.work import kernel_info
 
 # one lowering `_Lowerer.lower` performs: (node, indices, gate, top)
 _Request = tuple[UOp, tuple[UOp, ...], UOp | None, bool]
+# a step of `_Lowerer.lower`: yields the lowerings it needs, is sent each one's result, returns its own
+_Steps = Generator[_Request, UOp, UOp]
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -449,7 +451,7 @@ class _Lowerer:
         index = UOp(Op.INDEX, param.dtype, (param, _flat(idxs, shape)) + ((gate,) if gate is not None else ()))
         return UOp(Op.LOAD, buf.dtype, (index,))
 
-    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> Iterator[_Request | None]:
+    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> Generator[_Request, UOp, UOp | None]:
         """A read of Local value `u` from its kernel-local array: the array is filled once per value of the
         indices outside its axes (a row per row index), before its first read. None when its size is symbolic.
         A step generator (see `lower`): it yields the lowering it needs and returns the read."""
@@ -482,12 +484,12 @@ class _Lowerer:
         memo = self.memo
         if (hit := memo.get((u, idxs, gate, top))) is not None:
             return hit
-        stack: list[tuple[_Request, Iterator[_Request]]] = [((u, idxs, gate, top), self._step(u, idxs, gate, top))]
-        result: UOp | None = None
+        stack: list[tuple[_Request, _Steps]] = [((u, idxs, gate, top), self._step(u, idxs, gate, top))]
+        result: UOp | None = None  # None: the step on top is fresh (not started yet)
         while stack:
             key, steps = stack[-1]
             try:
-                need = steps.send(result)
+                need = next(steps) if result is None else steps.send(result)
             except StopIteration as done:
                 stack.pop()
                 result = memo[key] = done.value
@@ -497,7 +499,7 @@ class _Lowerer:
         assert result is not None
         return result
 
-    def _step(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool) -> Iterator[_Request]:
+    def _step(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool) -> _Steps:
         """The lowering of one node (see `lower`): yields each (node, indices, gate, top) it needs, is sent its
         lowered value, and returns this node's lowered value."""
         if not top and u in self.realized:
@@ -527,7 +529,7 @@ class _Lowerer:
             return UOp(Op.REDUCE, u.dtype, (body, *live), op) if live else body
         if u.op in (Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
             return (yield (u.src[0], idxs, gate, False))
-        srcs = []  # ALU, CAST, BITCAST: elementwise
+        srcs: list[UOp] = []  # ALU, CAST, BITCAST: elementwise
         for s in u.src:
             srcs.append((yield (s, idxs, gate, False)))
         return UOp(u.op, u.dtype, tuple(srcs), u.arg)
