@@ -117,33 +117,8 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     def cap(u: UOp) -> bool:  # a heuristic cap may store u: its placement is open and no inlining is preferred
         return u not in realized and u not in prefs and p.mode_is_unspecified(u)
 
-    owners = _Owners(order, realized)
-    owners.store_shared(order, p, cap)
-    users: dict[UOp, list[UOp]] = {}
-    for u in order:
-        for s in u.src:
-            users.setdefault(s, []).append(u)
-    fused: set[UOp] = set()
-    rows: dict[UOp, tuple[int, ...]] = {}
-    for u in order:
-        if _is_expanding(u):
-            x = u.src[0].storage_base(GroupOp.Movement)
-            if x in fused or not cap(x):
-                continue
-            if not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
-                if _recomputes_too_much(u, x, realized):  # no reduction, but too much recomputed work
-                    owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
-                continue
-            if local_axes is not None and _row_fusable(x, users, realized, fused):
-                fused.add(x)
-                r = x.src[0]
-                if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
-                        p.mode_is_unspecified(r):
-                    p.update(r, pm.NV, ROW_SCRATCH)
-                    p.set_scratch_extent(r, _row_extent(x))
-                    rows[r] = x.arg[1]
-                continue
-            owners.store_shared(owners.add(_store(x, realized, p)), p, cap)
+    rows = _cap_copies(order, realized, p, cap, row_fusion=local_axes is not None)
+    _store_recomputed(cands, realized, p, cap)
     _split_over_budget(order, realized, p, cap)
     for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
         if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
@@ -155,6 +130,46 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
         local_axes.update({u: rows.get(u, tuple(range(len(u.tensor_shape)))) for u in cands
                            if u not in stored and (pl := p.get(u)) is not None and pl[0] is pm.L})
     return stored
+
+
+def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
+                row_fusion: bool) -> dict[UOp, tuple[int, ...]]:
+    """The heuristic caps on values read many times over (realize_points' docstring): reductions more than one
+    kernel computes, values broadcast or padded past the fusion bound, and reductions broadcast to their
+    consumer (stored, or with `row_fusion` fused row by row). Returns the row-scratch values and their axes."""
+    owners = _Owners(order, realized)
+    owners.store_shared(order, p, cap)
+    users: dict[UOp, list[UOp]] = {}
+    for u in order:
+        for s in u.src:
+            users.setdefault(s, []).append(u)
+    fused: set[UOp] = set()
+    rows: dict[UOp, tuple[int, ...]] = {}
+    for u in order:
+        if _is_padding(u):  # a padded view multiplies its source's work like a broadcast (_broadcast_factor)
+            x = u.src[0].storage_base(GroupOp.Movement)
+            if cap(x) and _recomputes_too_much(u, x, realized):
+                owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
+            continue
+        if _is_expanding(u):
+            x = u.src[0].storage_base(GroupOp.Movement)
+            if x in fused or not cap(x):
+                continue
+            if not any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+                if _recomputes_too_much(u, x, realized):  # no reduction, but too much recomputed work
+                    owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
+                continue
+            if row_fusion and _row_fusable(x, users, realized, fused):
+                fused.add(x)
+                r = x.src[0]
+                if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
+                        p.mode_is_unspecified(r):
+                    p.update(r, pm.NV, ROW_SCRATCH)
+                    p.set_scratch_extent(r, _row_extent(x))
+                    rows[r] = x.arg[1]
+                continue
+            owners.store_shared(owners.add(_store(x, realized, p)), p, cap)
+    return rows
 
 
 def _row_extent(x: UOp) -> int | None:
@@ -217,22 +232,29 @@ def _ops(u: UOp) -> int:
     return 1 if u.op in GroupOp.ALU or u.op is Op.REDUCE_AXIS else 0
 
 
+def _is_padding(u: UOp) -> bool:
+    return u.op is Op.PAD and any(b or a for b, a in u.arg)
+
+
 def _broadcast_factor(view: UOp, base: UOp) -> int | None:
-    """How many times each element of `base` is read by a consumer of `view` (a chain of movements over it):
-    the product of what each EXPAND on the way stretches; None when a size is symbolic."""
+    """How many times each element of `base` is computed by a consumer of `view` (a chain of movements over
+    it), were `base` inlined: the product of what each EXPAND on the way stretches and of what each PAD grows
+    (a padded view computes its source on every element and selects zero outside it: the kernel's loop runs
+    over the padded shape, so a gradient's `cat` of three slices computes each slice's chain three times);
+    None when a size is symbolic."""
     factor, u = 1, view
     while u is not base:
-        if u.op is Op.EXPAND:
-            n_in, n_out = u.src[0].size, prod(u.arg)
+        if u.op in (Op.EXPAND, Op.PAD):
+            n_in, n_out = u.src[0].size, u.size
             if not (isinstance(n_in, int) and isinstance(n_out, int)):
                 return None
-            factor *= n_out // max(n_in, 1)
+            factor *= -(-n_out // max(n_in, 1))
         u = u.src[0]
     return factor
 
 
 def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp]) -> bool:
-    """Whether inlining `x` into the consumer of its broadcast `view` would multiply that kernel's work past
+    """Whether inlining `x` into the consumer of its broadcast or padded `view` would multiply that kernel's work past
     FUSION_WORK_BOUND. Inlined, x's `c` operations per element run once per copy the broadcast makes (factor
     F) instead of once; the consumer does at least one operation per copy. Its work ratio, executed over
     nominal operations, is then (c + 1)·F / (c + F): a chain of a few operations broadcast into a matmul passes
@@ -247,6 +269,35 @@ def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp]) -> bool:
         return False
     c = sum(_ops(b) for b in _kernel_body(x, realized))
     return c > 0 and (c + 1) * factor / (c + factor) > bound and c * n * (factor - 1) >= config.get("FUSION_MIN_EXCESS")
+
+
+def _store_recomputed(cands: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
+    """Store values that several kernels would each recompute, past the fusion bound. A value of `c`
+    operations per element (its unstored body) computed by `k` kernels costs them (c + 1)·k where stored it
+    costs c + k (computed once, then read): the broadcast rule's ratio with the kernels as the copies
+    (`_recomputes_too_much`). Stored when it passes FUSION_WORK_BOUND and recomputes at least
+    FUSION_MIN_EXCESS operations in all. Users first, so the largest shared value is stored whole; the nodes
+    under a value just stored are looked at again in the next round (their kernels changed), until a round
+    stores nothing."""
+    bound, excess = config.get("FUSION_WORK_BOUND"), config.get("FUSION_MIN_EXCESS")
+    if bound <= 0:
+        return
+    while True:
+        touched, changed, stored = _touched(realized), set(), False
+        for u in reversed(cands):
+            k = len(touched.get(u, ()))
+            if k <= bound or u in changed or not cap(u) or u.op is Op.CONST or not isinstance(n := u.size, int) \
+                    or n == 0:
+                continue
+            # the fewest operations that pass both the bound and the excess, counted only that far
+            need = max(int(k * (bound - 1) / (k - bound)) + 1, -(-excess // (n * (k - 1))))
+            if _body_size(u, realized, need - 1, None)[0] < need:
+                continue
+            changed.update(_kernel_body(u, realized))
+            _store(u, realized, p, pm.Provenance.RECOMPUTE_CAP)
+            stored = True
+        if not stored:
+            return
 
 
 def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
