@@ -321,6 +321,24 @@ def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, c
             bodies.stored(u, computed=True)
 
 
+def _body_size(root: UOp, realized: set[UOp], lim_ops: int | None, lim_bufs: int | None) -> tuple[int, int]:
+    """(operations, distinct stored inputs) of the unstored body under `root`, counted until either passes its
+    limit (then the count so far, just past it)."""
+    seen, stack, n_ops, inputs = {root}, [root], 0, set()
+    while stack:
+        u = stack.pop()
+        n_ops += _ops(u)
+        for s in u.src:
+            if s in realized or s.op in _STORAGE:
+                inputs.add(s)
+            elif s not in seen:
+                seen.add(s)
+                stack.append(s)
+        if (lim_ops is not None and n_ops > lim_ops) or (lim_bufs is not None and len(inputs) > lim_bufs):
+            break
+    return n_ops, len(inputs)
+
+
 class _BodySets:
     """The kernel body up to each node, as two sets of positions in a sources-first `order`: the operations it
     computes and the stored values it reads. A set is an int bitmask, kept with the smallest position it can hold
