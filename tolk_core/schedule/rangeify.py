@@ -118,7 +118,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
         return u not in realized and u not in prefs and p.mode_is_unspecified(u)
 
     rows = _cap_copies(order, realized, p, cap, row_fusion=local_axes is not None)
-    _store_recomputed(cands, realized, p, cap)
+    _store_recomputed(order, cands, realized, p, cap)
     _split_over_budget(order, realized, p, cap)
     for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
         if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
@@ -145,10 +145,11 @@ def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
             users.setdefault(s, []).append(u)
     fused: set[UOp] = set()
     rows: dict[UOp, tuple[int, ...]] = {}
+    padded = _pad_factors(order, users, realized)
     for u in order:
-        if _is_padding(u):  # a padded view multiplies its source's work like a broadcast (_broadcast_factor)
+        if _is_padding(u):  # a padded view multiplies its source's work like a broadcast (_pad_factors)
             x = u.src[0].storage_base(GroupOp.Movement)
-            if cap(x) and _recomputes_too_much(u, x, realized):
+            if cap(x) and _recomputes_too_much(u, x, realized, padded.get(x, 1)):
                 owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
             continue
         if _is_expanding(u):
@@ -253,51 +254,76 @@ def _broadcast_factor(view: UOp, base: UOp) -> int | None:
     return factor
 
 
-def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp]) -> bool:
+def _pad_factors(order: list[UOp], users: dict[UOp, list[UOp]], realized: set[UOp]) -> dict[UOp, int]:
+    """How many times the kernel that inlines each node evaluates each of its elements because of the PADs above
+    it (users first: the most any user asks for, a PAD multiplying by what it grows, a stored node once). A cat
+    of many parts is a tree of pads and sums: a part padded to twice its width and that sum to 1.5 times is
+    computed 3 times per element, though no single PAD passes a bound of 2."""
+    out: dict[UOp, int] = {}
+    for u in reversed(order):
+        if u in realized:
+            out[u] = 1
+            continue
+        f = 1
+        for v in users.get(u, ()):
+            fv = 1 if v in realized else out.get(v, 1)
+            if _is_padding(v) and isinstance(n_in := u.size, int) and isinstance(n_out := v.size, int):
+                fv *= -(-n_out // max(n_in, 1))
+            f = max(f, fv)
+        out[u] = f
+    return out
+
+
+def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp], padded: int = 1) -> bool:
     """Whether inlining `x` into the consumer of its broadcast or padded `view` would multiply that kernel's work past
-    FUSION_WORK_BOUND. Inlined, x's `c` operations per element run once per copy the broadcast makes (factor
-    F) instead of once; the consumer does at least one operation per copy. Its work ratio, executed over
-    nominal operations, is then (c + 1)·F / (c + F): a chain of a few operations broadcast into a matmul passes
-    the bound (stored, computed once), a single scale or cast does not (recomputing it is cheaper than a
-    round trip through memory). Recomputation of fewer than FUSION_MIN_EXCESS extra operations in all is always
-    accepted: storing would cost more (a launch, a write and a read)."""
+    FUSION_WORK_BOUND (`padded`: the factor the pads above x compound to, `_pad_factors`). Inlined, x's `c`
+    operations per element run once per copy the broadcast makes (factor F) instead of once; the consumer does
+    at least one operation per copy. Its work ratio, executed over nominal operations, is then (c + 1)·F / (c + F):
+    a chain of a few operations broadcast into a matmul passes the bound (stored, computed once), a single scale
+    or cast does not (recomputing it is cheaper than a round trip through memory). Recomputation of fewer than
+    FUSION_MIN_EXCESS extra operations in all is always accepted: storing would cost more (a launch, a write and
+    a read)."""
     bound = config.get("FUSION_WORK_BOUND")
     if bound <= 0:
         return False
-    factor = _broadcast_factor(view, x)
+    factor = max(padded, _broadcast_factor(view, x) or 0) or None
     if factor is None or factor <= bound or not isinstance(n := x.size, int):
         return False
     c = sum(_ops(b) for b in _kernel_body(x, realized))
     return c > 0 and (c + 1) * factor / (c + factor) > bound and c * n * (factor - 1) >= config.get("FUSION_MIN_EXCESS")
 
 
-def _store_recomputed(cands: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
+def _store_recomputed(order: list[UOp], cands: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
     """Store values that several kernels would each recompute, past the fusion bound. A value of `c`
     operations per element (its unstored body) computed by `k` kernels costs them (c + 1)·k where stored it
     costs c + k (computed once, then read): the broadcast rule's ratio with the kernels as the copies
     (`_recomputes_too_much`). Stored when it passes FUSION_WORK_BOUND and recomputes at least
-    FUSION_MIN_EXCESS operations in all. Users first, so the largest shared value is stored whole; the nodes
-    under a value just stored are looked at again in the next round (their kernels changed), until a round
-    stores nothing."""
+    FUSION_MIN_EXCESS operations in all.
+
+    One pass, users first: the kernels that compute a node are those of its users (a stored user is a kernel
+    of its own), so they are known, final, when the pass reaches the node, and storing it makes it one kernel
+    for everything below. The largest shared value is stored whole, and scheduling stays linear."""
     bound, excess = config.get("FUSION_WORK_BOUND"), config.get("FUSION_MIN_EXCESS")
     if bound <= 0:
         return
-    while True:
-        touched, changed, stored = _touched(realized), set(), False
-        for u in reversed(cands):
-            k = len(touched.get(u, ()))
-            if k <= bound or u in changed or not cap(u) or u.op is Op.CONST or not isinstance(n := u.size, int) \
-                    or n == 0:
-                continue
-            # the fewest operations that pass both the bound and the excess, counted only that far
-            need = max(int(k * (bound - 1) / (k - bound)) + 1, -(-excess // (n * (k - 1))))
-            if _body_size(u, realized, need - 1, None)[0] < need:
-                continue
-            changed.update(_kernel_body(u, realized))
+    open_cands = {u for u in cands if cap(u) and u.op is not Op.CONST}
+    users: dict[UOp, list[UOp]] = {}
+    for u in order:
+        for s in dict.fromkeys(u.src):
+            users.setdefault(s, []).append(u)
+    kernels: dict[UOp, frozenset[UOp]] = {}
+    for u in reversed(order):
+        if u in realized:
+            continue
+        ks = frozenset().union(*({v} if v in realized else kernels.get(v, frozenset()) for v in users.get(u, ())))
+        kernels[u] = ks
+        k = len(ks)
+        if k <= bound or u not in open_cands or not cap(u) or not isinstance(n := u.size, int) or n == 0:
+            continue
+        # the fewest operations that pass both the bound and the excess, counted only that far
+        need = max(int(k * (bound - 1) / (k - bound)) + 1, -(-excess // (n * (k - 1))))
+        if _body_size(u, realized, need - 1, None)[0] >= need:
             _store(u, realized, p, pm.Provenance.RECOMPUTE_CAP)
-            stored = True
-        if not stored:
-            return
 
 
 def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
