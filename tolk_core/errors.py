@@ -13,6 +13,11 @@ class DTypeError(TolkError, TypeError):
     """A dtype that an operation or a device does not support."""
 
 
+class ArgumentTypeError(TolkError, TypeError):
+    """An argument of the wrong Python type: a float or None where a size or an axis goes, an operand that is
+    neither a Tensor, a scalar nor an ndarray. Names the argument, what it got and what it takes."""
+
+
 class BroadcastStoreError(TolkError, ValueError):
     """A store whose destination is a broadcast: several of its elements are one cell, which the
     store would write once per element, in no order."""
@@ -34,7 +39,8 @@ class DeviceUnavailableError(DeviceError):
 
 
 class DeviceMismatchError(TolkError, ValueError):
-    """Operands of one operation live on different devices."""
+    """Operands of one operation live on different devices. Names the operation and both devices; the fix is
+    to move one operand with `.to(device)`."""
 
 
 class PluginError(TolkError):

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tolk_core.errors import DeviceMismatchError, DTypeError
+from tolk_core.errors import ArgumentTypeError, DTypeError
+from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import DType, dtypes, promote_types
@@ -44,15 +45,18 @@ class ElementwiseMixin:
 
     # ---- operands ----
     def _coerce(self: Tensor, other: Any, reflected: bool = False) -> tuple[Tensor, Tensor]:
-        """Both operands as Tensors of one dtype and one broadcast shape."""
+        """Both operands as Tensors of one dtype and one broadcast shape. `other` is a Tensor on this one's
+        device (else DeviceMismatchError), a Python or numpy scalar (weak, see the module docstring) or an ndarray
+        (made a Tensor on this device: `arguments.as_operand`); anything else is an ArgumentTypeError."""
+        other = as_operand(self, other)
         if isinstance(other, type(self)):
-            if other.device != self.device:
-                raise DeviceMismatchError(f"operands are on different devices: {self.device} and {other.device}")
+            check_devices("an elementwise op", (self, other))
             dt = promote_types(self.dtype, other.dtype)
             a, b = self, other
         else:
             if not isinstance(other, (bool, int, float, np.generic)):
-                raise TypeError(f"cannot combine a Tensor with {type(other).__name__}")
+                raise ArgumentTypeError(f"cannot combine a Tensor with {type(other).__name__}: an operand must be a "
+                                        "Tensor, a scalar or an ndarray (make it one, e.g. Tensor(np.asarray(x)))")
             other = other.item() if isinstance(other, np.generic) else other
             dt = self.dtype
             if isinstance(other, float) and not dtypes.is_float(dt):
@@ -66,6 +70,8 @@ class ElementwiseMixin:
         return (b, a) if reflected else (a, b)
 
     def _alu(self: Tensor, op: Op, *others: Tensor, dtype: DType | None = None) -> Tensor:
+        if others:
+            check_devices(op.name.lower(), (self, *others))
         return type(self)(UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others))), self.device)
 
     def _binary(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
@@ -135,7 +141,10 @@ class ElementwiseMixin:
     __hash__ = object.__hash__
 
     def where(self: Tensor, x: Any, y: Any) -> Tensor:
-        """Elementwise `x if self else y`, broadcasting all three; scalars are weak as in arithmetic."""
+        """Elementwise `x if self else y`, broadcasting all three; scalars are weak as in arithmetic, ndarrays
+        become Tensors on this device. All Tensors must be on one device (DeviceMismatchError)."""
+        x, y = as_operand(self, x), as_operand(self, y)
+        check_devices("where", [t for t in (self, x, y) if isinstance(t, type(self))])
         if not isinstance(x, type(self)):
             if not isinstance(y, type(self)):
                 dt = dtypes.default_float if any(isinstance(v, float) for v in (x, y)) else dtypes.from_py(x)

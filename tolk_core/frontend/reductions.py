@@ -42,7 +42,7 @@ class ReductionMixin:
         """`axis` as sorted, distinct, non-negative axes (None: every axis)."""
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)  # normalize_axis checks each
         return tuple(sorted({normalize_axis(a, self.ndim) for a in axes}))
 
     def _reduce(self: Tensor, op: Op, axis: Any, keepdim: bool, dtype: DType | None = None,

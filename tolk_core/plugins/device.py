@@ -153,6 +153,14 @@ class DeviceFace:
         """Whether device `name` is a disk: copy-only, its values only copied, viewed or bitcast."""
         return bool(self.capabilities(name).extras.get("disk", False))
 
+    def provider(self, name: str) -> str:
+        """Who provides device `name`, for error messages: its plugin's distribution and version and its entry
+        point (``"tolk-cpu 0.1 (entry point 'cpu')"``); core's own disks say so."""
+        if disk.is_disk_name(name):
+            return "tolk_core (disk)"
+        rec, _ = _record(name, self.registry)
+        return f"{rec.plugin.provider} (entry point {rec.plugin.name!r})"
+
     def _renderer_spec(self, name: str) -> RendererSpec:
         rec, _ = _record(name, self.registry)
         if rec.renderer is None:
