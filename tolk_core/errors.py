@@ -94,6 +94,19 @@ class DiskError(TolkError, ValueError):
     file that does not hold the storage asked of it. Names the device and the operation."""
 
 
+class StateDictError(TolkError, KeyError):
+    """A state dict that does not fit the model or optimizer it loads into: missing or unexpected keys."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0]) if self.args else ""
+
+
+class SafetensorsError(StateDictError, ValueError):
+    """A file that is not a well-formed safetensors file: a short or oversized header, a header that is not a
+    JSON object, an entry without its dtype, shape or data offsets, offsets outside the data or overlapping.
+    Names the file and the tensor."""
+
+
 class CallArgumentError(TolkError, ValueError):
     """An inline call's argument that does not fit its parameter (docs/prepare.md, inline calls): a storage
     parameter's size, a scalar parameter's shape, or the data type. Names the call, the argument and the
