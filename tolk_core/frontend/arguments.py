@@ -41,12 +41,13 @@ def as_sizes(shape: Iterable[Any], what: str = "shape") -> tuple[sint, ...]:
     return tuple(as_size(s, f"every entry of {what}") for s in shape)
 
 
-def new_shape(shape: Any) -> tuple[sint, ...]:
-    """The shape of a new tensor: one size or a sequence of them, none negative (else ShapeError)."""
+def new_shape(shape: Any) -> tuple[int, ...]:
+    """The shape of a new tensor: one size or a sequence of them, none negative (else ShapeError). Typed as
+    ints, as the front end's shape arithmetic treats sizes; a bound Variable's size passes through unchanged."""
     sizes = (as_size(shape),) if is_integer(shape) or isinstance(shape, UOp) else as_sizes(shape)
     if any(isinstance(s, int) and s < 0 for s in sizes):
         raise ShapeError(f"negative size in shape {sizes}: every size must be 0 or more")
-    return sizes
+    return sizes  # type: ignore[return-value]  # a bound Variable's size is a UOp
 
 
 def as_axis(x: Any) -> int:

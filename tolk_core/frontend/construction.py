@@ -61,9 +61,9 @@ class ConstructionMixin:
     @classmethod
     def full(cls: type[Tensor], shape: Sequence[int] | int, fill_value: Scalar, dtype: Any = None,
              device: str | None = None) -> Tensor:
-        shape = new_shape(shape)  # type: ignore[assignment]  # a bound Variable's size is a UOp
+        dims = new_shape(shape)
         dt = dtypes.parse(dtype) if dtype is not None else dtypes.from_py(fill_value)
-        return cls._const(fill_value, shape, dt, device)
+        return cls._const(fill_value, dims, dt, device)
 
     @classmethod
     def zeros(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
@@ -75,12 +75,12 @@ class ConstructionMixin:
 
     @classmethod
     def empty(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
-        shape = new_shape(cls._shape_arg(shape))  # type: ignore[assignment]  # a bound Variable's size is a UOp
+        dims = new_shape(cls._shape_arg(shape))
         dt = dtypes.parse(dtype or dtypes.default_float)
         device = resolve_device(device)
-        buf = storage.new_buffer(device, math.prod(shape), dt)
+        buf = storage.new_buffer(device, math.prod(dims), dt)
         placements.seed_input(buf)
-        return cls(storage.view_as(buf, shape), device)
+        return cls(storage.view_as(buf, dims), device)
 
     @classmethod
     def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: Any = None,

@@ -88,7 +88,10 @@ def _why_unusable(rec: BackendRecord, idx: int | None) -> str | None:
 
 
 def _demand_error(name: str, rec: BackendRecord, why: str) -> DeviceUnavailableError:
-    fix = rec.hint or rec.spec.install_hint or "run `tolk devices` for details"
+    if rec.state == "available":  # the backend works, the index is past its devices
+        fix = f"use an index below {rec.device_count}, e.g. {rec.name + ':0'!r}"
+    else:
+        fix = rec.hint or rec.spec.install_hint or "run `tolk devices` for details"
     return DeviceUnavailableError(f"device {name!r} (plugin {rec.plugin.provider}, entry point {rec.plugin.name!r}) "
                                   f"is {why}. Fix: {fix}")
 
