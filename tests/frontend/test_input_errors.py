@@ -80,8 +80,9 @@ def test_shrink_with_the_wrong_arity() -> None:
 
 
 @pytest.mark.parametrize("op", [lambda t: t.sum(axis=1.5), lambda t: t.max(axis=1.5), lambda t: t.mean(axis=[0.5]),
-                                lambda t: t.flip(1.5), lambda t: t.softmax(axis=1.5)],
-                         ids=["sum", "max", "mean", "flip", "softmax"])
+                                lambda t: t.flip(1.5), lambda t: t.softmax(axis=1.5), lambda t: t.unsqueeze(1.5),
+                                lambda t: t.stack(t, dim=1.5), lambda t: t.argmax(1.5)],
+                         ids=["sum", "max", "mean", "flip", "softmax", "unsqueeze", "stack", "argmax"])
 def test_float_axes_are_a_type_error(op) -> None:
     with pytest.raises(ArgumentTypeError, match="an axis must be an integer, got float"):
         op(Tensor(np.zeros((3, 4), np.float32)))

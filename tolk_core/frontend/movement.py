@@ -177,6 +177,7 @@ class MovementMixin:
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
         """A new size-1 axis at `dim` (-ndim-1 <= dim <= ndim)."""
+        dim = as_axis(dim)
         if not -self.ndim - 1 <= dim <= self.ndim:
             raise ShapeError(f"unsqueeze axis {dim} is out of range for a tensor of {self.ndim} dimension(s)")
         dim %= self.ndim + 1
@@ -217,7 +218,7 @@ class MovementMixin:
 
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """Stack this tensor and `others` (all of one shape) along a new axis `dim`."""
-        ts = (self, *others)
+        ts, dim = (self, *others), as_axis(dim)
         if any(t.shape != self.shape for t in ts):
             raise ShapeError(f"stack needs tensors of one shape, got {', '.join(str(t.shape) for t in ts)}")
         if not -self.ndim - 1 <= dim <= self.ndim:
