@@ -137,3 +137,12 @@ def test_custom_kernel_on_two_devices(device) -> None:
     a, b = _two(device, other := other_device(device))
     with pytest.raises(DeviceMismatchError, match=rf"kernel k has operands on different devices: {device}.*{other}"):
         tolk_core.custom_kernel("void k(float *o, float *i) {}", "k", [a], [b])
+
+
+def test_backward_seed_on_another_device(device) -> None:
+    x = Tensor(np.ones(3, np.float32), device=device).requires_grad_()
+    seed = Tensor(np.full(3, 3.0, np.float32), device=other_device(device))
+    with pytest.raises(DeviceMismatchError, match=r"backward\(\) has operands on different devices"):
+        (x * 2).backward(seed)
+    (x * 2).backward(seed.to(device))  # the fix the message names
+    np.testing.assert_array_equal(x.grad.numpy(), np.full(3, 6.0, np.float32))

@@ -4,7 +4,9 @@ activation functions, clipping, logical and bitwise operators.
 
 An op belongs here when it maps elements one to one (after broadcasting). Every method composes the IR's
 primitive ALU ops through `_alu`; `_coerce` gives two operands one dtype and one shape first, with numpy/torch
-promotion (Python scalars are weak: they take the tensor's dtype unless a float meets an integer tensor).
+promotion (Python scalars are weak: they take the tensor's dtype unless a float meets an integer tensor). An
+ndarray operand becomes a Tensor on the other operand's device (its own dtype, promoted like a Tensor's); a
+Tensor on another device is a DeviceMismatchError, any other operand an ArgumentTypeError.
 
 Semantics:
 - `//` and `%` follow numpy's floor convention (the quotient rounds toward -inf, the remainder takes the
