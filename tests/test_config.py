@@ -115,3 +115,66 @@ def test_files_lists_consulted_files(tolk_env, tmp_path):
     assert kinds["project"].startswith("not found") and kinds["user"] == "not found"
     write(tmp_path / "xdg" / "tolk" / "config.toml", "debug = 1\n")
     assert {k: s for k, _, s in config.files()}["user"] == "used"
+
+
+# ---------------------------------------------------------------- malformed files and ill-typed values
+def test_non_utf8_file_names_the_file(tolk_env):
+    path = tolk_env / "tolk.toml"
+    path.write_bytes(b"debug = 1  # caf\xe9\n")
+    config.reset()
+    with pytest.raises(ConfigError, match=rf"project file {path} is not UTF-8 text \(byte 16: invalid"):
+        config.get("DEBUG")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("debug = true\n", "DEBUG = true must be an integer, not a boolean \\(write 1\\)"),
+    ("split_reduceop = false\n", "SPLIT_REDUCEOP = false must be an integer, not a boolean \\(write 0\\)"),
+    ("fusion_work_bound = true\n", "FUSION_WORK_BOUND = true must be a number, not a boolean"),
+    ("jit_batch_size = 2.5\n", "JIT_BATCH_SIZE = 2.5 must be an integer, not a float"),
+    ("probe_timeout = nan\n", "PROBE_TIMEOUT = nan must be a number, not NaN"),
+    ("debug = [1]\n", "DEBUG=\\[1\\] is not a valid int \\(got a list\\)"),
+], ids=["bool-int", "bool-flag", "bool-float", "float-int", "nan", "list"])
+def test_ill_typed_file_values_name_the_key_and_the_type(tolk_env, text, match):
+    path = write(tolk_env / "tolk.toml", text)
+    key = text.split()[0]
+    with pytest.raises(ConfigError, match=rf"project file {path}: key {key}: {match}"):
+        config.get(key.upper())
+
+
+@pytest.mark.parametrize("text", ['[tool]\ntolk = 5\n', 'tool.tolk = "x"\n'])
+def test_tool_tolk_that_is_not_a_table(tolk_env, text):
+    path = write(tolk_env / "pyproject.toml", text)
+    with pytest.raises(ConfigError, match=rf"{path}: key tool.tolk = .* must be a table of settings"):
+        config.get("DEBUG")
+
+
+def test_unbalanced_quote_in_cflags(tolk_env, monkeypatch):
+    path = write(tolk_env / "tolk.toml", "cflags = '-O2 -DNAME=\"x'\n")
+    with pytest.raises(ConfigError, match=rf"{path}: key cflags: CFLAGS = .* is not valid shell words "
+                                          r"\(No closing quotation\): balance its quotes"):
+        config.get("CFLAGS")
+    (tolk_env / "tolk.toml").unlink()
+    config.reset()
+    monkeypatch.setenv("TOLK_CFLAGS", "-O2 'x")
+    with pytest.raises(ConfigError, match="environment TOLK_CFLAGS: CFLAGS = .* is not valid shell words"):
+        config.get("CFLAGS")
+    monkeypatch.setenv("TOLK_CFLAGS", "-O2 '-DX=a b'")  # balanced quoting is taken as it is
+    assert config.get("CFLAGS") == "-O2 '-DX=a b'"
+
+
+@pytest.mark.parametrize("name, bad, good", [("REDUCEOP_SPLIT_SIZE", -1, 0), ("REDUCEOP_SPLIT_SIZE", 63, 62),
+                                             ("JIT_BATCH_SIZE", -2, 0), ("DEBUG", -1, 0),
+                                             ("REDUCEOP_SPLIT_THRESHOLD", -5, 0), ("PROBE_TIMEOUT", -1.0, 0.5)])
+def test_settings_out_of_range(tolk_env, monkeypatch, name, bad, good):
+    path = write(tolk_env / "tolk.toml", f"{name.lower()} = {bad}\n")
+    with pytest.raises(ConfigError, match=rf"{path}: key {name.lower()}: {name} = {bad} must be at least 0"):
+        config.get(name)
+    env = config.SETTINGS[name].env_var
+    monkeypatch.setenv(env, str(bad))
+    with pytest.raises(ConfigError, match=rf"environment {env}: {name} = '{bad}' must be at least 0"):
+        config.get(name)
+    with pytest.raises(ConfigError, match=f"override: {name} = {bad} must be at least"):
+        with config.override(**{name: bad}):
+            pass
+    monkeypatch.setenv(env, str(good))
+    assert config.get(name) == good  # the bounds themselves are allowed

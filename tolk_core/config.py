@@ -13,19 +13,45 @@ Project file: the nearest ``tolk.toml`` (top-level keys) or ``pyproject.toml`` w
 upward from the working directory; ``tolk.toml`` wins within one directory. User file:
 ``$XDG_CONFIG_HOME/tolk/config.toml`` (default ``~/.config``). ``TOLK_NO_CONFIG=1`` skips both files.
 File keys are the setting names in any case (``device`` or ``DEVICE``).
+
+Every value is checked where it is read (a ConfigError names the file and key, or the environment variable, the
+value and what is expected): a string setting takes a string; a number setting a number (from a file not a
+string, nor a TOML boolean: ``true`` is not 1 there; an int setting no float); some settings a range
+(``Setting.check``, e.g. REDUCEOP_SPLIT_SIZE >= 0) and CFLAGS balanced shell quoting. An override from Python
+may pass a bool for an int setting (``override(NOOPT=True)``).
 """
 from __future__ import annotations
 
 import contextlib
 import difflib
+import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tolk_core.errors import ConfigError
+
+
+def in_range(low: float, high: float = math.inf) -> Callable[[Any], str | None]:
+    """A `Setting.check`: the value must lie in [low, high]."""
+    def check(v: Any) -> str | None:
+        if low <= v <= high:
+            return None
+        return f"must be at least {low}" + (f" and at most {high}" if high != math.inf else "")
+    return check
+
+
+def shell_words(v: str) -> str | None:
+    """A `Setting.check`: the value splits into shell words (as the C backend splits CFLAGS)."""
+    import shlex
+    try:
+        shlex.split(v)
+    except ValueError as e:
+        return f"is not valid shell words ({e}): balance its quotes, or escape a literal quote with a backslash"
+    return None
 
 
 @dataclass(frozen=True)
@@ -35,6 +61,7 @@ class Setting:
     default: Any
     doc: str
     env: str = ""  # environment variable; defaults to the setting's name
+    check: Callable[[Any], str | None] | None = None  # what is wrong with a converted value, None if nothing
 
     @property
     def env_var(self) -> str:
@@ -43,20 +70,25 @@ class Setting:
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("DEBUG", int, 0, "1 device opens and kernel counts, 2 one line per kernel, 3 scheduled graph, "
-            "4 rendered source, 5+ rewrites"),
-    Setting("SPEC", int, 0, "validate each stage's graph against its spec"),
-    Setting("JIT", int, 1, "0 runs jitted functions eagerly; 2 captures but never batches into graphs"),
-    Setting("JIT_BATCH_SIZE", int, 32, "launches in the first graph batch; doubles per batch"),
-    Setting("NO_MEMORY_PLANNER", int, 0, "1 gives every JIT intermediate its own storage instead of arena views"),
-    Setting("SPLIT_REDUCEOP", int, 1, "split large reductions over few outputs in two kernels"),
-    Setting("REDUCEOP_SPLIT_SIZE", int, 22, "log2 cap on the first stage's output of a split reduction"),
-    Setting("REDUCEOP_SPLIT_THRESHOLD", int, 32768, "input/output element ratio above which a reduction splits"),
+            "4 rendered source, 5+ rewrites", check=in_range(0)),
+    Setting("SPEC", int, 0, "validate each stage's graph against its spec", check=in_range(0)),
+    Setting("JIT", int, 1, "0 runs jitted functions eagerly; 2 captures but never batches into graphs",
+            check=in_range(0)),
+    Setting("JIT_BATCH_SIZE", int, 32, "launches in the first graph batch; doubles per batch", check=in_range(0)),
+    Setting("NO_MEMORY_PLANNER", int, 0, "1 gives every JIT intermediate its own storage instead of arena views",
+            check=in_range(0)),
+    Setting("SPLIT_REDUCEOP", int, 1, "split large reductions over few outputs in two kernels", check=in_range(0)),
+    Setting("REDUCEOP_SPLIT_SIZE", int, 22, "log2 cap on the first stage's output of a split reduction",
+            check=in_range(0, 62)),
+    Setting("REDUCEOP_SPLIT_THRESHOLD", int, 32768, "input/output element ratio above which a reduction splits",
+            check=in_range(0)),
     Setting("PLACEMENT_STACK_THRESHOLD", int, 16384, "bytes above which a value that must not be inlined gets a "
             "device buffer instead of kernel-local scratch; <= 0 turns the size check off (always kernel-local)"),
     Setting("FUSION_WORK_BOUND", float, 2.0, "the most an inlined value may multiply its kernel's work (executed "
             "over nominal operations, see docs/placements.md); a value broadcast past it is stored; <= 0: no bound"),
     Setting("FUSION_MIN_EXCESS", int, 32768, "extra operations below which recomputing an inlined value is always "
-            "accepted, whatever its ratio (storing it would cost a kernel launch and a round trip through memory)"),
+            "accepted, whatever its ratio (storing it would cost a kernel launch and a round trip through memory)",
+            check=in_range(0)),
     Setting("KERNEL_MAX_OPS", int, 4096, "operations one fused kernel may hold before the scheduler stores an "
             "intermediate to split it (a compiler's time grows faster than the kernel); <= 0: no budget"),
     Setting("KERNEL_MAX_BUFFERS", int, 64, "buffers one fused kernel may read before the scheduler splits it; "
@@ -64,18 +96,19 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("COMPILE_WARN_SECONDS", float, 10.0, "a compile taking longer warns, naming its largest kernels"),
     Setting("COMPILE_TIMEOUT", float, 300.0, "seconds one compiler call may take before it is stopped and the "
             "compile fails with CompileTimeoutError; <= 0: no limit", env="TOLK_COMPILE_TIMEOUT"),
-    Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)"),
+    Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)", check=in_range(0)),
     Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
             "the first available), from a file a preference", env="TOLK_DEVICE"),
     Setting("CACHE_DIR", str, None, "compile cache directory (default $XDG_CACHE_HOME/tolk)", env="TOLK_CACHE_DIR"),
-    Setting("DISABLE_COMPILER_CACHE", int, 0, "1 skips the on-disk compile cache", env="TOLK_DISABLE_COMPILER_CACHE"),
+    Setting("DISABLE_COMPILER_CACHE", int, 0, "1 skips the on-disk compile cache", env="TOLK_DISABLE_COMPILER_CACHE",
+            check=in_range(0)),
     Setting("CC", str, "cc", "C compiler for C-based backends", env="TOLK_CC"),
     Setting("CFLAGS", str, "-O2 -march=native -fno-math-errno", "C compiler flags (-shared -fPIC are always added)",
-            env="TOLK_CFLAGS"),
+            env="TOLK_CFLAGS", check=shell_words),
     Setting("CUDA_ARCH", str, "sm_90", "CUDA target architecture the CUDA compiler emits a cubin for",
             env="TOLK_CUDA_ARCH"),
     Setting("PROBE_TIMEOUT", float, 10.0, "seconds a backend probe may take before it counts as unavailable",
-            env="TOLK_PROBE_TIMEOUT"),
+            env="TOLK_PROBE_TIMEOUT", check=in_range(0)),
     Setting("PLUGINS", str, None, "allow-list of plugins (entry-point or distribution names, comma separated)",
             env="TOLK_PLUGINS"),
     Setting("DISABLE_PLUGINS", str, None, "deny-list of plugins (entry-point or distribution names)",
@@ -110,16 +143,31 @@ _file_cache: dict[tuple[str, str, str], _FileValues] = {}
 
 
 def _convert(setting: Setting, raw: Any, where: str) -> Any:
+    """`raw` (from `where`: a file and key, an environment variable, an override) as `setting`'s type, checked
+    against its range; a ConfigError naming `where`, the value and what is expected otherwise."""
     if raw is None:
         return None
+    from_file = where.startswith(("project", "user"))
+    kind = "an integer" if setting.type is int else "a number"
     if setting.type is str and not isinstance(raw, str):
         raise ConfigError(f"{where}: {setting.name} = {raw!r} must be a string")
-    if setting.type in (int, float) and isinstance(raw, str) and where.startswith(("project", "user")):
+    if setting.type in (int, float) and isinstance(raw, str) and from_file:
         raise ConfigError(f"{where}: {setting.name} = {raw!r} must be a number, not a string")
+    if setting.type in (int, float) and isinstance(raw, bool) and from_file:  # bool is an int to Python, not to us
+        raise ConfigError(f"{where}: {setting.name} = {str(raw).lower()} must be {kind}, not a boolean "
+                          f"(write {int(raw)})")
+    if setting.type is int and isinstance(raw, float):  # int() would truncate it without a word
+        raise ConfigError(f"{where}: {setting.name} = {raw!r} must be an integer, not a float")
     try:
-        return setting.type(raw)
+        value = setting.type(raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {setting.name}={raw!r} is not a valid {setting.type.__name__}") from None
+        raise ConfigError(f"{where}: {setting.name}={raw!r} is not a valid {setting.type.__name__} "
+                          f"(got a {type(raw).__name__})") from None
+    if setting.type is float and math.isnan(value):
+        raise ConfigError(f"{where}: {setting.name} = {raw!r} must be a number, not NaN")
+    if setting.check is not None and (problem := setting.check(value)) is not None:
+        raise ConfigError(f"{where}: {setting.name} = {raw!r} {problem}")
+    return value
 
 
 def _lookup(name: str) -> Setting:
@@ -152,9 +200,12 @@ _MAY_HAVE_TOOL_TOLK = re.compile(r"""\btool["']?\s*\.\s*["']?tolk\b|^\s*\[\s*["'
 def _read_table(path: Path, kind: str) -> dict[str, Any] | None:
     """The tolk table of `path`, or None when the file does not configure tolk."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError:
         return None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{kind} file {path} is not UTF-8 text (byte {e.start}: {e.reason}): TOML files are "
+                          "UTF-8; save it in that encoding") from None
     if path.name == "pyproject.toml" and not _MAY_HAVE_TOOL_TOLK.search(text):  # skip the TOML parser
         return None
     import tomllib  # only for a file that may configure tolk: the import is ~5 ms of a start-up
@@ -164,8 +215,12 @@ def _read_table(path: Path, kind: str) -> dict[str, Any] | None:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{kind} file {path}: invalid TOML: {e}") from None
     if path.name == "pyproject.toml":
-        table = data.get("tool", {}).get("tolk")
-        return table if isinstance(table, dict) else None
+        tool = data.get("tool", {})
+        table = tool.get("tolk") if isinstance(tool, dict) else None
+        if table is not None and not isinstance(table, dict):
+            raise ConfigError(f"{kind} file {path}: key tool.tolk = {table!r} must be a table of settings (a "
+                              "[tool.tolk] section of key = value lines)")
+        return table
     return data
 
 

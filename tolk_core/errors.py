@@ -13,6 +13,11 @@ class DTypeError(TolkError, TypeError):
     """A dtype that an operation or a device does not support."""
 
 
+class ArgumentTypeError(TolkError, TypeError):
+    """An argument of the wrong Python type: a float or None where a size or an axis goes, an operand that is
+    neither a Tensor, a scalar nor an ndarray. Names the argument, what it got and what it takes."""
+
+
 class ScalarOverflowError(TolkError, OverflowError):
     """A Python integer that the dtype it must take cannot hold (numpy 2 raises OverflowError there too):
     `Tensor([300], dtype=uint8)`, `int8_tensor + 300`, `full(shape, 2**40, dtype=int32)`."""
@@ -39,7 +44,8 @@ class DeviceUnavailableError(DeviceError):
 
 
 class DeviceMismatchError(TolkError, ValueError):
-    """Operands of one operation live on different devices."""
+    """Operands of one operation live on different devices. Names the operation and both devices; the fix is
+    to move one operand with `.to(device)`."""
 
 
 class PluginError(TolkError):
@@ -91,6 +97,19 @@ class BufferSizeError(TolkError, ValueError):
 class DiskError(TolkError, ValueError):
     """A disk device (``DISK:<path>``, copy-only) asked to do more than be copied, viewed or bitcast, or a
     file that does not hold the storage asked of it. Names the device and the operation."""
+
+
+class StateDictError(TolkError, KeyError):
+    """A state dict that does not fit the model or optimizer it loads into: missing or unexpected keys."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0]) if self.args else ""
+
+
+class SafetensorsError(StateDictError, ValueError):
+    """A file that is not a well-formed safetensors file: a short or oversized header, a header that is not a
+    JSON object, an entry without its dtype, shape or data offsets, offsets outside the data or overlapping.
+    Names the file and the tensor."""
 
 
 class CallArgumentError(TolkError, ValueError):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "tolk_example_device"
 FIXTURES = REPO / "tests" / "fixtures"
+
+
+FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```$", re.S | re.M)
+
+
+def fenced_blocks(markdown: str) -> list[tuple[str, dict[str, str], str]]:
+    """Every fenced code block of `markdown`, in order, as (language, the `key=value` words of its info string,
+    body): ```` ```python raises=ShapeError ```` gives ("python", {"raises": "ShapeError"}, body)."""
+    return [(lang, dict(w.split("=", 1) for w in info.split() if "=" in w), body)
+            for lang, info, body in FENCE.findall(markdown)]
 
 
 def pip_install(src: Path, target: Path) -> Path:

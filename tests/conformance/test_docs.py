@@ -3,17 +3,15 @@ conformance suite's registration and runtime tiers."""
 from __future__ import annotations
 
 import json
-import re
 
-from tests.conformance.helpers import REPO, pip_install, run_suite, summary
-
-BLOCK = re.compile(r"^```\w+ file=(\S+)\n(.*?)^```$", re.S | re.M)
+from tests.conformance.helpers import REPO, fenced_blocks, pip_install, run_suite, summary
 
 
 def extract(markdown: str) -> dict[str, str]:
     """{relative path: text} of every fenced block whose info string names a file."""
-    files = {path: body for path, body in BLOCK.findall(markdown)}
-    assert len(files) == len(BLOCK.findall(markdown)), "a file is given by two blocks"
+    named = [(info["file"], body) for _, info, body in fenced_blocks(markdown) if "file" in info]
+    files = dict(named)
+    assert len(files) == len(named), "a file is given by two blocks"
     return files
 
 

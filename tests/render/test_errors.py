@@ -100,7 +100,9 @@ def test_compile_failure_carries_source_and_compiler_message(tolk_env) -> None:
     with pytest.raises(CompileError) as e:
         x.numpy()
     err = e.value
-    assert str(err).startswith(f"{Device['CPU'].compiler.cc} failed (exit 1): ")
+    # named by the engine (device, plugin, kernels), then the compiler's own message
+    assert str(err).startswith("compiling kernel(s) E_") and " for CPU (plugin tolk-cpu " in str(err)
+    assert f"): {Device['CPU'].compiler.cc} failed (exit 1): " in str(err)
     assert "this is not C;" in err.source and "1234.5f" in err.source  # the whole rendered module
     assert "error: unknown type name 'this'" in err.log.replace("‘", "'").replace("’", "'")
     assert "--- compiler output ---" in str(err) and err.log in str(err)

@@ -20,7 +20,7 @@ from tolk_core.codegen import KernelSource, generate
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
-from tolk_core.errors import CompileTimeoutError
+from tolk_core.errors import CompileError, TolkError
 from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -97,15 +97,30 @@ def _compile_together(name: str, asts: list[UOp]) -> None:
         print(module)
     start = time.perf_counter()
     GlobalCounters.kernels_compiled += len({ks.name for ks in sources})
-    try:
-        lib = device.compiler.compile_cached(module)
-    except CompileTimeoutError as e:  # the compiler knows the limit; the kernels are named here
-        kernels = ", ".join(dict.fromkeys(ks.name for ks in sources))
-        raise CompileTimeoutError(f"compiling kernel(s) {kernels} for {name}: {e.args[0]}", e.source, e.log) from None
+    lib = _compile_named(device, name, module, sources)
     if (took := time.perf_counter() - start) > config.get("COMPILE_WARN_SECONDS"):
         _warn_slow(name, took, sources)
     for ast, ks, prg in zip(asts, sources, load(device, sources, lib), strict=True):
         _programs[(device, ast)] = (prg, ks)
+
+
+def _compile_named(device: Any, name: str, module: str, sources: Sequence[KernelSource]) -> bytes:
+    """`device`'s compiler on `module`, its failures naming the device `name`, its plugin and the kernels: a
+    CompileError (of any subclass) gets that prefix and is re-raised as it is; another TolkError passes; any
+    other exception is a bug of the plugin's compiler, raised as a CompileError."""
+    try:
+        return device.compiler.compile_cached(module)
+    except Exception as e:
+        kernels = ", ".join(dict.fromkeys(ks.name for ks in sources))
+        where = f"compiling kernel(s) {kernels} for {name} (plugin {Device.provider(name)})"
+        if isinstance(e, CompileError):
+            e.args = (f"{where}: {e.args[0] if e.args else ''}", *e.args[1:])
+            raise
+        if isinstance(e, TolkError):
+            raise
+        raise CompileError(f"{where}: the compiler raised {type(e).__name__}: {e}. This is a bug of the plugin's "
+                           "compiler (it should raise CompileError): report it to the plugin's authors",
+                           module) from e
 
 
 def _warn_slow(device: str, seconds: float, sources: Sequence[KernelSource]) -> None:

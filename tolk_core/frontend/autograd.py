@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tolk_core.errors import TolkError
+from tolk_core.frontend.arguments import check_devices
 from tolk_core.ir.calls import is_inline_call
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
@@ -244,7 +245,8 @@ def _is_storage(u: UOp) -> bool:
 
 def backward(root: Tensor, seed: Tensor | None = None) -> None:
     """Accumulate d(root)/d(t) into `t.grad` for every tensor `t` marked requires_grad that `root` depends on.
-    `seed` (root's shape) weights the root; it may be left out when root has one element."""
+    `seed` (root's shape, on root's device: else DeviceMismatchError) weights the root; it may be left out when
+    root has one element."""
     from tolk_core.frontend.tensor import Tensor
     if not _grad_enabled[0]:
         raise GradientError("backward() inside no_grad(): gradients are disabled there")
@@ -257,6 +259,7 @@ def backward(root: Tensor, seed: Tensor | None = None) -> None:
         seed = Tensor.ones(root.shape, dtype=root.dtype, device=root.device)
     elif tuple(seed.shape) != tuple(root.shape):
         raise GradientError(f"backward() gradient of shape {seed.shape} for a tensor of shape {root.shape}")
+    check_devices("backward()", (root, seed))
     nodes = set(root.uop.toposort())
     leaves = [t for t in list(_tracked.values()) if t.uop in nodes]
     if not leaves:

@@ -18,6 +18,7 @@ import numpy as np
 
 from tolk_core.engine import buffers as storage
 from tolk_core.errors import ShapeError
+from tolk_core.frontend.arguments import as_sizes, new_shape
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.uop import UOp
 from tolk_core.schedule import placements
@@ -57,20 +58,19 @@ class ConstructionMixin:
         return t.reshape((1,) * len(shape)).expand(shape) if shape else t
 
     @staticmethod
-    def _shape_arg(shape: tuple) -> tuple[int, ...]:
-        """A shape given as separate sizes (`zeros(2, 3)`) or as one sequence (`zeros((2, 3))`)."""
+    def _shape_arg(shape: tuple, what: str = "shape") -> tuple[int, ...]:
+        """A shape given as separate sizes (`zeros(2, 3)`) or as one sequence (`zeros((2, 3))`); each size an
+        int (numpy integers taken as ints) or symbolic, else ArgumentTypeError."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        return tuple(shape)
+        return as_sizes(shape, what)  # type: ignore[return-value]  # a bound Variable's size is a UOp
 
     @classmethod
     def full(cls: type[Tensor], shape: Sequence[int] | int, fill_value: Scalar, dtype: Any = None,
              device: str | None = None) -> Tensor:
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        if any(s < 0 for s in shape):
-            raise ShapeError(f"negative size in shape {shape}")
+        dims = new_shape(shape)
         dt = dtypes.parse(dtype) if dtype is not None else dtypes.from_py(fill_value)
-        return cls._const(fill_value, shape, dt, device)
+        return cls._const(fill_value, dims, dt, device)
 
     @classmethod
     def zeros(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
@@ -82,12 +82,12 @@ class ConstructionMixin:
 
     @classmethod
     def empty(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:
-        shape = cls._shape_arg(shape)
+        dims = new_shape(cls._shape_arg(shape))
         dt = dtypes.parse(dtype or dtypes.default_float)
         device = resolve_device(device)
-        buf = storage.new_buffer(device, math.prod(shape), dt)
+        buf = storage.new_buffer(device, math.prod(dims), dt)
         placements.seed_input(buf)
-        return cls(storage.view_as(buf, shape), device)
+        return cls(storage.view_as(buf, dims), device)
 
     @classmethod
     def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: Any = None,

@@ -4,7 +4,9 @@ activation functions, clipping, logical and bitwise operators.
 
 An op belongs here when it maps elements one to one (after broadcasting). Every method composes the IR's
 primitive ALU ops through `_alu`; `_coerce` gives two operands one dtype and one shape first, with numpy/torch
-promotion (Python scalars are weak: they take the tensor's dtype unless a float meets an integer tensor).
+promotion (Python scalars are weak: they take the tensor's dtype unless a float meets an integer tensor). An
+ndarray operand becomes a Tensor on the other operand's device (its own dtype, promoted like a Tensor's); a
+Tensor on another device is a DeviceMismatchError, any other operand an ArgumentTypeError.
 
 Semantics:
 - `//` and `%` follow numpy's floor convention (the quotient rounds toward -inf, the remainder takes the
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tolk_core.errors import DeviceMismatchError, DTypeError
+from tolk_core.errors import ArgumentTypeError, DTypeError
+from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
@@ -44,15 +47,18 @@ class ElementwiseMixin:
 
     # ---- operands ----
     def _coerce(self: Tensor, other: Any, reflected: bool = False) -> tuple[Tensor, Tensor]:
-        """Both operands as Tensors of one dtype and one broadcast shape."""
+        """Both operands as Tensors of one dtype and one broadcast shape. `other` is a Tensor on this one's
+        device (else DeviceMismatchError), a Python or numpy scalar (weak, see the module docstring) or an ndarray
+        (made a Tensor on this device: `arguments.as_operand`); anything else is an ArgumentTypeError."""
+        other = as_operand(self, other)
         if isinstance(other, type(self)):
-            if other.device != self.device:
-                raise DeviceMismatchError(f"operands are on different devices: {self.device} and {other.device}")
+            check_devices("an elementwise op", (self, other))
             dt = promote_types(self.dtype, other.dtype)
             a, b = self, other
         else:
             if not isinstance(other, (bool, int, float, np.generic)):
-                raise TypeError(f"cannot combine a Tensor with {type(other).__name__}")
+                raise ArgumentTypeError(f"cannot combine a Tensor with {type(other).__name__}: an operand must be a "
+                                        "Tensor, a scalar or an ndarray (make it one, e.g. Tensor(np.asarray(x)))")
             other = other.item() if isinstance(other, np.generic) else other
             dt = weak_promote(self.dtype, other)  # as_const refuses an int that dt cannot hold
             a, b = self, type(self)(UOp.const(dt, as_const(other, dt)), self.device)
@@ -62,6 +68,8 @@ class ElementwiseMixin:
         return (b, a) if reflected else (a, b)
 
     def _alu(self: Tensor, op: Op, *others: Tensor, dtype: DType | None = None) -> Tensor:
+        if others:
+            check_devices(op.name.lower(), (self, *others))
         return type(self)(UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others))), self.device)
 
     def _binary(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
@@ -155,7 +163,10 @@ class ElementwiseMixin:
     __hash__ = object.__hash__
 
     def where(self: Tensor, x: Any, y: Any) -> Tensor:
-        """Elementwise `x if self else y`, broadcasting all three; scalars are weak as in arithmetic."""
+        """Elementwise `x if self else y`, broadcasting all three; scalars are weak as in arithmetic, ndarrays
+        become Tensors on this device. All Tensors must be on one device (DeviceMismatchError)."""
+        x, y = as_operand(self, x), as_operand(self, y)
+        check_devices("where", [t for t in (self, x, y) if isinstance(t, type(self))])
         if not isinstance(x, type(self)):
             if not isinstance(y, type(self)):
                 dt = dtypes.default_float if any(isinstance(v, float) for v in (x, y)) else \

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tolk_core.engine import realize as engine
-from tolk_core.errors import DeviceMismatchError, TolkError
+from tolk_core.errors import TolkError
 from tolk_core.frontend import tensor as tensor_mod
+from tolk_core.frontend.arguments import check_devices
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -226,8 +227,7 @@ def custom_kernel(source: str, name: str, outputs: Sequence[Tensor | tuple[tuple
                                                           device=inputs[0].device if inputs else None)
             for o in outputs]
     tensors = [*outs, *inputs]
-    if len(devices := {t.device for t in tensors}) > 1:
-        raise DeviceMismatchError(f"kernel {name} is given Tensors on {sorted(devices)}: one device only")
+    check_devices(f"kernel {name}", tensors)
     code = prepare.KernelCode(source, name, (True,) * len(outs) + (False,) * len(inputs), (*global_size,),
                               None if local_size is None else (*local_size,))  # as tuples (lists are taken too)
     callee = UOp(Op.SINK, dtypes.void, (), code)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tolk_core.errors import DTypeError, ShapeError
+from tolk_core.frontend.arguments import check_devices
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
@@ -147,6 +148,7 @@ class IndexingMixin:
         against its axis by `_basic_index` (IndexError, as numpy)."""
         if isinstance(idx, type(self)):
             _require_int_index(idx.dtype)
+            check_devices("indexing", (self, idx))
             return idx
         arr = np.asarray(idx)
         if not arr.size:  # an empty list has numpy's float dtype: it selects nothing, as integers

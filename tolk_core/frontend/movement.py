@@ -14,7 +14,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tolk_core.errors import DeviceMismatchError, ShapeError
+from tolk_core.errors import ShapeError
+from tolk_core.frontend.arguments import as_axis, as_size, check_devices
 from tolk_core.ir.dtype import dtypes, least_upper_dtype
 from tolk_core.ir.ops import Op
 from tolk_core.ir.shape import movement_shape
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 
 def normalize_axis(axis: int, ndim: int) -> int:
     """`axis` (negative counts from the end) as an index in [0, ndim); a 0-d tensor has one axis, 0 or -1.
-    Raises ShapeError when it is out of range."""
+    Raises ShapeError when it is out of range, ArgumentTypeError when it is not an integer."""
+    axis = as_axis(axis)
     if not -max(ndim, 1) <= axis < max(ndim, 1):
         raise ShapeError(f"axis {axis} is out of range for a tensor of {ndim} dimension(s)")
     return axis % max(ndim, 1)
@@ -51,8 +53,19 @@ def _is_neg1(s: Any) -> bool:
 
 
 def _sint(x: Any) -> sint:
-    """A size or offset: a Python int, or a symbolic expression of bound Variables."""
-    return x if isinstance(x, UOp) else int(x)
+    """A size or offset: a Python int, or a symbolic expression of bound Variables (a float is an
+    ArgumentTypeError, not truncated)."""
+    return as_size(x, "a pad or shrink bound")
+
+
+def _pairs(what: str, arg: Any, shape: tuple, allow_none: bool = False) -> tuple:
+    """`arg` as a tuple holding one (start, end) pair per axis of `shape` (or None where `allow_none`), else
+    ShapeError naming `what`, the shape and the argument."""
+    arg = tuple(arg) if isinstance(arg, (tuple, list)) else arg
+    if (not isinstance(arg, tuple) or len(arg) != len(shape) or
+            any(not (p is None and allow_none) and not (isinstance(p, (tuple, list)) and len(p) == 2) for p in arg)):
+        raise ShapeError(f"{what} needs one (start, end) pair per axis of {shape} ({len(shape)} in all), got {arg!r}")
+    return arg
 
 
 class MovementMixin:
@@ -81,7 +94,7 @@ class MovementMixin:
         return self if shape == self.shape else self._mop(Op.RESHAPE, shape)
 
     def permute(self: Tensor, *order: Any) -> Tensor:
-        order = tuple(normalize_axis(a, self.ndim) for a in self._shape_arg(order))
+        order = tuple(normalize_axis(a, self.ndim) for a in self._shape_arg(order, "permute order"))
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
         return self if order == tuple(range(self.ndim)) else self._mop(Op.PERMUTE, order)
@@ -111,18 +124,20 @@ class MovementMixin:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def flip(self: Tensor, axis: int | Sequence[int]) -> Tensor:
-        axes = {normalize_axis(a, self.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}
+        axes = {normalize_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         return self._mop(Op.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else self
 
     def pad(self: Tensor, padding: Sequence[tuple[int, int]], value: Scalar = 0) -> Tensor:
         """Pad each axis by (before, after); `padding` has one pair per axis (torch's flat form also accepted)."""
         padding = tuple(padding)
-        if padding and isinstance(padding[0], int):  # torch style: last axis first, flat pairs
+        if padding and not isinstance(padding[0], (tuple, list)):  # torch style: last axis first, flat pairs
             flat = padding
+            if len(flat) % 2 or len(flat) > 2 * self.ndim:
+                raise ShapeError(f"pad's flat form {flat} needs an even count of values, at most 2 per axis of "
+                                 f"{self.shape}: (before, after) for the last axis first, then the one before")
             pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             padding = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
-        if len(padding) != self.ndim:
-            raise ShapeError(f"pad needs one (before, after) pair per axis of {self.shape}, got {padding}")
+        padding = _pairs("pad", padding, self.shape)
         padding = tuple((_sint(b), _sint(a)) for b, a in padding)
         if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops
             x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, self.shape, strict=True)))
@@ -136,9 +151,8 @@ class MovementMixin:
         return mask.where(out, value)
 
     def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
-        arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1])) for a, s in zip(arg, self.shape, strict=True))
-        if len(arg) != self.ndim:
-            raise ShapeError(f"shrink needs one (start, end) per axis of {self.shape}, got {arg}")
+        arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1]))
+                    for a, s in zip(_pairs("shrink", arg, self.shape, allow_none=True), self.shape, strict=True))
         return self if all(a == (0, s) for a, s in zip(arg, self.shape, strict=True)) else self._mop(Op.SHRINK, arg)
 
     def _strided(self: Tensor, steps: list[int]) -> Tensor:
@@ -163,6 +177,7 @@ class MovementMixin:
 
     def unsqueeze(self: Tensor, dim: int) -> Tensor:
         """A new size-1 axis at `dim` (-ndim-1 <= dim <= ndim)."""
+        dim = as_axis(dim)
         if not -self.ndim - 1 <= dim <= self.ndim:
             raise ShapeError(f"unsqueeze axis {dim} is out of range for a tensor of {self.ndim} dimension(s)")
         dim %= self.ndim + 1
@@ -182,8 +197,7 @@ class MovementMixin:
         for t in ts:
             if t.ndim != self.ndim:
                 raise ShapeError(f"cat needs tensors of one rank, got shapes {', '.join(str(t.shape) for t in ts)}")
-            if t.device != self.device:
-                raise DeviceMismatchError(f"cat of tensors on different devices: {self.device} and {t.device}")
+        check_devices("cat", ts)
         if self.ndim == 0:
             raise ShapeError("cat of 0-d tensors: use stack")
         axis = self._axes(dim)[0]
@@ -203,7 +217,7 @@ class MovementMixin:
 
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """Stack this tensor and `others` (all of one shape) along a new axis `dim`."""
-        ts = (self, *others)
+        ts, dim = (self, *others), as_axis(dim)
         if any(t.shape != self.shape for t in ts):
             raise ShapeError(f"stack needs tensors of one shape, got {', '.join(str(t.shape) for t in ts)}")
         if not -self.ndim - 1 <= dim <= self.ndim:

@@ -13,7 +13,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentTypeError, ShapeError
+from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.movement import broadcast_shape
 
 if TYPE_CHECKING:
@@ -27,6 +28,16 @@ def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
     return t
 
 
+def _matmul_operand(t: Tensor, other: object) -> Tensor:
+    """The other operand of a matmul with `t`: a Tensor on `t`'s device, or an ndarray made one."""
+    other = as_operand(t, other)
+    if not isinstance(other, type(t)):
+        raise ArgumentTypeError(f"matmul of a Tensor with {type(other).__name__}: the other operand must be a "
+                                "Tensor or an ndarray")
+    check_devices("matmul", (t, other))
+    return other
+
+
 class NNMixin:
     """Neural-network composites; mixed into `Tensor`."""
 
@@ -34,7 +45,9 @@ class NNMixin:
 
     def matmul(self: Tensor, other: Tensor) -> Tensor:
         """Matrix product with numpy's rules: batch axes broadcast; a 1-d operand is a row (left) or a column
-        (right) vector whose axis is dropped from the result."""
+        (right) vector whose axis is dropped from the result. `other` may be an ndarray (made a Tensor on this
+        device); a Tensor on another device is a DeviceMismatchError."""
+        other = _matmul_operand(self, other)
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul needs tensors of at least one dimension, got {self.shape} and {other.shape}")
         a = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
@@ -54,6 +67,10 @@ class NNMixin:
         return out
 
     __matmul__ = matmul
+
+    def __rmatmul__(self: Tensor, other: Tensor) -> Tensor:
+        """`other @ self` for an ndarray `other` (numpy defers to Tensor's operators)."""
+        return _matmul_operand(self, other).matmul(self)
 
     def dot(self: Tensor, other: Tensor) -> Tensor:
         """Matrix product (tinygrad's dot; for two vectors also torch.dot)."""

@@ -43,7 +43,7 @@ class ReductionMixin:
         """`axis` as sorted, distinct, non-negative axes (None: every axis)."""
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)  # normalize_axis checks each
         return tuple(sorted({normalize_axis(a, self.ndim) for a in axes}))
 
     def _reduce(self: Tensor, op: Op, axis: Any, keepdim: bool, dtype: DType | None = None,
@@ -110,7 +110,7 @@ class ReductionMixin:
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first maximum along `axis` (of the flattened tensor when None); nan counts as maximum.
         `axis` is one int, as in numpy and torch: a tuple raises ShapeError (flatten those axes first)."""
-        if not (axis is None or isinstance(axis, int)) or isinstance(axis, bool):
+        if isinstance(axis, (tuple, list)):  # (a float or a bool: normalize_axis's ArgumentTypeError)
             raise ShapeError(f"argmax/argmin take one axis (an int) or None, got {axis!r}: to search several "
                              "adjacent axes at once, flatten them first (x.flatten(a, b).argmax(a))")
         if axis is None:

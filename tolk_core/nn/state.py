@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import struct
 import types
@@ -20,16 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.errors import ShapeError, TolkError
+from tolk_core.errors import ArgumentTypeError, DTypeError, SafetensorsError, ShapeError, StateDictError
 from tolk_core.frontend.tensor import Tensor
-from tolk_core.ir.dtype import dtypes
-
-
-class StateDictError(TolkError, KeyError):
-    """A state dict or safetensors file that does not fit: missing or unexpected keys, a malformed file."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+from tolk_core.ir.dtype import DType, dtypes
 
 
 def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
@@ -65,7 +59,8 @@ def get_parameters(obj: Any) -> list[Tensor]:
 
 
 def load_state_dict(obj: Any, state: dict[str, Tensor], strict: bool = True) -> None:
-    """Assign `state` into `obj`'s tensors in place (moved to each tensor's device, cast to its dtype).
+    """Assign `state` into `obj`'s tensors in place (moved to each tensor's device, cast to its dtype). A value
+    is a Tensor or an ndarray (uploaded to the tensor's device); anything else is an ArgumentTypeError.
     With `strict`, missing or unexpected keys raise StateDictError; a shape mismatch always raises ShapeError."""
     own = get_state_dict(obj)
     if strict and (missing := own.keys() - state.keys()) | (unexpected := state.keys() - own.keys()):
@@ -74,6 +69,10 @@ def load_state_dict(obj: Any, state: dict[str, Tensor], strict: bool = True) -> 
     for k, t in own.items():
         if (v := state.get(k)) is None:
             continue
+        if isinstance(v, np.ndarray):
+            v = Tensor(v, device=t.device)
+        elif not isinstance(v, Tensor):
+            raise ArgumentTypeError(f"state dict entry {k!r} is a {type(v).__name__}: give a Tensor or an ndarray")
         if tuple(v.shape) != tuple(t.shape):
             raise ShapeError(f"state dict entry {k!r} has shape {v.shape}, the tensor it loads into {t.shape}")
         t.assign(v.to(t.device))
@@ -92,7 +91,8 @@ def safe_save(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dic
     arrays, offset = [], 0
     for name, t in tensors.items():
         if (code := _CODES.get(t.dtype.name)) is None:
-            raise TolkError(f"safe_save: no safetensors dtype for {name!r} of dtype {t.dtype.name}")
+            raise DTypeError(f"safe_save: safetensors has no dtype for {name!r} of dtype {t.dtype.name}: cast it "
+                             f"first (one of {', '.join(_CODES)})")
         arr = np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8)
         header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [offset, offset + arr.size]}
         arrays.append(arr)
@@ -106,41 +106,88 @@ def safe_save(tensors: dict[str, Tensor], path: str | os.PathLike, metadata: dic
             f.write(arr.tobytes())
 
 
+def _read_header(path: str | os.PathLike, size: int) -> tuple[dict[str, Any], int]:
+    """The JSON header of safetensors file `path` (of `size` bytes) and where its data starts; SafetensorsError
+    when the header size does not fit the file or the header is not a JSON object."""
+    name = os.fspath(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise SafetensorsError(f"{name} is not a safetensors file: shorter than its 8-byte header size")
+        n = int(struct.unpack("<Q", head)[0])
+        if n > size - 8:  # checked before reading: a garbage size would ask for exabytes
+            raise SafetensorsError(f"{name} is not a safetensors file (or is truncated): its header size {n} is "
+                                   f"larger than the {size - 8} bytes after it")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except ValueError as e:  # (UnicodeDecodeError is a ValueError)
+        raise SafetensorsError(f"{name} is not a safetensors file: its header is not JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise SafetensorsError(f"{name} is not a safetensors file: its header is a JSON {type(header).__name__}, "
+                               "not an object of {name: {dtype, shape, data_offsets}}")
+    return header, 8 + n
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _entry(path: str, name: str, info: Any, data_size: int) -> tuple[DType, tuple[int, ...], int, int]:
+    """(dtype, shape, start, end) of header entry `name`, each checked: SafetensorsError naming the file and
+    the tensor when a key is missing or ill-typed, the dtype unknown, or the offsets outside the data or not
+    holding exactly the shape's bytes."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(info, dict) or (missing := [k for k in ("dtype", "shape", "data_offsets") if k not in info]):
+        raise SafetensorsError(f"{where} lacks {', '.join(missing) if isinstance(info, dict) else 'its entry'}: "
+                               "each entry is {\"dtype\": ..., \"shape\": [...], \"data_offsets\": [start, end]}")
+    if not isinstance(info["dtype"], str) or (dt_name := _NAMES.get(info["dtype"])) is None:
+        raise SafetensorsError(f"{where} has unsupported dtype {info['dtype']!r} (known: {', '.join(_NAMES)})")
+    shape, offsets = info["shape"], info["data_offsets"]
+    if not isinstance(shape, list) or not all(_is_int(s) and s >= 0 for s in shape):
+        raise SafetensorsError(f"{where} has shape {shape!r}: a list of non-negative integers is expected")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
+        raise SafetensorsError(f"{where} has data_offsets {offsets!r}: [start, end] integers are expected")
+    dt, (start, end) = dtypes.parse(dt_name), offsets
+    if not 0 <= start <= end <= data_size:
+        raise SafetensorsError(f"{where} has data_offsets [{start}, {end}] outside the file's {data_size} data "
+                               "bytes (the file is truncated or its header is wrong)")
+    if end - start != (want := math.prod(shape) * dt.itemsize):
+        raise SafetensorsError(f"{where} of shape {tuple(shape)} and dtype {dt_name} needs {want} bytes, its "
+                               f"data_offsets [{start}, {end}] hold {end - start}")
+    return dt, tuple(shape), start, end
+
+
+def _check_disjoint(path: str, spans: dict[str, tuple[int, int]]) -> None:
+    """SafetensorsError naming both tensors when two entries' data ranges overlap."""
+    ordered = sorted((s, e, n) for n, (s, e) in spans.items() if e > s)
+    for (_, e0, n0), (s1, _, n1) in zip(ordered, ordered[1:], strict=False):
+        if s1 < e0:
+            raise SafetensorsError(f"{path}: tensors {n0!r} and {n1!r} have overlapping data_offsets: each "
+                                   "tensor's bytes are its own")
+
+
 def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
     """Read a safetensors file into Tensors on `device` (in the file's order), realized.
 
     The file is a DISK tensor of bytes: each entry is a shrink of it, bitcast to its dtype and reshaped, copied
     to `device`; a copy reads only the entry's bytes (prepare_rangeify's disk rule). Booleans are read as
-    bytes and compared with 0. Realized at once, so the file may be rewritten afterwards.
+    bytes and compared with 0. Realized at once, so the file may be rewritten afterwards. The header is checked
+    before any data is read: a malformed file is a SafetensorsError naming the file and the tensor.
     """
     size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        n = int(struct.unpack("<Q", head)[0]) if len(head) == 8 else 0
-        raw = f.read(n)
-    if len(head) < 8:
-        raise StateDictError(f"{os.fspath(path)} is not a safetensors file: shorter than its 8-byte header size")
-    try:
-        header = json.loads(raw)
-    except ValueError as e:
-        raise StateDictError(f"{os.fspath(path)} is not a safetensors file: its header is not JSON ({e})") from e
-    disk = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{os.fspath(path)}")
-    body = 8 + n
+    header, body = _read_header(path, size)
+    name = os.fspath(path)
+    entries = {k: _entry(name, k, v, size - body) for k, v in header.items() if k != "__metadata__"}
+    _check_disjoint(name, {k: (s, e) for k, (_, _, s, e) in entries.items()})
+    disk = Tensor.empty(size, dtype=dtypes.uint8, device=f"DISK:{name}")
     out: dict[str, Tensor] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if (dt_name := _NAMES.get(info["dtype"])) is None:
-            raise StateDictError(f"{os.fspath(path)}: tensor {name!r} has unsupported dtype {info['dtype']}")
-        dt = dtypes.parse(dt_name)
-        start, end = info["data_offsets"]
-        if body + end > size:
-            raise StateDictError(f"{os.fspath(path)}: tensor {name!r} reaches past the end of the file")
+    for k, (dt, shape, start, end) in entries.items():
         raw_bytes = disk[body + start:body + end]
         if dtypes.is_bool(dt):
-            out[name] = raw_bytes.reshape(info["shape"]).to(device) != 0
+            out[k] = raw_bytes.reshape(shape).to(device) != 0
         else:
-            out[name] = raw_bytes.bitcast(dt).reshape(info["shape"]).to(device)
+            out[k] = raw_bytes.bitcast(dt).reshape(shape).to(device)
     if out:
         Tensor.realize(*out.values())
     return out

@@ -88,7 +88,10 @@ def _why_unusable(rec: BackendRecord, idx: int | None) -> str | None:
 
 
 def _demand_error(name: str, rec: BackendRecord, why: str) -> DeviceUnavailableError:
-    fix = rec.hint or rec.spec.install_hint or "run `tolk devices` for details"
+    if rec.state == "available":  # the backend works, the index is past its devices
+        fix = f"use an index below {rec.device_count}, e.g. {rec.name + ':0'!r}"
+    else:
+        fix = rec.hint or rec.spec.install_hint or "run `tolk devices` for details"
     return DeviceUnavailableError(f"device {name!r} (plugin {rec.plugin.provider}, entry point {rec.plugin.name!r}) "
                                   f"is {why}. Fix: {fix}")
 
@@ -152,6 +155,14 @@ class DeviceFace:
     def is_disk(self, name: str) -> bool:
         """Whether device `name` is a disk: copy-only, its values only copied, viewed or bitcast."""
         return bool(self.capabilities(name).extras.get("disk", False))
+
+    def provider(self, name: str) -> str:
+        """Who provides device `name`, for error messages: its plugin's distribution and version and its entry
+        point (``"tolk-cpu 0.1 (entry point 'cpu')"``); core's own disks say so."""
+        if disk.is_disk_name(name):
+            return "tolk_core (disk)"
+        rec, _ = _record(name, self.registry)
+        return f"{rec.plugin.provider} (entry point {rec.plugin.name!r})"
 
     def _renderer_spec(self, name: str) -> RendererSpec:
         rec, _ = _record(name, self.registry)

@@ -21,7 +21,8 @@ _ALWAYS = ("-shared", "-fPIC")
 def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
     """Compile C `src` with compiler `cc` and `flags` (``-shared -fPIC`` added when missing) into a shared
     object, returned as bytes. Works in a private temporary directory. Raises CompileError carrying the
-    source and the compiler's output when the compiler is missing or fails."""
+    source and the compiler's output when the compiler is missing, fails, or exits 0 without writing the
+    shared object (a CC that is not a C compiler)."""
     if shutil.which(cc) is None:
         raise CompileError(f"C compiler {cc!r} not found; install gcc or clang, or set CC in the tolk config "
                            f"(TOLK_CC)", src)
@@ -35,6 +36,10 @@ def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
         proc = run_compiler([*args, "-o", so_path, c_path, "-lm"], src)
         if proc.returncode != 0:
             raise CompileError(f"{cc} failed (exit {proc.returncode}): {' '.join(args)}", src,
+                               proc.stderr + proc.stdout)
+        if not os.path.exists(so_path):
+            raise CompileError(f"{cc} exited 0 but wrote no shared object ({' '.join(args)} -o kernel.so): is {cc!r} "
+                               "a C compiler? Set CC in the tolk config (TOLK_CC) to gcc or clang", src,
                                proc.stderr + proc.stdout)
         with open(so_path, "rb") as so:
             return so.read()
