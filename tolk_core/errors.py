@@ -92,3 +92,9 @@ class CallArgumentError(TolkError, ValueError):
     """An inline call's argument that does not fit its parameter (docs/prepare.md, inline calls): a storage
     parameter's size, a scalar parameter's shape, or the data type. Names the call, the argument and the
     parameter."""
+
+
+class IndexWidthError(TolkError, ValueError):
+    """A kernel whose index values (element offsets, loop counters, work-item ids) pass the 32-bit range, on a
+    device whose renderer computes 32-bit indices only (`Renderer.index64` False). Names the kernel's largest
+    index, the largest buffer and the device (docs/dtypes.md, index width)."""
