@@ -222,7 +222,7 @@ def index_extent(lin: Sequence[UOp]) -> int | None:
     the analysis cannot bound has its dtype's bounds, which are outside."""
     lo, hi = INT32_RANGE
     worst: int | None = None
-    for u in {s for u in lin for s in (u, *u.src)}:
+    for u in {s for node in lin for s in (node, *node.src)}:
         if u.dtype.scalar() != dtypes.index:
             continue
         for v in (u.vmin, u.vmax):
