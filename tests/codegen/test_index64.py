@@ -139,3 +139,12 @@ def test_a_uint8_sum_of_the_elements_past_index_2_31_matches_numpy(big_uint8) ->
     # every offset of this kernel is at least 2^31: as int it was negative (a segfault on CPU)
     _, x, expected = big_uint8
     assert int(x[2 ** 31:].sum().numpy()) == int(expected["tail"]) == 64 * 65 // 2
+
+
+def test_a_variable_bound_past_int32_is_refused_before_launch() -> None:
+    # integer kernel arguments are 32-bit: 3e9 would be passed wrapped (a negative trip count, a sum of 0)
+    from tolk_core.ir.uop import Variable
+    n = Variable("n", 1, 2 ** 40)
+    assert Tensor.ones(n.bind(10), device="CPU").sum().item() == 10  # its kernel has 64-bit indices
+    with pytest.raises(IndexWidthError, match="'n' is bound to 3000000000"):
+        Tensor.ones(n.bind(3 * 10 ** 9), device="CPU").sum().numpy()
