@@ -50,6 +50,18 @@ def test_a_chain_broadcast_into_a_matmul_is_stored_once(device) -> None:
     close((_chain(tx).T @ tb).numpy(), _np_chain(x).T @ b, rtol=1e-4, atol=1e-3)
 
 
+def test_a_chain_under_a_cat_is_computed_once_per_element(device) -> None:
+    # cat pads each part to the whole width and the kernel loops over the padded shape: inlined, each part's
+    # six steps run on all 3 x 128 columns and 2 of 3 results are thrown away (a GRU's stacked-gate gradient)
+    xs = [_rand(256, 128, seed=i) for i in range(3)]
+    ts = [Tensor(x, device=device) for x in xs]
+    out = lambda: _chain(ts[0]).cat(_chain(ts[1]), _chain(ts[2]), dim=1)
+    with config.override(FUSION_WORK_BOUND=0.0):
+        assert len(_kernels(out(), device)) == 1
+    assert len(_kernels(out(), device)) == 4  # each chain stored once, then the cat copies them
+    close(out().numpy(), np.concatenate([_np_chain(x) for x in xs], axis=1), rtol=1e-5, atol=1e-5)
+
+
 def test_a_single_scale_broadcast_into_a_matmul_stays_inlined() -> None:
     # one operation per element recomputed per column: (1 + 1)F / (1 + F) < 2, cheaper than a round trip
     tx, tb = Tensor(_rand(256, 64)), Tensor(_rand(256, 128, seed=1))

@@ -65,8 +65,23 @@ def _cnn(r):
     return [w1.grad, w2.grad, wl.grad]
 
 
-@pytest.mark.parametrize("step", [_attention, _attention_sum_loss, _block, _cnn],
-                         ids=["causal-attention", "causal-attention-sum-loss", "transformer-block", "cnn"])
+def _gru_stacked(r):
+    # torch's GRUCell: the three gates' weights stacked, sliced per gate; the gradient of the stacked
+    # weights is a cat of the three gates' gradients (sizes where the recomputation passes FUSION_MIN_EXCESS)
+    n, ins = 128, 16
+    wi, wh, bi, bh = (_t(r, *s, grad=True) for s in ((3 * n, ins), (3 * n, n), (3 * n,), (3 * n,)))
+    h = Tensor.zeros(16, n)
+    for _ in range(4):
+        gi, gh = _t(r, 16, ins) @ wi.T + bi, h @ wh.T + bh
+        rr, z = (gi[:, :n] + gh[:, :n]).sigmoid(), (gi[:, n:2 * n] + gh[:, n:2 * n]).sigmoid()
+        h = (1 - z) * (gi[:, 2 * n:] + rr * gh[:, 2 * n:]).tanh() + z * h
+    ((h - _t(r, 16, n)) ** 2).mean().backward()
+    return [wi.grad, wh.grad, bi.grad, bh.grad]
+
+
+@pytest.mark.parametrize("step", [_attention, _attention_sum_loss, _block, _cnn, _gru_stacked],
+                         ids=["causal-attention", "causal-attention-sum-loss", "transformer-block", "cnn",
+                              "gru-stacked-gates"])
 def test_every_kernel_stays_within_the_work_bound(step) -> None:
     grads = step(np.random.default_rng(0))
     with tolk_core.profile() as prof:

@@ -121,6 +121,11 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     fused: set[UOp] = set()
     rows: dict[UOp, tuple[int, ...]] = {}
     for u in order:
+        if _is_padding(u):  # a padded view multiplies its source's work like a broadcast (_broadcast_factor)
+            x = u.src[0].storage_base(GroupOp.Movement)
+            if cap(x) and _recomputes_too_much(u, x, realized):
+                owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
+            continue
         if _is_expanding(u):
             x = u.src[0].storage_base(GroupOp.Movement)
             if x in fused or not cap(x):
@@ -212,22 +217,29 @@ def _ops(u: UOp) -> int:
     return 1 if u.op in GroupOp.ALU or u.op is Op.REDUCE_AXIS else 0
 
 
+def _is_padding(u: UOp) -> bool:
+    return u.op is Op.PAD and any(b or a for b, a in u.arg)
+
+
 def _broadcast_factor(view: UOp, base: UOp) -> int | None:
-    """How many times each element of `base` is read by a consumer of `view` (a chain of movements over it):
-    the product of what each EXPAND on the way stretches; None when a size is symbolic."""
+    """How many times each element of `base` is computed by a consumer of `view` (a chain of movements over
+    it), were `base` inlined: the product of what each EXPAND on the way stretches and of what each PAD grows
+    (a padded view computes its source on every element and selects zero outside it: the kernel's loop runs
+    over the padded shape, so a gradient's `cat` of three slices computes each slice's chain three times);
+    None when a size is symbolic."""
     factor, u = 1, view
     while u is not base:
-        if u.op is Op.EXPAND:
-            n_in, n_out = u.src[0].size, prod(u.arg)
+        if u.op in (Op.EXPAND, Op.PAD):
+            n_in, n_out = u.src[0].size, u.size
             if not (isinstance(n_in, int) and isinstance(n_out, int)):
                 return None
-            factor *= n_out // max(n_in, 1)
+            factor *= -(-n_out // max(n_in, 1))
         u = u.src[0]
     return factor
 
 
 def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp]) -> bool:
-    """Whether inlining `x` into the consumer of its broadcast `view` would multiply that kernel's work past
+    """Whether inlining `x` into the consumer of its broadcast or padded `view` would multiply that kernel's work past
     FUSION_WORK_BOUND. Inlined, x's `c` operations per element run once per copy the broadcast makes (factor
     F) instead of once; the consumer does at least one operation per copy. Its work ratio, executed over
     nominal operations, is then (c + 1)·F / (c + F): a chain of a few operations broadcast into a matmul passes
