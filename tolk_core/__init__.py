@@ -13,6 +13,7 @@ from tolk_core.errors import (  # noqa: F401
     DeviceUnavailableError,
     DTypeError,
     JitError,
+    ScalarOverflowError,
     ShapeError,
     TolkError,
     UnknownDeviceError,
