@@ -131,3 +131,9 @@ class OutOfMemoryError(TolkError, MemoryError):
 class CacheCorruptionWarning(UserWarning):
     """An on-disk cache entry (a compiled binary, a rendered source, ...) that is truncated or damaged: it was
     ignored and rebuilt. The message names the file."""
+
+
+class IndexWidthError(TolkError, ValueError):
+    """A kernel whose index values (element offsets, loop counters, work-item ids) pass the 32-bit range, on a
+    device whose renderer computes 32-bit indices only (`Renderer.index64` False). Names the kernel's largest
+    index, the largest buffer and the device (docs/dtypes.md, index width)."""

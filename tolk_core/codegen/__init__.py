@@ -65,6 +65,7 @@ def generate(ast: UOp, renderer: Renderer) -> KernelSource:
     spec.check(plan.ast, "kernel", "codegen.optimize")
     lin = spec.check(linearize(plan.ast, plan.guard), "linearized", "codegen.linearize")
     params = kernel_params(plan.ast)
+    renderer.index_width(lin)  # a kernel past int32 indices on a device without 64-bit ones: IndexWidthError
     body = renderer.render_kernel("KERNEL", lin, params, plan.loop_kinds)
     name = _kernel_name(ast, body)
     return KernelSource(name, body.replace(" KERNEL(", f" {name}(", 1), plan.global_size, plan.local_size, params,

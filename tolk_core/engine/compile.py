@@ -20,14 +20,14 @@ from tolk_core.codegen import KernelSource, generate
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
-from tolk_core.errors import CompileError, TolkError
+from tolk_core.errors import CompileError, IndexWidthError, TolkError
 from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.plugins import Device
 from tolk_core.render.cstyle import KernelParam
-from tolk_core.render.renderer import Renderer
+from tolk_core.render.renderer import INT32_RANGE, Renderer
 
 # (opened device, kernel AST) -> (loaded program, its rendered source)
 _programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}
@@ -42,8 +42,15 @@ class CompiledKernel:
 
 
 def kernel_vals(ks: KernelSource, var_vals: dict[str, int]) -> tuple[int, ...]:
-    """The scalar arguments of one launch: the kernel's variables' values, in parameter order."""
-    return tuple(var_vals[v] for v in ks.vars)
+    """The scalar arguments of one launch: the kernel's variables' values, in parameter order. Raises
+    IndexWidthError for a value outside int32: integer kernel arguments are 32-bit (docs/dtypes.md, index width),
+    and the runtimes would pass it wrapped."""
+    vals = tuple(var_vals[v] for v in ks.vars)
+    for name, v in zip(ks.vars, vals, strict=True):
+        if not INT32_RANGE[0] <= v <= INT32_RANGE[1]:
+            raise IndexWidthError(f"variable {name!r} is bound to {v}, past the 32-bit range of integer kernel "
+                                  f"arguments (kernel {ks.name}): bind values below 2^31, or use a constant size")
+    return vals
 
 
 def arg_device(u: UOp) -> str:

@@ -22,6 +22,7 @@ is one contiguous access at the scalar index; through INDEX(arg="gather") it is 
 """
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +76,7 @@ class CStyleRenderer(Renderer):
     shared_qualifier: str = ""       # declares work-group shared memory (GPU dialects)
     emulated: frozenset[DType] = frozenset({dtypes.bfloat16})
     vector_folds: frozenset[Op] = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.FDIV})  # vector accumulators fold natively
+    index64 = True  # a kernel past int32 indices holds every index value in the dialect's int64 type (`wide_index`)
 
     type_names: dict[DType, str] = {
         dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -216,11 +218,20 @@ class CStyleRenderer(Renderer):
         for u in lin:
             if u.dtype != dtypes.void:
                 self.check_dtype(u.dtype)
-        body = _KernelBody(self, lin, loop_kinds or {})
+        r = self.wide_index() if self.index_width(lin) == 64 else self
+        body = _KernelBody(r, lin, loop_kinds or {})
         for u in lin:
             body.statement(u)
-        head = f"{self.kernel_prefix} {name}({', '.join(self.param_decl(p) for p in params)}) {{"
+        head = f"{r.kernel_prefix} {name}({', '.join(r.param_decl(p) for p in params)}) {{"
         return "\n".join([head, *body.pre, *body.lines, "}"])
+
+    def wide_index(self) -> CStyleRenderer:
+        """This renderer with index values named by the dialect's int64 type, for one kernel whose indices pass
+        the 32-bit range: its loop counters, work-item ids, index arithmetic and casts to index become 64-bit;
+        integer kernel arguments stay 32-bit (the runtime passes int32)."""
+        wide = copy.copy(self)
+        wide.type_names = {**self.type_names, dtypes.index: self.type_names[dtypes.int64]}
+        return wide
 
     def alu(self, op: Op, args: list[str], dt: DType) -> str:
         """ALU `op` on rendered operands giving a `dt` value; emulated results are rounded to `dt`."""
@@ -324,7 +335,8 @@ class _KernelBody:
         self.depth, self.counter = 1, 0
         specials = {u for u in lin for u in (u, *u.src) if u.op is Op.SPECIAL}
         self.folds = _innermost_folds(lin)
-        self.pre = [f"  const int {u.arg[0]} = {r.render_special(u)};" for u in sorted(specials, key=lambda u: u.arg)]
+        self.pre = [f"  const {r.type_name(u.dtype)} {u.arg[0]} = {r.render_special(u)};"
+                    for u in sorted(specials, key=lambda u: u.arg)]
         self.names.update({u: u.arg[0] for u in specials})
 
     def ref(self, u: UOp) -> str:
@@ -386,7 +398,7 @@ class _KernelBody:
         kind = LoopKind.of(self.loop_kinds.get(u, LoopKind.PLAIN))  # plain strings: deprecated, warned
         if (pragma := self.r.loop_pragma(kind, fold_names)) is not None:
             self.lines.append(f"{pad}{pragma}")
-        self.lines.append(f"{pad}for (int {rn} = 0; {rn} < {self.ref(u.src[0])}; {rn}++) {{")
+        self.lines.append(f"{pad}for ({self.r.type_name(u.dtype)} {rn} = 0; {rn} < {self.ref(u.src[0])}; {rn}++) {{")
         self.depth += 1
 
     def accumulator(self, u: UOp, pad: str) -> None:

@@ -42,6 +42,7 @@ class PythonRenderer(Renderer):
 
     device = "PYTHON"
     local_arrays = False  # the interpreter has no kernel-local arrays: row values are stored instead
+    index64 = True  # the interpreter computes every index value as a numpy int64
 
     def render_kernel(self, name: str, lin: list[UOp], params: Sequence,
                       loop_kinds: Mapping[UOp, LoopKind] | None = None) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
-from tolk_core.errors import DTypeError
+from tolk_core.errors import DTypeError, IndexWidthError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
 from tolk_core.ir.ops import Op
 
@@ -133,6 +133,10 @@ class Renderer(ABC):
     """dtypes stored in memory but computed in float32 registers, each value rounded back to its dtype."""
     vector_folds: frozenset[Op] = frozenset()
     """Ops a vector accumulator folds with one native vector operation; other folds go lane by lane."""
+    index64: bool = False
+    """Whether the dialect computes index values (offsets, loop counters, work-item ids) in 64-bit integers in a
+    kernel whose indices pass the 32-bit range (buffers of more than 2^31 elements; see `index_width`). False:
+    such a kernel raises IndexWidthError rather than rendering 32-bit indices that would wrap."""
 
     def __init__(self, device: object = None):
         self.device_obj = device
@@ -172,6 +176,23 @@ class Renderer(ABC):
         if (why := self.unsupported.get(dt)) is not None:
             raise DTypeError(f"dtype {dt.name} is not supported on {self.target}: {why}")
 
+    def index_width(self, lin: Sequence[UOp]) -> int:
+        """The integer width (32 or 64) the index values of linearized kernel `lin` need: 64 when one of them may
+        leave the int32 range (`index_extent`), else 32, so a kernel of int32 sizes keeps its 32-bit rendering.
+        Raises IndexWidthError naming the index, the largest buffer and the device when the kernel needs 64 bits
+        and the renderer has no `index64`."""
+        extent = index_extent(lin)
+        if extent is None:
+            return 32
+        if not self.index64:
+            sizes = [u.dtype.size for u in lin if u.op is Op.PARAM and isinstance(u.dtype, PtrDType)]
+            biggest = f" (its largest buffer has {max(sizes)} elements)" if sizes else ""
+            raise IndexWidthError(
+                f"a kernel computes index values up to {extent}, past the 32-bit range{biggest}, and {self.target} "
+                "renders 32-bit indices only (its renderer has no index64): split the tensor into parts of fewer "
+                "than 2^31 elements, or use a device with 64-bit indices (CPU, OPENCL, CUDA)")
+        return 64
+
     # ---- rendering
     @abstractmethod
     def render_kernel(self, name: str, lin: list[UOp], params: Sequence[KernelParam],
@@ -189,3 +210,22 @@ class Renderer(ABC):
         """The line before a loop of `kind`, or None. `folds` are the (op, accumulator name, its dtype) triples an
         innermost loop folds into (empty for other loops), for reduction clauses. Default: `loop_pragmas[kind]`."""
         return self.loop_pragmas.get(LoopKind.of(kind))
+
+
+INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)
+
+
+def index_extent(lin: Sequence[UOp]) -> int | None:
+    """The index value of largest magnitude outside the int32 range that linearized kernel `lin` may compute,
+    by the bounds analysis of `UOp.vmin`/`vmax` over every index-typed node and operand (loop counters and their
+    trip counts, work-item ids, index arithmetic, index constants); None when all of them fit in int32. A node
+    the analysis cannot bound has its dtype's bounds, which are outside."""
+    lo, hi = INT32_RANGE
+    worst: int | None = None
+    for u in {s for node in lin for s in (node, *node.src)}:
+        if u.dtype.scalar() != dtypes.index:
+            continue
+        for v in (u.vmin, u.vmax):
+            if not lo <= v <= hi and (worst is None or abs(v) > abs(worst)):
+                worst = int(v)
+    return worst

@@ -82,6 +82,9 @@ class CUDARenderer(CStyleRenderer):
     def render_special(self, u: UOp) -> str:
         """`idx` a global item, `gidx` a block, `lidx` a thread within its block (see codegen/optimize.py)."""
         axis, kind = "xyz"[u.arg[1]], u.arg[0].rstrip("0123456789")
+        if (t := self.type_name(dtypes.index)) != "int":  # 64-bit ids: the block offset is a 64-bit product
+            return {"idx": f"(({t})blockIdx.{axis}*blockDim.{axis}+threadIdx.{axis})", "gidx": f"({t})blockIdx.{axis}",
+                    "lidx": f"({t})threadIdx.{axis}"}[kind]
         return {"idx": f"(int)(blockIdx.{axis}*blockDim.{axis}+threadIdx.{axis})", "gidx": f"(int)blockIdx.{axis}",
                 "lidx": f"(int)threadIdx.{axis}"}[kind]
 
