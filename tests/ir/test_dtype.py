@@ -52,9 +52,10 @@ def test_promotion_rules():
 
 
 def test_sum_acc():
-    assert sum_acc_dtype(dtypes.bool) == dtypes.int32
-    assert sum_acc_dtype(dtypes.int8) == dtypes.int32
-    assert sum_acc_dtype(dtypes.uint16) == dtypes.uint32
+    assert sum_acc_dtype(dtypes.bool) == dtypes.int64
+    assert sum_acc_dtype(dtypes.int8) == dtypes.int64
+    assert sum_acc_dtype(dtypes.uint16) == dtypes.uint64
+    assert sum_acc_dtype(dtypes.int32) == dtypes.int64 and sum_acc_dtype(dtypes.uint32) == dtypes.uint64
     assert sum_acc_dtype(dtypes.int64) == dtypes.int64
     assert sum_acc_dtype(dtypes.bfloat16) == dtypes.float32
     assert sum_acc_dtype(dtypes.float64) == dtypes.float64

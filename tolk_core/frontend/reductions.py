@@ -61,7 +61,7 @@ class ReductionMixin:
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
-        """Sum over `axis`. Without `dtype`: small integers and bools sum in (and give) int32/uint32; half
+        """Sum over `axis`. Without `dtype`: integers and bools sum in (and give) int64/uint64, as numpy; half
         floats sum in float32 and give their own dtype, as numpy and torch do."""
         acc = dtypes.parse(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         out = self._reduce(Op.ADD, axis, keepdim, acc)

@@ -328,12 +328,13 @@ def weak_promote(dt: DType, x: Any) -> DType:
 
 
 def sum_acc_dtype(dt: DType) -> DType:
-    """The accumulator dtype of a sum over `dt`: bool and small signed ints -> int32, small unsigned ->
-    uint32, wider ints unchanged, float16/bfloat16 -> float32, other floats unchanged."""
-    if dt.kind == "b" or (dt.kind == "i" and dt.itemsize < 4):
-        return dtypes.int32
-    if dt.kind == "u" and dt.itemsize < 4:
-        return dtypes.uint32
+    """The accumulator dtype of a sum or product over `dt`, numpy's on 64-bit platforms: bool and signed ints
+    -> int64, unsigned ints -> uint64 (an int32 accumulator wraps silently past 2^31: a sum of a few large
+    int32 values, or of 2^31 bytes), float16/bfloat16 -> float32, other floats unchanged."""
+    if dt.kind in ("b", "i"):
+        return dtypes.int64
+    if dt.kind == "u":
+        return dtypes.uint64
     if dt.kind == "f" and dt.itemsize < 4:
         return dtypes.float32
     return dt
