@@ -39,10 +39,10 @@ def is_float(dt: np.dtype) -> bool:
 
 
 def acc_dtype(name: str) -> str:
-    """The dtype an integer or bool sum returns (docs/dtypes.md: small integers give their int32/uint32 sum)."""
-    if name == "bool" or name in ("int8", "int16"):
-        return "int32"
-    return "uint32" if name in ("uint8", "uint16") else name
+    """The dtype an integer or bool sum returns (docs/dtypes.md: numpy's int64/uint64)."""
+    if name == "bool" or name in SIGNED:
+        return "int64"
+    return "uint64" if name in UNSIGNED else name
 
 
 @dataclass
@@ -348,7 +348,7 @@ class _Drawer:
             op, src = self.pick(("argmax", "argmin", "argmax", "argmin", "sum")), self.pick(DTYPES)
             if op == "sum" and acc_dtype(src) != "int32":
                 return None
-        elif dt in ("int64", "uint64", "uint32") and self.rng.random() < 0.5:
+        elif dt in ("int64", "uint64") and self.rng.random() < 0.5:
             op, src = "sum", self.pick([d for d in DTYPES if acc_dtype(d) == dt])
         else:
             op, src = self.pick(("max", "min")), dt
