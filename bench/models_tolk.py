@@ -109,7 +109,7 @@ class GPTBlock(nn.Module):
         q, k, v = qkv[0], qkv[1], qkv[2]
         att = mask.where(q @ k.transpose(-1, -2) * (d // self.heads) ** -0.5, float("-inf")).softmax(-1)
         x = x + self.proj((att @ v).permute(0, 2, 1, 3).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):

@@ -92,3 +92,13 @@ class CallArgumentError(TolkError, ValueError):
     """An inline call's argument that does not fit its parameter (docs/prepare.md, inline calls): a storage
     parameter's size, a scalar parameter's shape, or the data type. Names the call, the argument and the
     parameter."""
+
+
+class ArgumentError(TolkError, ValueError):
+    """A layer or function argument outside what it accepts (a probability outside [0, 1], sizes that do not
+    divide, an unknown option). Names the argument, its value and what is accepted."""
+
+
+class UnsupportedError(TolkError, NotImplementedError):
+    """A torch option that Tolk's version of a layer or function does not implement. Names the option and what
+    to do instead."""

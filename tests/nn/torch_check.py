@@ -54,8 +54,11 @@ def check(device: str, ours: Callable[..., Any], theirs: Callable[..., Any], inp
 
 def copy_params(ours: Any, theirs: Any) -> list[tuple[Tensor, Any]]:
     """Load torch module `theirs`'s state dict into tolk module `ours` (same names), and pair each tolk
-    parameter with its torch twin, for `check(params=...)`."""
+    parameter with its torch twin, for `check(params=...)`. Every torch key must be one of ours (ours may hold
+    more: nn.Dropout's mask-stream counter)."""
     state = {k: Tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()}
-    ours.load_state_dict(state)
+    missing = state.keys() - ours.state_dict().keys()
+    assert not missing, f"torch's keys {sorted(missing)} are not in the tolk module's state dict"
+    ours.load_state_dict(state, strict=False)
     tp = dict(theirs.named_parameters())
     return [(t, tp[k]) for k, t in ours.state_dict().items() if t.requires_grad]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tolk_core.errors import DeviceMismatchError, DTypeError, ShapeError
+from tolk_core.errors import ArgumentError, DeviceMismatchError, DTypeError, ShapeError
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import DType, dtypes, promote_types
@@ -299,7 +299,7 @@ class ElementwiseMixin:
         if approximate == "none":
             return 0.5 * x * (1 + (x * _SQRT_HALF).erf())
         if approximate != "tanh":
-            raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise ArgumentError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
         return 0.5 * x * (1 + (_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
 
     def erf(self: Tensor) -> Tensor:
@@ -318,7 +318,7 @@ class ElementwiseMixin:
         series = series * small
         z = x.abs().clip(1.0, 10.0)
         t = (1 + 0.5 * z).reciprocal()
-        poly = t * _ERFC_FIT[-1]
+        poly = t * 0.0 + _ERFC_FIT[-1]
         for c in reversed(_ERFC_FIT[:-1]):
             poly = poly * t + c
         erfc = t * (poly - z * z).exp()

@@ -7,14 +7,17 @@ unit. `matmul` broadcasts the batch axes, then multiplies and sums along the sha
 `conv2d` is torch's cross-correlation (`F.conv2d(x, w, b, stride, padding, dilation, groups)`): the input is
 padded, viewed as sliding windows with movement ops only (`_windows`), multiplied with the weight and summed,
 so the whole forward pass (bias included) is one reduce kernel. Pooling reads the same windows over an input
-padded with -inf (max) or zeros (average; the divisor is the same windows summed over a mask of the counted
-positions).
+padded with -inf (max) or zeros (average; the divisor, how many positions each window covers, depends on shapes
+only and is computed on the host).
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from tolk_core.errors import ShapeError
 from tolk_core.frontend.movement import broadcast_shape
@@ -39,6 +42,20 @@ def spatial_pads(padding: int | Sequence[int], nd: int) -> tuple[tuple[int, int]
         flat = tuple(padding)
         return tuple((flat[2 * i], flat[2 * i + 1]) for i in reversed(range(nd)))
     return tuple((p, p) for p in spatial_arg(padding, nd, "padding"))
+
+
+# avg_pool2d's divisor grids by (shapes, pooling, dtype, device)
+_divisors: dict[tuple, Tensor] = {}
+
+
+def _window_counts(size: int, out: int, k: int, stride: int, pad: int, include_pad: bool) -> np.ndarray:
+    """How many positions each of `out` pooling windows covers along one axis: those inside the input, or with
+    `include_pad` inside the padded input (never past it: torch's divisor for ceil_mode windows)."""
+    start = np.arange(out) * stride - pad
+    end = np.minimum(start + k, size + pad)
+    if not include_pad:
+        start, end = np.maximum(start, 0), np.minimum(end, size)
+    return (end - start).astype(np.float64)
 
 
 class NNMixin:
@@ -187,22 +204,23 @@ class NNMixin:
                    divisor_override: int | None = None) -> Tensor:
         """Mean over sliding windows of the last 2 axes (a kernel tuple of n sizes: the last n axes): torch's
         F.avg_pool2d. The divisor counts the zero padding when `count_include_pad`, never the part of a
-        ceil_mode window past the padding; `divisor_override` replaces it."""
+        ceil_mode window past the padding; `divisor_override` replaces it. The divisor depends on shapes only:
+        it is computed on the host and uploaded once per shape."""
         win, pads = self._pool_windows(kernel_size, stride, padding, 1, ceil_mode, 0.0)
         nd = win.ndim - self.ndim
         total = win.sum(axis=tuple(range(-nd, 0)))
         if divisor_override is not None:
             return total / divisor_override
-        # the divisor: the same windows over ones where an element counts, zeros where it does not
-        sizes = self.shape[-nd:]
-        ones = type(self).full(sizes, 1.0, total.dtype, self.device)
-        if count_include_pad:
-            counted = ones.pad(tuple((b, b) for b, _ in pads), 1.0).pad(tuple((0, a - b) for b, a in pads))
-        else:
-            counted = ones.pad(pads)
-        count = counted._windows(spatial_arg(kernel_size, nd, "kernel_size"), spatial_arg(
-            kernel_size if stride is None else stride, nd, "stride"), (1,) * nd)
-        return total / count.sum(axis=tuple(range(-nd, 0)))
+        out = total.shape[-nd:]
+        k = spatial_arg(kernel_size, nd, "kernel_size")
+        st = k if stride is None else spatial_arg(stride, nd, "stride")
+        key = (self.shape[-nd:], out, k, st, pads, count_include_pad, total.dtype, self.device)
+        if (count := _divisors.get(key)) is None:  # uploaded once and kept: a JIT replay reads the same storage
+            counts = [_window_counts(size, o, kk, s, p, count_include_pad)
+                      for size, o, kk, s, (p, _) in zip(self.shape[-nd:], out, k, st, pads, strict=True)]
+            grid = functools.reduce(np.multiply.outer, counts)
+            count = _divisors[key] = type(self)(grid.astype(dtypes.to_np(total.dtype)), device=self.device)
+        return total / count
 
     def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False,

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentError, ShapeError, UnsupportedError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
@@ -47,9 +47,9 @@ class MultiheadAttention(Module):
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
                  vdim: int | None = None, batch_first: bool = False, device: str | None = None):
         if embed_dim % num_heads:
-            raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+            raise ArgumentError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
         if add_bias_kv or add_zero_attn or kdim not in (None, embed_dim) or vdim not in (None, embed_dim):
-            raise NotImplementedError("MultiheadAttention: add_bias_kv, add_zero_attn and kdim/vdim other than "
+            raise UnsupportedError("MultiheadAttention: add_bias_kv, add_zero_attn and kdim/vdim other than "
                                       "embed_dim are not supported; project key and value to embed_dim first")
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
         self.in_proj_weight = param(uniform_init(math.sqrt(6 / (4 * embed_dim)), 3 * embed_dim, embed_dim), device)

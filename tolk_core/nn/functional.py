@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentError, ShapeError, UnsupportedError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -74,7 +74,7 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean", label
     if logits.ndim != 2 or labels.shape != logits.shape[:1]:
         raise ShapeError(f"cross_entropy needs (N, C) logits and (N,) labels, got {logits.shape} and {labels.shape}")
     if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"cross_entropy reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        raise ArgumentError(f"cross_entropy reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     classes = logits.shape[1]
     target = one_hot(labels, classes).cast(logits.dtype)
     if label_smoothing:
@@ -172,7 +172,7 @@ def _max_pool(nd: int, x: Tensor, kernel_size: int | Sequence[int], stride: int 
               return_indices: bool) -> Tensor:
     _pool_check(x, nd, f"max_pool{nd}d")
     if return_indices:
-        raise NotImplementedError(f"max_pool{nd}d(return_indices=True) is not supported: pool values only (argmax "
+        raise UnsupportedError(f"max_pool{nd}d(return_indices=True) is not supported: pool values only (argmax "
                                   "of the windows is not built yet)")
     return x.max_pool2d(_sizes(kernel_size, nd), _stride(stride, nd), _sizes(padding, nd), _sizes(dilation, nd),
                         ceil_mode)
@@ -242,7 +242,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     1/(1-p); identity when not training. (nn.Dropout draws its masks from a device-side counter instead, so
     a JIT replay draws new ones.)"""
     if not 0 <= p <= 1:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0:
         return x
     if p == 1:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tolk_core.errors import ArgumentError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.nn.state import get_parameters, get_state_dict, load_state_dict
 
@@ -62,11 +63,11 @@ class Module:
         """Keep `tensor` as state named `name` that is not a parameter (torch's register_buffer): realized into
         its own storage (so in-place updates by `assign` work), never marked requires_grad."""
         if not name.isidentifier() or name.startswith("_"):
-            raise ValueError(f"buffer name {name!r} must be a public identifier (the state dict skips "
+            raise ArgumentError(f"buffer name {name!r} must be a public identifier (the state dict skips "
                              "underscore names)")
         if tensor is not None:
             if tensor.requires_grad:
-                raise ValueError(f"buffer {name!r} requires grad: a trainable tensor is a parameter, assign it "
+                raise ArgumentError(f"buffer {name!r} requires grad: a trainable tensor is a parameter, assign it "
                                  "as an attribute instead")
             tensor = tensor.contiguous().realize()
         if persistent:

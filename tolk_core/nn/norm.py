@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentError, ShapeError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
@@ -106,7 +106,7 @@ class GroupNorm(Module):
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
                  device: str | None = None):
         if num_channels % num_groups:
-            raise ValueError(f"GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}")
+            raise ArgumentError(f"GroupNorm: num_channels {num_channels} must be divisible by num_groups {num_groups}")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
         self.weight = param(np.ones(num_channels), device) if affine else None
         self.bias = param(np.zeros(num_channels), device) if affine else None

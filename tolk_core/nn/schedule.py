@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tolk_core.errors import ArgumentError
+
 
 class LRScheduler:
     """Base: `lr_at(epoch)` is the subclass's closed form; `step()` advances the epoch and sets the rate."""
@@ -59,7 +61,7 @@ class LinearLR(LRScheduler):
     def __init__(self, optimizer: Any, start_factor: float = 1 / 3, end_factor: float = 1.0, total_iters: int = 5,
                  last_epoch: int = -1):
         if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
-            raise ValueError(f"LinearLR factors must be in (0, 1] and [0, 1], got {start_factor} and {end_factor}")
+            raise ArgumentError(f"LinearLR factors must be in (0, 1] and [0, 1], got {start_factor} and {end_factor}")
         self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
         super().__init__(optimizer, last_epoch)
 
@@ -96,7 +98,7 @@ class SequentialLR(LRScheduler):
     def __init__(self, optimizer: Any, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
                  last_epoch: int = -1):
         if len(milestones) != len(schedulers) - 1:
-            raise ValueError(f"SequentialLR needs one milestone fewer than schedulers, got {len(milestones)} for "
+            raise ArgumentError(f"SequentialLR needs one milestone fewer than schedulers, got {len(milestones)} for "
                              f"{len(schedulers)}")
         self.schedulers, self.milestones = list(schedulers), list(milestones)
         super().__init__(optimizer, last_epoch)
