@@ -93,14 +93,15 @@ def test_module_to_moves_in_place(device) -> None:
     params, buffers = net.parameters(), net.buffers()
     before = {k: v.numpy() for k, v in net.state_dict().items()}
     net.to(device)
-    assert net.parameters() == params and all(a is b for a, b in zip(net.buffers(), buffers, strict=True))
-    assert all(t.device == device for t in [*net.state_dict().values(), net.cache])
+    want = Tensor.zeros(1, device=device).device  # the device's full name ("OPENCL:0")
+    assert all(a is b for a, b in zip(net.parameters() + net.buffers(), params + buffers, strict=True))
+    assert all(t.device == want for t in [*net.state_dict().values(), net.cache])
     assert all(p.requires_grad for p in params)
     for k, v in net.state_dict().items():
         np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
     out = net(Tensor(np.ones((2, 2, 4, 4), np.float32), device=device)).sum()
     out.backward()
-    assert all(p.grad is not None and p.grad.device == device for p in params)
+    assert all(p.grad is not None and p.grad.device == want for p in params)
 
 
 def test_no_grad_at_top_level() -> None:
