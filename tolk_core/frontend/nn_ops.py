@@ -188,6 +188,12 @@ class NNMixin:
                 out -= 1
             pads.append((p, (out - 1) * s + d * (kk - 1) + 1 - size - p))
         x = self.pad(((0, 0),) * (self.ndim - nd) + tuple(pads), value)
+        if st == k and all(d == 1 for d in dl):  # windows that tile the input: a reshape, no sliding view
+            lead, outs = x.shape[:-nd], tuple(size // kk for size, kk in zip(x.shape[-nd:], k, strict=True))
+            tiles = x.reshape(lead + tuple(v for o, kk in zip(outs, k, strict=True) for v in (o, kk)))
+            order = tuple(range(len(lead))) + tuple(len(lead) + 2 * i for i in range(nd)) + \
+                tuple(len(lead) + 2 * i + 1 for i in range(nd))
+            return tiles.permute(order), tuple(pads)
         return x._windows(k, st, dl), tuple(pads)
 
     def max_pool2d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
