@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.tolk-installed
 DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
 .PHONY: test demo bench install opencl lint clean conformance example-conformance spec-test gpu-bundle \
-	gpu-bundle-size
+	gpu-bundle-size fuzz
 
 test: install opencl lint conformance spec-test
 	$(BIN)/pytest --durations=20
@@ -18,6 +18,14 @@ test: install opencl lint conformance spec-test
 # the cache keys on the code, the settings and the kernel.)
 spec-test: install opencl
 	SPEC=1 $(BIN)/pytest -q -p no:cacheprovider tests/schedule tests/codegen tests/engine
+
+# the differential fuzzer on new seeds (tests/fuzz): FUZZ_START, FUZZ_COUNT programs or FUZZ_SECONDS, whichever
+# ends first; prints each failing seed with a minimized program (CI runs a fixed list: tests/fuzz/test_fuzz.py)
+FUZZ_START ?= 10000
+FUZZ_COUNT ?= 2000
+FUZZ_SECONDS ?= 300
+fuzz: install opencl
+	$(BIN)/python -m tests.fuzz --start $(FUZZ_START) --count $(FUZZ_COUNT) --seconds $(FUZZ_SECONDS)
 
 demo: install opencl $(DEMO_STAMP)
 	$(BIN)/tolk devices --check

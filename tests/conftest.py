@@ -1,13 +1,20 @@
-"""Shared fixtures. Nothing here is autouse: tests that touch the registry or configuration ask for them."""
+"""Shared fixtures, and the hook that fails a test recording no check. No fixture here is autouse: tests that
+touch the registry or configuration ask for them."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tolk_core.counters import GlobalCounters
+# asserts in the shared helpers count as the calling test's checks (the rewrite must be registered before the
+# helpers are first imported, which happens when the test modules are collected)
+pytest.register_assert_rewrite("tests.frontend.helpers", "tests.conformance.helpers")
+
+from tolk_core.counters import GlobalCounters  # noqa: E402 - after the rewrite registration above
 
 FIXTURE_SITE = Path(__file__).parent / "fixtures" / "site"
 TOLK_ENV = ("TOLK_DEVICE", "TOLK_PLUGINS", "TOLK_DISABLE_PLUGINS", "TOLK_CC", "TOLK_CFLAGS", "TOLK_NO_CONFIG",
@@ -47,6 +54,57 @@ def fixture_plugins(tolk_env, monkeypatch):
 def has_opencl() -> bool:
     from tolk_opencl.plugin import probe
     return probe().ok
+
+
+# ---- every passing test must have checked something
+# A check is a passing `assert` (pytest's assertion-pass hook: `enable_assertion_pass_hook` in pyproject.toml),
+# a numpy.testing assertion, or a pytest.raises / pytest.warns / pytest.deprecated_call context or call. A test
+# that passes with none of them could not have failed, so it fails with a message saying so.
+_CHECKS = [0]
+
+
+def _counted(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        _CHECKS[0] += 1
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+def _count_checks() -> None:
+    """Wrap numpy.testing's assert_* functions and pytest's raises/warns/deprecated_call so calls are counted.
+    Done at import of this conftest, before test modules are collected, so `from numpy.testing import ...`
+    in a test module binds the wrapped function too."""
+    for name in dir(np.testing):
+        fn = getattr(np.testing, name)
+        if name.startswith("assert_") and callable(fn) and not hasattr(fn, "__wrapped__"):
+            setattr(np.testing, name, _counted(fn))
+    for name in ("raises", "warns", "deprecated_call"):
+        if not hasattr(getattr(pytest, name), "__wrapped__"):
+            setattr(pytest, name, _counted(getattr(pytest, name)))
+
+
+_count_checks()
+
+
+def pytest_assertion_pass(item, lineno, orig, expl) -> None:
+    _CHECKS[0] += 1
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _CHECKS[0] = 0  # asserts in the test's fixtures count for it too
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    if _CHECKS[0] == 0:
+        pytest.fail(f"{item.nodeid} passed without recording a check: no assert passed and no numpy.testing "
+                    "assertion, pytest.raises or pytest.warns ran; add an assertion of what the test is for",
+                    pytrace=False)
+    return result
 
 
 # ---- every available compiled device, and a kernel counter (used by the numerical tests)

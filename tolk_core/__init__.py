@@ -14,6 +14,7 @@ from tolk_core.errors import (  # noqa: F401
     DeviceUnavailableError,
     DTypeError,
     JitError,
+    ScalarOverflowError,
     ShapeError,
     TolkError,
     UnknownDeviceError,

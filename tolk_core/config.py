@@ -62,6 +62,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("KERNEL_MAX_BUFFERS", int, 64, "buffers one fused kernel may read before the scheduler splits it; "
             "<= 0: no budget"),
     Setting("COMPILE_WARN_SECONDS", float, 10.0, "a compile taking longer warns, naming its largest kernels"),
+    Setting("COMPILE_TIMEOUT", float, 300.0, "seconds one compiler call may take before it is stopped and the "
+            "compile fails with CompileTimeoutError; <= 0: no limit", env="TOLK_COMPILE_TIMEOUT"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)"),
     Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
             "the first available), from a file a preference", env="TOLK_DEVICE"),

@@ -13,6 +13,11 @@ class DTypeError(TolkError, TypeError):
     """A dtype that an operation or a device does not support."""
 
 
+class ScalarOverflowError(TolkError, OverflowError):
+    """A Python integer that the dtype it must take cannot hold (numpy 2 raises OverflowError there too):
+    `Tensor([300], dtype=uint8)`, `int8_tensor + 300`, `full(shape, 2**40, dtype=int32)`."""
+
+
 class BroadcastStoreError(TolkError, ValueError):
     """A store whose destination is a broadcast: several of its elements are one cell, which the
     store would write once per element, in no order."""
@@ -92,6 +97,21 @@ class CallArgumentError(TolkError, ValueError):
     """An inline call's argument that does not fit its parameter (docs/prepare.md, inline calls): a storage
     parameter's size, a scalar parameter's shape, or the data type. Names the call, the argument and the
     parameter."""
+
+
+class CompileTimeoutError(CompileError):
+    """A compiler that did not finish within COMPILE_TIMEOUT seconds (docs/configuration.md); it was stopped.
+    Names the limit and how to raise it."""
+
+
+class OutOfMemoryError(TolkError, MemoryError):
+    """An allocation that the device cannot hold: larger than the device's largest allocation, its memory, or
+    the host memory still available. Names the size, the device and the limit it exceeds."""
+
+
+class CacheCorruptionWarning(UserWarning):
+    """An on-disk cache entry (a compiled binary, a rendered source, ...) that is truncated or damaged: it was
+    ignored and rebuilt. The message names the file."""
 
 
 class ArgumentError(TolkError, ValueError):

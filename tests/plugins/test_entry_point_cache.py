@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from tolk_core.errors import CacheCorruptionWarning
 from tolk_core.plugins import entry_points
+from tolk_core.runtime import cache_file
 
 GROUP = "tolk.backends"
 
@@ -48,8 +52,9 @@ def test_corrupt_cache_is_read_again(tmp_path, monkeypatch):
     want = _names(entry_points.installed(GROUP))
     (cache,) = (tmp_path / "entry_points").iterdir()
     cache.write_text("{not json")
-    assert _names(entry_points.installed(GROUP)) == want
-    assert json.loads(cache.read_text())  # rewritten
+    with pytest.warns(CacheCorruptionWarning, match="entry-point table"):
+        assert _names(entry_points.installed(GROUP)) == want
+    assert json.loads(cache_file.read_entry(cache, "entry-point table"))  # rewritten whole
 
 
 def test_warm_process_does_not_import_importlib_metadata(tmp_path):

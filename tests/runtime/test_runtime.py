@@ -15,7 +15,7 @@ from tolk_core import config
 from tolk_core.errors import BufferSizeError, CompileError
 from tolk_core.plugins import BackendSpec, Device, hookimpl, register
 from tolk_core.render.ccompile import compile_c, load_shared
-from tolk_core.runtime import Allocator, Buffer, CompiledDevice, Compiler, Graph, Launch, Program
+from tolk_core.runtime import Allocator, Buffer, CompiledDevice, Compiler, Graph, Launch, Program, cache_file
 
 F32 = np.dtype(np.float32)
 
@@ -86,7 +86,7 @@ def test_allocator_releases_cache_on_memory_error():
     assert a.alloc(16) is not None and calls == [16, 16] and a.frees == [8]
 
 
-def test_buffer_lazy_views_sizes_and_free(mem):
+def _use_buffer_and_views(mem) -> None:
     b = Buffer("MEM", 8, F32)
     assert not b.is_allocated and b.nbytes == 32
     b.copyin(memoryview(np.arange(8, dtype=np.float32)))
@@ -103,7 +103,12 @@ def test_buffer_lazy_views_sizes_and_free(mem):
         b.copyout(bytearray(4))
     with pytest.raises(BufferSizeError, match="view of 8 bytes at offset 28 does not fit in a buffer of 32 bytes"):
         b.view(2, F32, 28)
-    del b, v, vv
+
+
+def test_buffer_lazy_views_sizes_and_free(mem):
+    # the buffers live in a helper's frame: the locals() snapshot pytest's assertion-pass hook takes of the
+    # asserting frame would keep them alive after a `del`
+    _use_buffer_and_views(mem)
     gc.collect()
     assert mem.allocator.cached_bytes == 32  # given back to the free list when unreferenced
     assert Buffer("MEM", 8, F32).allocate().handle is not None and mem.allocator.allocs == 1  # reused
@@ -277,7 +282,7 @@ def test_two_processes_compiling_the_same_source_share_one_entry(tmp_path):
     assert all(p.returncode == 0 for p in procs), outs
     assert sorted(int(o[0]) for o in outs) == [0, 1]  # one compiled, the other waited and read its entry
     entries = [p for p in (tmp_path / "compile").rglob("*") if p.is_file() and p.suffix != ".lock"]
-    assert len(entries) == 1 and entries[0].read_bytes()[:4] == b"\x7fELF"
+    assert len(entries) == 1 and cache_file.read_entry(entries[0], "binary")[:4] == b"\x7fELF"
 
 
 def test_compiler_identity_is_remembered_per_facts(tmp_path):

@@ -62,6 +62,29 @@ def test_a_chain_under_a_cat_is_computed_once_per_element(device) -> None:
     close(out().numpy(), np.concatenate([_np_chain(x) for x in xs], axis=1), rtol=1e-5, atol=1e-5)
 
 
+def test_a_chain_three_kernels_read_is_computed_once(device) -> None:
+    # three reductions of one chain, each its own kernel: inlined, every kernel computes the six steps
+    x = _rand(256, 128)
+    tx = Tensor(x, device=device)
+    outs = lambda: (lambda y: [y.sum(axis=0), y.max(axis=0), y.sum(axis=1)])(_chain(tx))
+    with Lineage():
+        with config.override(FUSION_WORK_BOUND=0.0):
+            assert len(schedule(target_for(device), [o.uop for o in outs()]).linear.src) == 3
+        assert len(schedule(target_for(device), [o.uop for o in outs()]).linear.src) == 4
+    got, want = outs(), _np_chain(x)
+    got[0].realize(*got[1:])
+    for g, w in zip(got, [want.sum(axis=0), want.max(axis=0), want.sum(axis=1)], strict=True):
+        close(g.numpy(), w, rtol=1e-4, atol=1e-4)
+
+
+def test_a_chain_two_kernels_read_stays_inlined() -> None:
+    # k = 2 never passes a bound of 2: (c + 1)·2 / (c + 2) < 2 for every c
+    tx = Tensor(_rand(256, 128))
+    y = _chain(tx)
+    with Lineage():
+        assert len(schedule(target_for("CPU"), [y.sum(axis=0).uop, y.sum(axis=1).uop]).linear.src) == 2
+
+
 def test_a_single_scale_broadcast_into_a_matmul_stays_inlined() -> None:
     # one operation per element recomputed per column: (1 + 1)F / (1 + F) < 2, cheaper than a round trip
     tx, tb = Tensor(_rand(256, 64)), Tensor(_rand(256, 128, seed=1))

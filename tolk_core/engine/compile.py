@@ -20,6 +20,7 @@ from tolk_core.codegen import KernelSource, generate
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers
 from tolk_core.engine.source_cache import generate_cached
+from tolk_core.errors import CompileTimeoutError
 from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -96,7 +97,11 @@ def _compile_together(name: str, asts: list[UOp]) -> None:
         print(module)
     start = time.perf_counter()
     GlobalCounters.kernels_compiled += len({ks.name for ks in sources})
-    lib = device.compiler.compile_cached(module)
+    try:
+        lib = device.compiler.compile_cached(module)
+    except CompileTimeoutError as e:  # the compiler knows the limit; the kernels are named here
+        kernels = ", ".join(dict.fromkeys(ks.name for ks in sources))
+        raise CompileTimeoutError(f"compiling kernel(s) {kernels} for {name}: {e.args[0]}", e.source, e.log) from None
     if (took := time.perf_counter() - start) > config.get("COMPILE_WARN_SECONDS"):
         _warn_slow(name, took, sources)
     for ast, ks, prg in zip(asts, sources, load(device, sources, lib), strict=True):

@@ -42,16 +42,23 @@ def _refuse_disk(device: str, u: UOp) -> None:
                         f"viewed or bitcast, but {u.op.name} was asked to be computed on it")
 
 
+def _known(u: UOp, device: str) -> UOp | None:
+    """The storage view an earlier realize computed `u` into, if that storage is on `device`. A value without a
+    device of its own (a constant) may have been computed on another device: that storage is not this one's."""
+    view = _computed.get(u)
+    return view if view is not None and view.device == device else None
+
+
 def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     """The storage view holding each of `values` (all on `device`), computing the ones not computed yet, in one
     schedule. A value that is storage (a BUFFER seen whole through reshapes) is its own view."""
-    out = [_computed.get(v, v) for v in values]
+    out = [_known(v, device) or v for v in values]
     todo = list(dict.fromkeys(v for v in out if buffers.base_buffer(v) is None))
     if not todo:
         return out
     # reuse values computed by earlier realizes that these graphs still read
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
-    if known := {u: _computed[u] for u in sink.toposort() if u in _computed}:
+    if known := {u: k for u in sink.toposort() if (k := _known(u, device)) is not None}:
         sink = sink.substitute(known, placements.carry_intent)
     sink = _copy_across_devices(device, sink)
     for u in sink.src:

@@ -58,11 +58,13 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
         captures[-1].linears.append(linear)
         captures[-1].var_vals.update(var_vals)
         return
+    # every buffer is allocated before anything compiles: a size the device cannot hold fails at once
+    # (OutOfMemoryError), not after a compile
+    all_handles = [[_runtime_arg(b, input_uops).allocate().handle for b in call.src[1:]] for call in linear.src]
     programs = compile_linear(linear)
     debug = config.get("DEBUG")
     timing = debug >= 2 or profile.profiling()
-    for call, (prg, ks) in zip(linear.src, programs, strict=True):
-        handles = [_runtime_arg(b, input_uops).allocate().handle for b in call.src[1:]]
+    for call, (prg, ks), handles in zip(linear.src, programs, all_handles, strict=True):
         vals = kernel_vals(ks, var_vals)
         gsize = ks.launch_dims(var_vals)
         if not timing:

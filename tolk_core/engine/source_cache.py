@@ -11,7 +11,8 @@ process's first call once the binary itself comes from the compile cache. `gener
   package, so an edited or upgraded Tolk never reads sources an older version wrote.
 
 A kernel whose AST argument has no stable text (an object printed with its address) or whose launch size is
-symbolic is generated every time. DISABLE_COMPILER_CACHE turns this cache off with the binary cache.
+symbolic is generated every time. DISABLE_COMPILER_CACHE turns this cache off with the binary cache. Entries
+are verified (`runtime.cache_file`): a damaged one warns and is generated and written again.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tolk_core.codegen import KernelSource, generate
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import KernelParam
+from tolk_core.runtime import cache_file
 from tolk_core.runtime.compiler import cache_dir
 
 
@@ -121,13 +123,11 @@ def generate_cached(ast: UOp, renderer: Any) -> KernelSource:
     if config.get("DISABLE_COMPILER_CACHE") or (key := _key(ast, renderer)) is None:
         return generate(ast, renderer)
     path = cache_dir() / "source" / key[:2] / f"{key}.json"
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError):
-        return _load(path.read_text())
+    if (data := cache_file.read_entry(path, "kernel source")) is not None:
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, AssertionError):
+            return _load(data.decode())  # whole but unreadable: written by a Tolk whose dtypes differ
     ks = generate(ast, renderer)
     if (text := _dump(ks)) is not None:
         with contextlib.suppress(OSError):  # an unwritable cache only costs the next process the generation
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}")
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            cache_file.write_entry(path, text.encode())
     return ks

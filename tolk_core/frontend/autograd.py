@@ -129,8 +129,8 @@ _RULES: dict[Op, Rule] = {
     Op.NEG: lambda u, g: (_neg(g),),
     Op.EXP2: lambda u, g: (_scale(_mul(g, u), _LN_2),),
     Op.LOG2: lambda u, g: (_alu(Op.FDIV, g, _scale(u.src[0], _LN_2)),),
-    # cos(x) written as sin(x + pi/2): SIN is the only trigonometric op in the IR
-    Op.SIN: lambda u, g: (_mul(g, _alu(Op.SIN, _alu(Op.ADD, u.src[0], _full(u, math.pi / 2)))),),
+    Op.SIN: lambda u, g: (_mul(g, _alu(Op.COS, u.src[0])),),
+    Op.COS: lambda u, g: (_mul(g, _alu(Op.NEG, _alu(Op.SIN, u.src[0]))),),
     Op.SQRT: lambda u, g: (_alu(Op.FDIV, g, _scale(u, 2.0)),),
     Op.RECIPROCAL: lambda u, g: (_neg(_mul(g, _mul(u, u))),),
     Op.TRUNC: lambda u, g: (None,),  # piecewise constant: zero almost everywhere
@@ -226,6 +226,16 @@ def track(t: Tensor, on: bool) -> bool:
         t.realize()
     _tracked[id(t)] = t
     return True
+
+
+def may_flow(u: UOp) -> bool:
+    """Whether a gradient could flow into `u`: gradients are enabled and a tensor marked requires_grad (now)
+    is in `u`'s graph. (A tensor marked after a value was built from it gets no gradient through the ops that
+    chose a gradient-free form, as in torch, where marking comes before use.)"""
+    if not _grad_enabled[0] or not _tracked:
+        return False
+    nodes = set(u.toposort())
+    return any(t.uop in nodes for t in list(_tracked.values()))
 
 
 def _is_storage(u: UOp) -> bool:

@@ -33,10 +33,17 @@ def resolve_device(device: str | None) -> str:
 
 
 def as_const(value: Scalar, dt: DType) -> Scalar:
-    """A Python value as a constant of `dt` (C conversion rules: floats truncate into integers)."""
+    """A Python value as a constant of `dt` (C conversion rules: floats truncate into integers). A Python int
+    that integer `dt` cannot hold raises ScalarOverflowError, as numpy 2 does, instead of wrapping."""
+    dtypes.check_fits(dt, value)
     if dtypes.is_float(dt):
         return float(value)
     return bool(value) if dtypes.is_bool(dt) else int(value)
+
+
+def _int_span(values: np.ndarray, start: Scalar) -> tuple[int, int]:
+    """The least and greatest of the integers `values` as Python ints (`start` twice when there are none)."""
+    return (int(values.min()), int(values.max())) if values.size else (int(start), int(start))
 
 
 class ConstructionMixin:
@@ -89,10 +96,17 @@ class ConstructionMixin:
             start, stop = 0, start
         if step == 0:
             raise ValueError("arange step must not be zero")
-        dt = dtypes.parse(dtype) if dtype is not None else (
-            dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
+        values = np.arange(start, stop, step)
+        floats = any(isinstance(v, float) for v in (start, stop, step))
+        if dtype is None:
+            dt = dtypes.default_float if floats else dtypes.int_dtype_of(*_int_span(values, start))
+        else:
+            dt = dtypes.parse(dtype)
+            if not floats:  # the values are Python ints: one that dt cannot hold is refused, not wrapped
+                for v in _int_span(values, start):
+                    dtypes.check_fits(dt, v)
         # uploaded rather than computed: a computed arange costs O(n^2) work or a special op, an upload O(n)
-        return cls(np.arange(start, stop, step).astype(dtypes.to_np(dt)), device, dt)
+        return cls(values.astype(dtypes.to_np(dt)), device, dt)
 
     @classmethod
     def eye(cls: type[Tensor], n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:

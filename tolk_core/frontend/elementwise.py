@@ -29,7 +29,7 @@ import numpy as np
 from tolk_core.errors import ArgumentError, DeviceMismatchError, DTypeError, ShapeError
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape
-from tolk_core.ir.dtype import DType, dtypes, promote_types
+from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 
@@ -62,11 +62,7 @@ class ElementwiseMixin:
             if not isinstance(other, (bool, int, float, np.generic)):
                 raise TypeError(f"cannot combine a Tensor with {type(other).__name__}")
             other = other.item() if isinstance(other, np.generic) else other
-            dt = self.dtype
-            if isinstance(other, float) and not dtypes.is_float(dt):
-                dt = dtypes.default_float
-            elif isinstance(other, int) and not isinstance(other, bool) and dtypes.is_bool(dt):
-                dt = dtypes.default_int
+            dt = weak_promote(self.dtype, other)  # as_const refuses an int that dt cannot hold
             a, b = self, type(self)(UOp.const(dt, as_const(other, dt)), self.device)
         a, b = a.cast(dt), b.cast(dt)
         shape = broadcast_shape(a.shape, b.shape)
@@ -131,13 +127,37 @@ class ElementwiseMixin:
 
     # ---- comparisons and selection ----
     def _cmp(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
+        if (side := self._int_beyond_dtype(other)) is not None:
+            # a Python int outside this integer dtype compares exactly (numpy 2): it lies above (side 1) or below
+            # (side -1) every element, so the answer is one constant
+            below = (side > 0) != reflected  # whether the left operand is the lesser
+            answer = {Op.CMPLT: below, Op.CMPEQ: False, Op.CMPNE: True}[op]
+            return self.full_like(answer, dtypes.bool)
         a, b = self._coerce(other, reflected)
         return a._alu(op, b, dtype=dtypes.bool)
 
+    def _int_beyond_dtype(self: Tensor, other: Any) -> int | None:
+        """1 or -1 when `other` is a Python int above or below every value of this integer tensor's dtype, else
+        None."""
+        if not dtypes.is_int(self.dtype) or isinstance(other, bool) or not isinstance(other, (int, np.integer)):
+            return None
+        v = int(other)
+        return None if dtypes.fits(self.dtype, v) else (1 if v > 0 else -1)
+
+    def _lt_or_eq(self: Tensor, other: Any, reflected: bool) -> Tensor:
+        """`self <= other` (reflected: `other <= self`). Floats: `a < b or a == b`, which is False when either
+        is NaN, as in numpy; `not (a > b)` would be True there. Bools and integers have no NaN: `not (a > b)`."""
+        if self._int_beyond_dtype(other) is not None:
+            return self._cmp(Op.CMPLT, other, reflected)  # a constant: no element equals the int
+        a, b = self._coerce(other, reflected)
+        if dtypes.is_float(a.dtype):
+            return a._alu(Op.CMPLT, b, dtype=dtypes.bool) | a._alu(Op.CMPEQ, b, dtype=dtypes.bool)
+        return b._alu(Op.CMPLT, a, dtype=dtypes.bool).logical_not()
+
     def __lt__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPLT, other)
     def __gt__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPLT, other, True)
-    def __le__(self: Tensor, other: Any) -> Tensor: return (self > other).logical_not()
-    def __ge__(self: Tensor, other: Any) -> Tensor: return (self < other).logical_not()
+    def __le__(self: Tensor, other: Any) -> Tensor: return self._lt_or_eq(other, False)
+    def __ge__(self: Tensor, other: Any) -> Tensor: return self._lt_or_eq(other, True)
     def __eq__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPEQ, other)  # type: ignore[override]  # a Tensor, not bool
     def __ne__(self: Tensor, other: Any) -> Tensor: return self._cmp(Op.CMPNE, other)  # type: ignore[override]  # a Tensor, not bool
     __hash__ = object.__hash__
@@ -146,7 +166,8 @@ class ElementwiseMixin:
         """Elementwise `x if self else y`, broadcasting all three; scalars are weak as in arithmetic."""
         if not isinstance(x, type(self)):
             if not isinstance(y, type(self)):
-                dt = dtypes.default_float if any(isinstance(v, float) for v in (x, y)) else dtypes.from_py(x)
+                dt = dtypes.default_float if any(isinstance(v, float) for v in (x, y)) else \
+                    promote_types(dtypes.from_py(x), dtypes.from_py(y))
                 y = type(self)(UOp.const(dt, as_const(y, dt)), self.device)
             y, x = y._coerce(x)
         else:
@@ -208,10 +229,7 @@ class ElementwiseMixin:
             a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
         if not dtypes.is_float(a.dtype):
             return a._pow_int_tensor(b)
-        mag = (b * a.abs()._alu(Op.LOG2))._alu(Op.EXP2)
-        odd = (b - (b * 0.5).floor() * 2) == 1
-        neg = (b.trunc() == b).where(odd.where(-mag, mag), math.nan)
-        return (b == 0).where(1.0, (a < 0).where(neg, mag))
+        return _float_pow(a, b)
 
     def _pow_int_scalar(self: Tensor, n: int, float_exp: bool) -> Tensor:
         x = self._as_float() if float_exp else (self.cast(dtypes.default_int) if dtypes.is_bool(self.dtype) else self)
@@ -259,6 +277,8 @@ class ElementwiseMixin:
     def abs(self: Tensor) -> Tensor:
         if dtypes.is_bool(self.dtype) or dtypes.is_unsigned(self.dtype):
             return self
+        if dtypes.is_float(self.dtype):  # + 0.0 turns -0.0 into 0.0 (numpy's abs(-0.0)) and keeps everything else
+            return (self < 0).where(-self, self) + 0.0
         return (self < 0).where(-self, self)
 
     def exp2(self: Tensor) -> Tensor:
@@ -277,16 +297,29 @@ class ElementwiseMixin:
         return self._as_float()._alu(Op.SIN)
 
     def cos(self: Tensor) -> Tensor:
-        return (math.pi / 2 - self._as_float()).sin()
+        return self._as_float()._alu(Op.COS)
 
     def square(self: Tensor) -> Tensor:
         return self * self
 
     def sigmoid(self: Tensor) -> Tensor:
-        return (1 + (-self._as_float()).exp()).reciprocal()
+        """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: e = exp(-|x|) never overflows, so the tail below
+        x = -88 keeps its (subnormal) value instead of 1 / inf = 0."""
+        x = self._as_float()
+        e = (-x.abs()).exp()
+        return (x < 0).where(e, 1.0) / (1 + e)
 
     def tanh(self: Tensor) -> Tensor:
-        return 2 * (2 * self._as_float()).sigmoid() - 1
+        """tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|), which keeps its relative precision where
+        2*sigmoid(2x) - 1 cancels; below |x| = 1/4 (where 1 - e cancels) its Taylor series to x^9, whose next
+        term is below 2^-26 of the result there. NaN stays NaN; +-inf gives +-1; -0.0 stays -0.0."""
+        x = self._as_float()
+        ax = x.abs()
+        e = (ax * -2).exp()
+        big = (1 - e) / (1 + e)
+        x2 = x * x
+        small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
+        return (ax < 0.25).where(small, (x < 0).where(-big, big))
 
     def silu(self: Tensor) -> Tensor:
         x = self._as_float()
@@ -331,12 +364,22 @@ class ElementwiseMixin:
             raise ValueError("clip needs min_ or max_")
         x = self
         if min_ is not None:
-            a, lo = x._coerce(min_)
+            a, lo = x._coerce(x._clip_bound(min_, -1))
             x = (a < lo).where(lo, a)
         if max_ is not None:
-            a, hi = x._coerce(max_)
+            a, hi = x._coerce(x._clip_bound(max_, 1))
             x = (a > hi).where(hi, a)
         return x
+
+    def _clip_bound(self: Tensor, bound: Any, side: int) -> Any:
+        """A Python int bound beyond this integer tensor's dtype on its own `side` (-1: a lower bound below the
+        dtype, 1: an upper bound above it) bounds nothing: the dtype's nearest end clips exactly as the bound
+        would (numpy 2 clips exactly; wrapping it would clip int8 data to -200 as to -56). On the other side
+        every element would become the bound, which the dtype cannot hold: as_const raises
+        ScalarOverflowError, as numpy 2 does."""
+        if self._int_beyond_dtype(bound) != side:
+            return bound
+        return dtypes.max(self.dtype) if side > 0 else dtypes.min(self.dtype)
 
     clamp = clip
 
@@ -425,10 +468,28 @@ class ElementwiseMixin:
         return self if dt == self.dtype else type(self)(UOp(Op.BITCAST, dt, (self.uop,)), self.device)
 
 
+def _sign_bit(x: Tensor) -> Tensor:
+    """C's signbit(x) for floats other than NaN: True for negative x, -0.0 and -inf."""
+    return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
+
+
 def _signed_zero(x: Tensor) -> Tensor:
     """0.0 carrying the sign of `x` (C's copysign(0, x)): -0.0 for negative x and for -0.0 itself."""
-    negative = (x < 0) | ((x == 0) & (x.reciprocal() < 0))
-    return negative.where(-0.0, 0.0).cast(x.dtype)
+    return _sign_bit(x).where(-0.0, 0.0).cast(x.dtype)
+
+
+def _float_pow(a: Tensor, b: Tensor) -> Tensor:
+    """C99's pow(a, b) (numpy's and torch's): |a| ** b as exp2(b * log2|a|), then the special cases in order.
+    pow(x, +-0) = 1 and pow(1, y) = 1, NaN included; pow(-1, +-inf) = 1; a negative or signed-zero base with an
+    odd integer exponent keeps its sign (pow(-0.0, -3) = -inf, pow(-inf, 3) = -inf); a finite negative base
+    with a non-integer exponent is NaN; pow(-inf, y) is +-inf or +-0 by y's sign (pow(-inf, 0.5) = inf)."""
+    mag = (b * a.abs()._alu(Op.LOG2))._alu(Op.EXP2)
+    integral = b.trunc() == b  # False for NaN, True for +-inf
+    odd = integral & ((b - (b * 0.5).floor() * 2) == 1)  # inf - inf is NaN: an infinite exponent is even
+    one = (b == 0) | (a == 1) | ((a == -1) & (b.abs() == math.inf))
+    undefined = (a < 0) & (a != -math.inf) & integral.logical_not()
+    signed = (odd & _sign_bit(a)).where(-mag, mag)
+    return one.where(1.0, undefined.where(math.nan, signed))
 
 
 def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:

@@ -177,6 +177,7 @@ def _perform_stores(name: str, traced: _Traced, args: list[Tensor]) -> tuple[tup
         if _traces and _param_of(dest) is not None:
             _traces[-1].record(dest, value)  # a call inside a body: its stores are the enclosing body's
         else:
+            tensor_mod.before_write(tensor_mod.storage_of(dest), value)
             engine.assign(args[0].device, dest, value)
     return (tuple(o.substitute(fix) for o in traced.outs) if snapshot else traced.outs), uops
 

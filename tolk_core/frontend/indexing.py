@@ -1,5 +1,6 @@
 """Indexing: `Tensor.__getitem__`, numpy indexing with ints, slices (any step), None, Ellipsis and integer
-tensors. (Writing through an index, `t[i] = v`, is `Tensor.__setitem__`: a selection here, then `assign`.)
+tensors, and writing through them: `t[i] = v` and `index_put_` (basic indices: a view, then `assign`; integer
+tensors: a scatter, the last write winning where an element is selected twice, or with `accumulate` adding).
 
 An op belongs here when it selects elements by index values given by the caller.
 
@@ -13,6 +14,7 @@ result shape depends on the data).
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +22,7 @@ import numpy as np
 from tolk_core.errors import DTypeError, ShapeError
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, sint
 
 if TYPE_CHECKING:
@@ -39,6 +42,91 @@ class IndexingMixin:
     __slots__ = ()
 
     def __getitem__(self: Tensor, index: Any) -> Tensor:
+        x, gathers, insert_at = self._basic_index(self._entries(index))
+        return x._gather(gathers, insert_at) if gathers else x
+
+    def index_put_(self: Tensor, index: Any, value: Any, accumulate: bool = False) -> Tensor:
+        """Write `value` into the elements `self[index]` selects, in place, and return self. `index` is
+        anything `__getitem__` takes; `value` broadcasts to the selection's shape and is cast to this tensor's
+        dtype. An element selected several times (a repeated integer index) gets, without `accumulate`, the
+        value of its last selection in the index order, as numpy's `t[idx] = v` does; with `accumulate` every
+        selection adds its value, as numpy's `np.add.at(t, idx, v)` and torch's `index_put_(accumulate=True)`
+        (floats add in their own order, so sums of several values may round differently). An index tensor's
+        value out of range selects nothing (nothing is written there). `t[index] = value` is
+        `t.index_put_(index, value)`. The write is a store into this tensor's storage like `assign`; a lazy
+        tensor is realized first."""
+        from tolk_core.frontend.tensor import views_param, views_storage
+        if not views_storage(self.uop) and not views_param(self.uop):  # (a PARAM: a call body's argument)
+            self.realize()  # the selection must view this tensor's own storage
+        x, gathers, insert_at = self._basic_index(self._entries(index))
+        v = value if isinstance(value, type(self)) else type(self)(np.asarray(value) if isinstance(
+            value, (list, tuple, np.ndarray)) else value, device=self.device)
+        v = v.to(self.device).cast(self.dtype)
+        if not gathers:
+            x.assign(x + v if accumulate else v)
+        else:
+            x.assign(x._scattered(gathers, insert_at, v, accumulate))
+        return self
+
+    def _scattered(self: Tensor, gathers: list[tuple[int, Tensor]], insert_at: int | None, value: Tensor,
+                   accumulate: bool) -> Tensor:
+        """This view with `value` (broadcast to the shape `_gather` gives) written at the elements the
+        (axis, index tensor) pairs select, as a new lazy value: the last write wins, or with `accumulate`
+        every write adds. One-hot like `_gather`: position b of the broadcast index shape B writes element p
+        where every index tensor's value at b is p's coordinate on its axis."""
+        axes, bshape, mask = self._index_hits(gathers)
+        rest = [a for a in range(self.ndim) if a not in axes]
+        nb, k = len(bshape), len(axes)
+        sel = [self.shape[a] for a in rest]
+        at = insert_at or 0
+        sel_shape = tuple(sel[:at]) + bshape + tuple(sel[at:])
+        try:
+            v = value._broadcast_to(sel_shape) if value.shape != sel_shape else value
+        except ShapeError:
+            raise ShapeError(f"a value of shape {value.shape} cannot be broadcast to the selection's shape "
+                             f"{sel_shape}") from None
+        if at:  # the index axes first, as in the one-hot layout
+            v = v.permute(list(range(at, at + nb)) + list(range(at)) + list(range(at + nb, v.ndim)))
+        v = v.reshape(bshape + (1,) * k + tuple(sel))
+        x = self.permute(axes + rest)  # (n_1..n_k, R...)
+        if not (count := math.prod(bshape)):
+            return self
+        baxes = tuple(range(nb))
+        if accumulate:
+            new = mask.any(axis=baxes).where(x + mask.where(v, 0).sum(axis=baxes).cast(x.dtype), x)
+        else:
+            order = type(self).arange(1, count + 1, device=self.device).reshape(bshape + (1,) * x.ndim)
+            last = mask.where(order, 0).max(axis=baxes)  # 1 + the last position writing each element, 0: none
+            new = (last > 0).where(_pick(order == last, v, baxes), x)
+        perm = axes + rest
+        return new.permute([perm.index(a) for a in range(self.ndim)])
+
+    def _index_hits(self: Tensor, gathers: list[tuple[int, Tensor]]) -> tuple[list[int], tuple[int, ...], Tensor]:
+        """For (axis, index tensor) pairs: the axes, the broadcast index shape B, and the one-hot mask of shape
+        (B..., n_1..n_k, 1 per other axis): true where every index tensor's value at that position of B is
+        the coordinate on its axis (a negative index counts from the end)."""
+        axes = [a for a, _ in gathers]
+        try:
+            bshape = broadcast_shape(*(t.shape for _, t in gathers))
+        except ShapeError:
+            raise ShapeError("index tensors of shapes " + ", ".join(str(t.shape) for _, t in gathers)
+                             + " cannot be broadcast together") from None
+        nb = len(bshape)
+        tail = (1,) * self.ndim
+        mask = None
+        for j, (a, idx) in enumerate(gathers):
+            n = self.shape[a]
+            idx = idx.cast(dtypes.default_int)
+            idx = (idx < 0).where(idx + n, idx)._broadcast_to(bshape).reshape(bshape + tail)
+            pos = type(self).arange(n, device=self.device).reshape((1,) * (nb + j) + (n,) + tail[j + 1:])
+            hit = idx == pos
+            mask = hit if mask is None else mask.logical_and(hit)
+        assert mask is not None  # gathers holds one index tensor at least
+        return axes, tuple(bshape), mask
+
+    def _entries(self: Tensor, index: Any) -> list[Any]:
+        """`index` as one entry per axis of this tensor (None entries add axes): Ellipsis and missing trailing
+        entries become full slices, host integer data becomes integer arrays."""
         entries = list(index) if isinstance(index, tuple) else [index]
         entries = [self._index_tensor(i) if isinstance(i, (list, np.ndarray, type(self))) else i for i in entries]
         if sum(i is Ellipsis for i in entries) > 1:
@@ -51,8 +139,7 @@ class IndexingMixin:
             entries = entries[:at] + fill + entries[at + 1:]
         else:
             entries += fill
-        x, gathers, insert_at = self._basic_index(entries)
-        return x._gather(gathers, insert_at) if gathers else x
+        return entries
 
     def _index_tensor(self: Tensor, idx: Any) -> Tensor | np.ndarray:
         """An index of integers: a Tensor as it is (its values are not known before it is computed: an index out
@@ -132,27 +219,32 @@ class IndexingMixin:
     def _gather(self: Tensor, gathers: list[tuple[int, Tensor]], insert_at: int | None) -> Tensor:
         """Advanced indexing of this view by (axis, index tensor) pairs; the broadcast index axes go first, or
         at `insert_at` among the remaining axes."""
-        axes = [a for a, _ in gathers]
-        try:
-            bshape = broadcast_shape(*(t.shape for _, t in gathers))
-        except ShapeError:
-            raise ShapeError("index tensors of shapes " + ", ".join(str(t.shape) for _, t in gathers)
-                             + " cannot be broadcast together") from None
+        axes, bshape, mask = self._index_hits(gathers)
         rest = [a for a in range(self.ndim) if a not in axes]
         nb, k = len(bshape), len(axes)
         x = self.permute(axes + rest)  # (n_1..n_k, R...)
-        tail = (1,) * (k + len(rest))
-        mask = None
-        for j, (a, idx) in enumerate(gathers):
-            n = self.shape[a]
-            idx = idx.cast(dtypes.default_int)
-            idx = (idx < 0).where(idx + n, idx)._broadcast_to(bshape).reshape(bshape + tail)
-            pos = type(self).arange(n, device=self.device).reshape((1,) * (nb + j) + (n,) + tail[j + 1:])
-            hit = idx == pos
-            mask = hit if mask is None else mask.logical_and(hit)
-        assert mask is not None  # gathers holds one index tensor at least
-        picked = mask.where(x.reshape((1,) * nb + x.shape), 0)
-        out = picked.sum(axis=tuple(range(nb, nb + k))).cast(self.dtype)
+        out = _pick(mask, x.reshape((1,) * nb + x.shape), tuple(range(nb, nb + k)))
         if insert_at:
             out = out.permute(list(range(nb, nb + insert_at)) + list(range(nb)) + list(range(nb + insert_at, out.ndim)))
         return out
+
+
+_BITS = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
+def _pick(mask: Tensor, x: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """The element of `x` where `mask` holds along `axes` (at most one per output), 0 where none does; bit for
+    bit, so -0.0 and NaN payloads survive. Integers and bools sum exactly. A float sum would not: its
+    accumulator starts at +0.0 and +0.0 + -0.0 is +0.0, so floats are summed as their unsigned bits (one term
+    at most is nonzero, so the sum is that term). Bits carry no gradient: when a tensor that requires grad is
+    in `x`'s graph the float sum (differentiable) gives the value and the bits only restore a -0.0 it lost,
+    through -(0 - v), which is -0.0 for v = +0.0 and has v's gradient."""
+    if not dtypes.is_float(x.dtype) or x.dtype.itemsize not in _BITS:
+        return mask.where(x, 0).sum(axis=axes).cast(x.dtype)
+    bits = mask.where(x.bitcast(_BITS[x.dtype.itemsize]), 0)._reduce(Op.ADD, axes, False).bitcast(x.dtype)
+    from tolk_core.frontend import autograd
+    if not autograd.may_flow(x.uop):
+        return bits
+    value = mask.where(x, 0).sum(axis=axes).cast(x.dtype)
+    negative_zero = (bits == 0) & (bits.reciprocal() < 0)
+    return negative_zero.where(-(0.0 - value), value)

@@ -11,19 +11,30 @@ Outputs: replay returns new Tensor objects over the same held buffers, stamped w
 one after a later call overwrote its buffer raises `JitError` naming both calls (no copy per call). Buffers
 reachable from any live Tensor after capture (outputs, state kept on objects, lazily read values) are held:
 never planned into arenas. Reading tensor data during capture raises `JitError` (the value would be baked in).
+
+Also (docs/jit.md): NumPy arguments the function uploads are uploaded again on every replay; random draws take
+their key from a stored input refilled before every replay; a closure or global Tensor rebound since capture
+raises `JitError`; calls (and reads of their outputs) from several threads take turns on one lock.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import gc
+import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from tolk_core import config
+from tolk_core.engine import buffers as storage
 from tolk_core.engine import jit as engine_jit
 from tolk_core.errors import JitError
+from tolk_core.frontend import random
+from tolk_core.frontend import tensor as tensor_mod
 from tolk_core.frontend.tensor import ReadGuard, Tensor
+from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp
 from tolk_core.schedule import placements
@@ -66,6 +77,8 @@ def _describe(value: Any) -> Any:
     """What a non-Tensor argument is compared by: its value for plain data, else its identity."""
     if isinstance(value, _SCALARS) or (isinstance(value, UOp) and value.op is not Op.BIND):
         return ("value", value)
+    if isinstance(value, np.ndarray):  # uploaded afresh on every replay: its shape and dtype are the capture's
+        return ("array", value.shape, value.dtype.str)
     return ("object", id(value))
 
 
@@ -75,6 +88,7 @@ class _Stamp(ReadGuard):
 
     def __init__(self, fn: TolkJit, call: int):
         self.fn, self.call = fn, call
+        self.lock = fn._lock  # a read holds the function's lock: no call overwrites the buffers mid-read
 
     def check(self, t: Tensor) -> None:
         if self.call != self.fn.calls:
@@ -95,6 +109,11 @@ class TolkJit(Generic[R]):
         self._signature: list[tuple[str, Any]] | None = None
         self._ret: Any = None
         self._current: tuple[tuple, dict] = ((), {})  # the arguments of the call in progress
+        self._lock = threading.RLock()
+        # the Tensors the function's closure and globals named at capture: (name, tensor, its buffer)
+        self._free: list[tuple[str, Tensor, UOp | None]] = []
+        self._draws: list[Tensor] = []  # the storage of each random draw's key, in draw order
+        self._uploads: list[tuple[str, UOp]] = []  # (NumPy argument, the storage the capture uploaded it into)
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
@@ -111,13 +130,39 @@ class TolkJit(Generic[R]):
         return None if self._engine is None else self._engine.captured
 
     def reset(self) -> None:
-        self._engine, self._signature, self._ret = None, None, None
+        self._engine, self._signature, self._ret, self._free = None, None, None, []
+
+    def _upload_arrays(self, args: tuple, kwargs: dict) -> None:
+        """Copy each NumPy argument the capture uploaded (`Tensor(arr)` of the argument itself) into the
+        storage the capture made for it: a replay reads this call's array, as its contents are now."""
+        leaves = dict(_leaves(args, kwargs))
+        for name, buf in self._uploads:
+            host = np.ascontiguousarray(np.asarray(leaves[name]).astype(dtypes.to_np(buf.dtype), copy=False))
+            if host.size:
+                storage.runtime_buffer(buf).copyin(host.reshape(-1).view(np.uint8).data)
+
+    def _check_free_tensors(self) -> None:
+        """A Tensor the function reads through its closure or a global, rebound to another Tensor (or to other
+        storage) since capture, raises JitError: the replay would read the captured one's buffer."""
+        now = {name: (t, b) for name, t, b in _free_tensors(self.fn)}
+        for name, t, buf in self._free:
+            cur = now.get(name)
+            if cur is None or cur[0] is not t or cur[1] is not buf:
+                raise JitError(f"{name!r}, a Tensor jitted {self.name} reads from its closure or globals, was "
+                               "rebound since capture: replays would read the captured Tensor. Update it in place "
+                               "(.assign(...)), pass it as an argument, or reset() the JIT")
 
     def free_intermediates(self) -> None:
         if (cap := self.captured) is not None:
             cap.free_intermediates()
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
+        """One call; calls from several threads take turns (one lock per jitted function): a replay writes the
+        same output buffers every call, so two at once would hand one call's results to the other."""
+        with self._lock:
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> R:
         if config.get("JIT") == 0:
             return self._run(args, kwargs)
         inputs, var_vals, signature = self._inputs(args, kwargs)
@@ -129,21 +174,40 @@ class TolkJit(Generic[R]):
         phase = self._engine.cnt
         if phase >= 2:
             self._validate(signature)
+            self._check_free_tensors()
         uops = [b for _, t in inputs if (b := _base(t.uop)) is not None]
         assert len(uops) == len(inputs)  # _inputs computed every input into storage
         # the capture compiles in a lineage of its own (a fork of the current one): its placement decisions
         # are hermetic, and the lineage it was called from is left as it was
         lineage = placements.current().fork() if phase == 1 else contextlib.nullcontext()
+        arrays = {id(v): n for n, v in _leaves(args, kwargs) if isinstance(v, np.ndarray)}
+        uploads: list[tuple[str, UOp]] = []
+        hook = (lambda data, buf: uploads.append((arrays[id(data)], buf)) if id(data) in arrays else None)
+        draws: list[Tensor] = []
+        if phase == 1:
+            tensor_mod.upload_hooks.append(hook)
+            random.recording.append(draws)
+        elif phase >= 2:
+            self._upload_arrays(args, kwargs)
+            for stored in self._draws:  # the next keys of the stream, as eager draws would take them
+                buf = _base(stored.uop)
+                assert buf is not None  # a key is uploaded storage
+                storage.runtime_buffer(buf).copyin(random.next_key().view(np.uint8).data)
         try:
             with lineage:
                 ret = self._engine.call(uops, var_vals, held_buffers=_held_buffers if phase == 1 else None)
         finally:
             self._current = ((), {})
+            if phase == 1:
+                tensor_mod.upload_hooks.remove(hook)
+                random.recording.remove(draws)
+                self._uploads, self._draws = uploads, draws
         self.calls += 1
         if phase == 0:
             return ret
         if phase == 1:
             self._signature, self._ret = signature, ret
+            self._free = _free_tensors(self.fn)
         return self._stamp(self._ret)
 
     # ---- helpers
@@ -212,6 +276,24 @@ class TolkJit(Generic[R]):
         return wrap(ret)
 
 
+def _free_tensors(fn: Any) -> list[tuple[str, Tensor, UOp | None]]:
+    """(name, Tensor, its buffer) for every Tensor the function (under partials) names as a free variable
+    (closure cell) or global. Only the function's own code: Tensors reached through other functions or
+    attributes of objects are not seen."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    named = {}
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (), strict=False):
+        with contextlib.suppress(ValueError):  # an empty cell
+            named[name] = cell.cell_contents
+    glob = getattr(fn, "__globals__", {})
+    named.update({n: glob[n] for n in code.co_names if n in glob})
+    return [(n, v, _base(v.uop)) for n, v in named.items() if isinstance(v, Tensor)]
+
+
 def _flatten(ret: Any) -> list[Any]:
     if isinstance(ret, (list, tuple)):
         return list(ret)
@@ -237,6 +319,8 @@ def _show_arg(sig: tuple) -> str:
         return f"Tensor{sig[1]}"
     if sig[0] == "variable":
         return f"Variable {sig[1].expr}"
+    if sig[0] == "array":
+        return f"a NumPy array of shape {sig[1]} and dtype {sig[2]}"
     return "another object"
 
 

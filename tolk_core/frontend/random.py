@@ -5,7 +5,8 @@ An op belongs here when it draws values from the seeded stream (and so advances 
 
 Counter-based: element i of a draw is a hash of (seed, counter, i), built from uint32 XOR, shifts and
 multiplies (two rounds of murmur3's 32-bit finaliser). Nothing is uploaded: the element index is itself
-computed (`_iota`). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
+computed (`_iota`). Inside a JIT capture the key is a stored input instead, refilled before every replay
+(docs/jit.md). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
 the seed and resets the counter. The uniform float is the hash's top 24 bits times 2^-24: integer maths and an
 exact conversion, so one seed gives bit-identical `rand` values on every device. `uniform` scales them (a
 compiler may contract that into an FMA, so devices can differ in the last bit) and `randn` uses Box-Muller
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 _state = {"seed": 0, "counter": 0}
 _GOLDEN = 0x9E3779B9
+# pushed by the JIT around a capture: each draw appends the storage holding its key, which the JIT refills with
+# the next key (next counter) before every replay, so replays draw as eager calls would
+recording: list[list[Tensor]] = []
 
 
 def _fmix32(x: Any) -> Any:
@@ -35,6 +39,15 @@ def _fmix32(x: Any) -> Any:
     x = x ^ (x >> 13)
     x = x * 0xC2B2AE35
     return x ^ (x >> 16)
+
+
+def next_key() -> np.ndarray:
+    """The (k0, k1) uint32 key of the next draw, from (seed, counter); advances the counter."""
+    seed, counter = _state["seed"], _state["counter"]
+    _state["counter"] += 1
+    key = np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, counter & 0xFFFFFFFF], np.uint32)
+    k0 = _fmix32(_fmix32(key[0:1] ^ _fmix32(key[1:2] + _GOLDEN)) ^ key[2:3])
+    return np.concatenate([k0, _fmix32(k0 + _GOLDEN)])
 
 
 class RandomMixin:
@@ -64,16 +77,20 @@ class RandomMixin:
     def _random_bits(cls: type[Tensor], shape: tuple[int, ...], device: str | None) -> Tensor:
         if any(s < 0 for s in shape):
             raise ShapeError(f"negative size in shape {shape}")
-        seed, counter = _state["seed"], _state["counter"]
-        _state["counter"] += 1
-        key = np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, counter & 0xFFFFFFFF], np.uint32)
-        k0 = _fmix32(_fmix32(key[0:1] ^ _fmix32(key[1:2] + _GOLDEN)) ^ key[2:3])
-        k1 = _fmix32(k0 + _GOLDEN)
+        keys = next_key()
         n = math.prod(shape)
         if n == 0:
             return cls.full(shape, 0, dtypes.uint32, device)
-        h = _fmix32((cls._iota(n, device) * _GOLDEN) ^ int(k0[0]))
-        return _fmix32(h ^ int(k1[0])).reshape(shape)
+        k0: Any
+        k1: Any
+        if recording:  # the key is an input of the captured graph, not a constant baked into it
+            stored = cls(keys, device=device)
+            recording[-1].append(stored)
+            k0, k1 = stored.shrink(((0, 1),)), stored.shrink(((1, 2),))
+        else:
+            k0, k1 = int(keys[0]), int(keys[1])
+        h = _fmix32((cls._iota(n, device) * _GOLDEN) ^ k0)
+        return _fmix32(h ^ k1).reshape(shape)
 
     @classmethod
     def rand(cls: type[Tensor], *shape: Any, dtype: Any = None, device: str | None = None) -> Tensor:

@@ -8,7 +8,8 @@ or None (every axis), negative counting from the end.
 Semantics follow numpy for dtypes and torch where numpy differs: `sum`/`prod` of small integers and bools give
 int32/uint32, of half floats accumulate in float32 and give their own dtype; `var`/`std` take `correction`
 (default 1, the unbiased estimator); `argmax`/`argmin` return the first index of the extreme value as
-default_int (int32), flattening when `axis` is None. `sum`/`prod`/`any`/`all` over an empty axis give
+default_int (int32), flattening when `axis` is None; their `axis` is one int (a tuple is a ShapeError).
+`sum`/`prod`/`any`/`all` over an empty axis give
 0/1/False/True; `max`, `min` and `argmax` over one are a ShapeError.
 """
 from __future__ import annotations
@@ -75,11 +76,14 @@ class ReductionMixin:
         return self._reduce(Op.MAX, axis, keepdim)
 
     def min(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
-        if dtypes.is_unsigned(self.dtype) or dtypes.is_bool(self.dtype):
-            top = dtypes.max(self.dtype)
-            return top - (top - self)._reduce(Op.MAX, axis, keepdim) if not dtypes.is_bool(self.dtype) else \
-                self.logical_not().max(axis, keepdim).logical_not()
-        return -((-self)._reduce(Op.MAX, axis, keepdim))
+        """The least element along `axis`: the max of an order-reversing map that is its own inverse and cannot
+        overflow (floats: negation, which keeps NaN; integers: bitwise not, as -x overflows at the dtype's
+        minimum; bools: logical not)."""
+        if dtypes.is_bool(self.dtype):
+            return self.logical_not().max(axis, keepdim).logical_not()
+        if dtypes.is_float(self.dtype):
+            return -((-self)._reduce(Op.MAX, axis, keepdim))
+        return ~((~self)._reduce(Op.MAX, axis, keepdim))
 
     def mean(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         axes = self._axes(axis)
@@ -104,7 +108,11 @@ class ReductionMixin:
         return self.var(axis, keepdim, correction).sqrt()
 
     def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
-        """Index of the first maximum along `axis` (of the flattened tensor when None); nan counts as maximum."""
+        """Index of the first maximum along `axis` (of the flattened tensor when None); nan counts as maximum.
+        `axis` is one int, as in numpy and torch: a tuple raises ShapeError (flatten those axes first)."""
+        if not (axis is None or isinstance(axis, int)) or isinstance(axis, bool):
+            raise ShapeError(f"argmax/argmin take one axis (an int) or None, got {axis!r}: to search several "
+                             "adjacent axes at once, flatten them first (x.flatten(a, b).argmax(a))")
         if axis is None:
             out = self.flatten().argmax(0)
             return out.reshape((1,) * self.ndim) if keepdim else out

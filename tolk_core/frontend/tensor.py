@@ -26,6 +26,8 @@ building blocks the mixins share with each other through `self`; nothing outside
 """
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -51,14 +53,54 @@ Scalar = int | float | bool
 # Filled only while `tolk_core.function` traces a body (frontend/function.py pushes and pops them around the
 # trace), never at import: called with a Tensor before its data is read (a traced body must not read data)...
 read_checks: list[Callable[[Tensor], None]] = []
+# ... with (host data as given, its new storage) by every upload from host data (the JIT records which
+# storage a NumPy argument went into, to upload it again on every replay) ...
+upload_hooks: list[Callable[[Any, UOp], None]] = []
 # ... and with (target, value) by assign before it stores; a hook returning True has taken the store (the trace
 # records stores into the body's parameters)
 assign_hooks: list[Callable[[Tensor, Tensor], bool]] = []
 
 
+# id -> every live Tensor made with a value that is not storage (keyed by id: Tensor.__eq__ builds a graph, so
+# tensors cannot be set members). A write into storage first realizes those that read it (`before_write`).
+_lazy: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def storage_of(u: UOp) -> UOp:
+    """The BUFFER (or PARAM) under `u`'s movements and bitcasts: what a store into `u` writes."""
+    while u.op in GroupOp.Movement or u.op is Op.BITCAST:
+        u = u.src[0]
+    return u
+
+
+def before_write(buf: UOp, keep: UOp) -> None:
+    """Eager semantics for lazy values: every live lazy Tensor whose graph reads storage `buf` is computed
+    now, before a write changes `buf`, so it keeps the values it was built from (as in numpy and torch). The
+    value being stored (`keep`) is not: the store computes it, and `after_write` points it at the result.
+    Costs nothing but this scan when no lazy reader exists."""
+    readers = [t for t in list(_lazy.values()) if t.uop is not keep and not views_storage(t.uop)
+               and buf in t.uop.toposort()]
+    if readers:
+        realize_tensors(readers)
+
+
+def after_write(target: Tensor, value: UOp) -> None:
+    """Live lazy Tensors whose value is the one just stored now read it from the store's destination, through
+    a CONTIGUOUS (so they stay lazy readers: a later write into that storage first copies them out, and a write
+    into one of them gives it storage of its own, not the destination's)."""
+    holders = [t for t in list(_lazy.values()) if t.uop is value]
+    if holders:
+        snapshot = target.contiguous().uop
+        for t in holders:
+            t.uop = snapshot
+
+
 class ReadGuard:
     """Attached to a Tensor (`Tensor._read_guard`) by whoever must vet reads of its data: `check(t)` raises
-    when the data may not be read (a jitted call's output whose buffer a later call overwrote)."""
+    when the data may not be read (a jitted call's output whose buffer a later call overwrote). The read
+    (check, then copy out) holds `lock`, so that no writer of the data runs between the two."""
+
+    lock: contextlib.AbstractContextManager = contextlib.nullcontext()
 
     def check(self, t: Tensor) -> None:
         raise NotImplementedError
@@ -72,6 +114,7 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     for device, ts in by_device.items():
         for t, view in zip(ts, engine.realize(device, [t.uop for t in ts]), strict=True):
             t.uop = view
+            _lazy.pop(id(t), None)
 
 
 def views_storage(u: UOp) -> bool:
@@ -89,6 +132,27 @@ def views_param(u: UOp) -> bool:
     return u.op is Op.PARAM
 
 
+def _python_data_dtype(arr: np.ndarray, dt: DType | None) -> DType:
+    """The dtype of a tensor made from Python data (nested lists of scalars) that numpy read as `arr`, `dt`
+    when given: Python floats become the default float (as in torch), Python ints default_int unless a value
+    needs int64 or uint64 (`dtypes.int_dtype_of`). An int that a given integer `dt` cannot hold raises
+    ScalarOverflowError, as numpy 2 does."""
+    if arr.dtype == object:  # numpy keeps ints beyond uint64 as Python objects
+        ints = [v for v in arr.flat if isinstance(v, int) and not isinstance(v, bool)]
+        if ints:
+            dtypes.int_dtype_of(min(ints), max(ints))  # raises: they fit no integer dtype
+    span = (int(arr.min()), int(arr.max())) if arr.dtype.kind in "iu" and arr.size else None
+    if dt is None:
+        if arr.dtype == np.float64:
+            return dtypes.default_float
+        if arr.dtype.kind in "iu":
+            return dtypes.int_dtype_of(*span) if span else dtypes.default_int
+        return dtypes.from_np(arr.dtype)
+    for v in span or ():
+        dtypes.check_fits(dt, v)
+    return dt
+
+
 class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, NNMixin, RandomMixin):
     """A lazily evaluated n-dimensional array on one device. Its state, data access and storage writes live
     here; its ops come from the mixins, one module per subject (see the module docstring)."""
@@ -104,6 +168,8 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             self.uop = data
             if data.op is Op.CONST:
                 placements.seed_constant(data)
+            elif not views_storage(data):
+                _lazy[id(self)] = self
             return
         if isinstance(data, Tensor):
             data = data.numpy()
@@ -114,19 +180,18 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             placements.seed_constant(self.uop)
             return
         arr = np.asarray(data)
-        if dt is None:
-            if arr.dtype == np.float64 and not isinstance(data, np.ndarray):
-                dt = dtypes.default_float  # Python floats become the default float, as in torch
-            elif arr.dtype == np.int64 and not isinstance(data, np.ndarray):
-                dt = dtypes.default_int
-            else:
-                dt = dtypes.from_np(arr.dtype)
+        if isinstance(data, np.ndarray):
+            dt = dt or dtypes.from_np(arr.dtype)  # an array keeps its dtype, or converts as numpy's astype does
+        else:
+            dt = _python_data_dtype(arr, dt)
         # ascontiguousarray makes a 0-d array 1-d: keep the shape
         arr = np.ascontiguousarray(arr.astype(dtypes.to_np(dt), copy=False)).reshape(arr.shape)
         self.uop = storage.from_numpy(arr, dt, self.device)
         buf = storage.base_buffer(self.uop)
         assert buf is not None  # from_numpy gives a view of new storage
         placements.seed_input(buf)
+        for hook in upload_hooks:
+            hook(data, buf)
 
     # ---- properties ----
     @property
@@ -152,6 +217,14 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
+    def __bool__(self) -> bool:
+        """The truth of the one element (as torch; this reads the data). A tensor of any other size raises
+        ShapeError: its truth is ambiguous (use `.any()` or `.all()`)."""
+        if self.numel() != 1:
+            raise ShapeError(f"the truth value of a tensor of shape {self.shape} is ambiguous: only a one-element "
+                             "tensor has one; use .any() or .all()")
+        return bool(self.item())
+
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype.name} on {self.device}>"
 
@@ -171,13 +244,15 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         if capturing():
             raise JitError("cannot read tensor data while a JIT captures: the value would be baked into every "
                            "replay. Return the tensor from the jitted function and read it outside")
-        if (guard := getattr(self, "_read_guard", None)) is not None:
-            guard.check(self)
-        for check in read_checks:
-            check(self)
-        placements.seed_observed(self.uop)
-        realize_tensors([self])
-        return storage.to_numpy(self.uop, self.shape, self.dtype)
+        guard = getattr(self, "_read_guard", None)
+        with guard.lock if guard is not None else contextlib.nullcontext():
+            if guard is not None:
+                guard.check(self)
+            for check in read_checks:
+                check(self)
+            placements.seed_observed(self.uop)
+            realize_tensors([self])
+            return storage.to_numpy(self.uop, self.shape, self.dtype)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         out = self.numpy()
@@ -194,9 +269,11 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
     # ---- writing into storage, devices ----
     def assign(self, value: Any) -> Tensor:
         """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor's storage, in
-        place: other tensors viewing the same storage see the new values. A destination that is a broadcast
-        (an expand of an axis of one) raises BroadcastStoreError. A value on another device is copied here. A
-        tensor without storage yet (lazy) gets new storage holding the value (stored now, like any assign)."""
+        place: other tensors viewing the same storage see the new values, while a lazy value built from that
+        storage before (`r = t * 2`) keeps the values it was built from (it is computed first). A destination
+        that is a broadcast (an expand of an axis of one) raises BroadcastStoreError. A value on another device
+        is copied here. A tensor without storage yet (lazy) gets new storage holding the value (stored now, like
+        any assign)."""
         if not isinstance(value, Tensor):
             value = Tensor.full(self.shape, value, self.dtype, self.device)
         value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
@@ -210,13 +287,16 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             # no storage yet: this tensor gets its own, and the value is stored there now (a lazy tensor
             # assigned in a loop keeps a graph of constant size, and never aliases the value's storage)
             self.uop = Tensor.empty(*self.shape, dtype=self.dtype, device=self.device).uop
+            _lazy.pop(id(self), None)
+        before_write(storage_of(self.uop), value.uop)
         engine.assign(self.device, self.uop, value.uop)
+        after_write(self, value.uop)
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if not views_storage(self.uop) and not views_param(self.uop):  # (a PARAM: a call body's argument)
-            self.realize()  # the selection must view this tensor's own storage
-        self[index].assign(value)
+        """`t[index] = value`: `index_put_(index, value)` (frontend/indexing.py): integer-array indices scatter,
+        the last write winning where an element is selected twice."""
+        self.index_put_(index, value)
 
     def to(self, device: str | None) -> Tensor:
         """This tensor on `device` (None: the default device), lazily: the copy happens when the result is realized

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.errors import DTypeError
+from tolk_core.errors import DTypeError, ScalarOverflowError
 
 
 class AddrSpace(enum.Enum):
@@ -174,14 +174,41 @@ class dtypes:
 
     @staticmethod
     def from_py(x: Any) -> DType:
-        """The dtype a Python scalar gets: bool -> bool, int -> default_int, float -> default_float."""
+        """The dtype a Python scalar gets: bool -> bool, float -> default_float, int -> `int_dtype_of(x)`
+        (default_int, or int64 / uint64 for a value default_int cannot hold)."""
         if isinstance(x, (bool, np.bool_)):
             return dtypes.bool
         if isinstance(x, (int, np.integer)):
-            return dtypes.default_int
+            return dtypes.int_dtype_of(int(x), int(x))
         if isinstance(x, (float, np.floating)):
             return dtypes.default_float
         raise DTypeError(f"no dtype for Python value {x!r} of type {type(x).__name__}")
+
+    @staticmethod
+    def fits(dt: DType, value: int) -> builtins.bool:
+        """Whether integer dtype `dt` holds the Python int `value` exactly."""
+        return dtypes.min(dt) <= value <= dtypes.max(dt)
+
+    @staticmethod
+    def int_dtype_of(lo: int, hi: int) -> DType:
+        """The dtype Python ints in [lo, hi] take when none is given: default_int (int32) when it holds them,
+        else int64, else uint64 (all non-negative); beyond that ScalarOverflowError (docs/dtypes.md)."""
+        for dt in (dtypes.default_int, dtypes.int64, dtypes.uint64):
+            if dtypes.fits(dt, lo) and dtypes.fits(dt, hi):
+                return dt
+        bad = lo if lo < dtypes.min(dtypes.int64) else hi
+        raise ScalarOverflowError(f"Python integer {bad} fits no integer dtype (int64 and uint64 are the widest): "
+                                  "pass it as a float, or split it")
+
+    @staticmethod
+    def check_fits(dt: DType, value: Any) -> None:
+        """Raise ScalarOverflowError when Python int `value` (not a bool) must become integer dtype `dt` and
+        does not fit: numpy 2 raises OverflowError there rather than wrap (NEP 50)."""
+        if dt.kind in ("i", "u") and isinstance(value, int) and not isinstance(value, builtins.bool) \
+                and not dtypes.fits(dt, value):
+            raise ScalarOverflowError(f"Python integer {value} is out of bounds for {dt.name} "
+                                      f"([{dtypes.min(dt)}, {dtypes.max(dt)}]): pass dtype=int64 (or a float "
+                                      f"dtype), or cast the tensor to a wider dtype first")
 
     @staticmethod
     def to_np(dt: DType) -> np.dtype:
@@ -289,12 +316,14 @@ def least_upper_dtype(*dts: DType) -> DType:
 
 
 def weak_promote(dt: DType, x: Any) -> DType:
-    """The result dtype of `dt` combined with a weakly typed Python scalar `x`: the scalar only changes
-    the category (a float with an int tensor gives default_float; an int with bool gives default_int)."""
+    """The result dtype of `dt` combined with a weakly typed Python scalar `x` (numpy 2's NEP 50): the scalar
+    only changes the category (a float with a bool or int tensor gives default_float; an int with a bool tensor
+    gives the int's own dtype, `dtypes.from_py`). An int that the result dtype cannot hold is the caller's to
+    refuse (`dtypes.check_fits`)."""
     if isinstance(x, float) and dt.kind in "biu":
         return dtypes.default_float
     if isinstance(x, int) and not isinstance(x, bool) and dt.kind == "b":
-        return dtypes.default_int
+        return dtypes.from_py(x)
     return dt
 
 

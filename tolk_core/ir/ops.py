@@ -31,7 +31,7 @@ class Op(enum.IntEnum):
     BARRIER = enum.auto(); DEFINE_LOCAL = enum.auto(); DEFINE_REG = enum.auto()  # noqa: E702
     SPECIAL = enum.auto(); VECTORIZE = enum.auto(); GEP = enum.auto()  # noqa: E702
     # ALU unary
-    EXP2 = enum.auto(); LOG2 = enum.auto(); SIN = enum.auto(); SQRT = enum.auto()  # noqa: E702
+    EXP2 = enum.auto(); LOG2 = enum.auto(); SIN = enum.auto(); COS = enum.auto(); SQRT = enum.auto()  # noqa: E702
     RECIPROCAL = enum.auto(); NEG = enum.auto(); TRUNC = enum.auto()  # noqa: E702
     # ALU binary
     ADD = enum.auto(); SUB = enum.auto(); MUL = enum.auto(); FDIV = enum.auto(); IDIV = enum.auto()  # noqa: E702
@@ -91,7 +91,7 @@ def identity_element(op: Op, dt: DType) -> int | float | bool:
 
 class GroupOp:
     """Sets of ops that rules and passes match on."""
-    Unary = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIPROCAL, Op.NEG, Op.TRUNC})
+    Unary = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.COS, Op.SQRT, Op.RECIPROCAL, Op.NEG, Op.TRUNC})
     Binary = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.FDIV, Op.IDIV, Op.MOD, Op.MAX, Op.CMPLT, Op.CMPNE,
                         Op.CMPEQ, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR})
     Ternary = frozenset({Op.WHERE})
@@ -146,6 +146,7 @@ def _nan_max(a: Any, b: Any) -> Any:
 python_alu: dict[Op, Callable[..., Any]] = {
     Op.EXP2: lambda x: math.inf if x > 1024 else 2.0 ** x, Op.LOG2: lambda x: math.log2(x) if x > 0 else
     (-math.inf if x == 0 else math.nan), Op.SIN: lambda x: math.sin(x) if math.isfinite(x) else math.nan,
+    Op.COS: lambda x: math.cos(x) if math.isfinite(x) else math.nan,
     Op.SQRT: lambda x: math.sqrt(x) if x >= 0 else math.nan, Op.RECIPROCAL: lambda x: _fdiv(1.0, x),
     Op.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Op.TRUNC: lambda x: x if not math.isfinite(x) else
     float(math.trunc(x)),

@@ -296,9 +296,13 @@ def fold_lt(x: UOp, y: UOp) -> UOp | None:
 
 
 def fold_max(x: UOp) -> UOp | None:
+    """MAX(a, a) -> a; the operand whose range lies above the other's (integers and bools only: a float's range
+    says nothing about NaN, which MAX must return, so MAX(x, inf) stays); constants to the right."""
     a, b = x.src
     if a is b:
         return a
+    if dtypes.is_float(x.dtype):
+        return None
     if a.vmin >= b.vmax:
         return a
     if b.vmin >= a.vmax:

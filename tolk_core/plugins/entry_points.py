@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from tolk_core.runtime import cache_file
 from tolk_core.runtime.compiler import cache_dir
 
 
@@ -63,11 +64,12 @@ def _read_metadata(group: str) -> list[EntryPoint]:
 
 def installed(group: str, fresh: bool = False) -> list[EntryPoint]:
     """The entry points of `group` that the installed distributions declare (from the cache when valid)."""
-    path = cache_dir() / "entry_points" / f"{hashlib.sha256(group.encode()).hexdigest()[:16]}.json"
+    path = cache_dir() / "entry_points" / f"{hashlib.sha256(group.encode()).hexdigest()[:16]}.v2.json"
     key = _path_key()
     table: dict[str, list[list[str]]] = {}
-    with contextlib.suppress(OSError, ValueError):
-        table = json.loads(path.read_text())
+    with contextlib.suppress(ValueError):
+        if (data := cache_file.read_entry(path, "entry-point table")) is not None:
+            table = json.loads(data)
     with contextlib.suppress(TypeError, KeyError, AttributeError):
         if not fresh:
             return [EntryPoint(*row) for row in table[key]]
@@ -76,11 +78,5 @@ def installed(group: str, fresh: bool = False) -> list[EntryPoint]:
     table = {k: v for k, v in table.items() if k != key} if isinstance(table, dict) else {}
     table = dict([*list(table.items())[-(_KEYS_KEPT - 1):], (key, [[e.name, e.value, e.dist, e.version] for e in eps])])
     with contextlib.suppress(OSError):  # a read-only cache directory only costs the next process the read
-        path.parent.mkdir(parents=True, exist_ok=True)
-        import tempfile  # on a cache miss only: its import costs ~4 ms of a warm start
-
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(table, f)
-        os.replace(tmp, path)
+        cache_file.write_entry(path, json.dumps(table).encode())
     return eps

@@ -1,12 +1,19 @@
 """The public C-compile helper C-based plugins share: C source -> shared object bytes -> ctypes library."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import shutil
+import signal
+from typing import TYPE_CHECKING
 
-from tolk_core.errors import CompileError
+from tolk_core import config
+from tolk_core.errors import CompileError, CompileTimeoutError
+
+if TYPE_CHECKING:
+    import subprocess
 
 _ALWAYS = ("-shared", "-fPIC")
 
@@ -18,20 +25,42 @@ def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
     if shutil.which(cc) is None:
         raise CompileError(f"C compiler {cc!r} not found; install gcc or clang, or set CC in the tolk config "
                            f"(TOLK_CC)", src)
-    import subprocess  # noqa: I001 - deferred: a process whose kernels all come from the cache never needs them
-    import tempfile
+    import tempfile  # deferred: a process whose kernels all come from the cache never needs it
 
     args = [cc, *flags, *(f for f in _ALWAYS if f not in flags)]
     with tempfile.TemporaryDirectory(prefix="tolk-cc-") as d:
         c_path, so_path = os.path.join(d, "kernel.c"), os.path.join(d, "kernel.so")
         with open(c_path, "w") as f:
             f.write(src)
-        proc = subprocess.run([*args, "-o", so_path, c_path, "-lm"], capture_output=True, text=True)
+        proc = run_compiler([*args, "-o", so_path, c_path, "-lm"], src)
         if proc.returncode != 0:
             raise CompileError(f"{cc} failed (exit {proc.returncode}): {' '.join(args)}", src,
                                proc.stderr + proc.stdout)
         with open(so_path, "rb") as so:
             return so.read()
+
+
+def run_compiler(argv: list[str], src: str = "") -> subprocess.CompletedProcess[str]:
+    """Run compiler command `argv` to completion, its output captured as text, within config COMPILE_TIMEOUT
+    seconds. Past the limit the compiler and every process it started (its own session) are killed and
+    CompileTimeoutError is raised, carrying `src`, naming the command and saying how to raise the limit."""
+    import subprocess  # noqa: I001 - deferred with the compiles it serves
+
+    limit = config.get("COMPILE_TIMEOUT")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=limit if limit > 0 else None)
+    except BaseException as e:  # the limit, or an interrupt: the compiler must not outlive the call
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver's cc1/as/ld too, not only the driver
+        proc.communicate()
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
+        raise CompileTimeoutError(f"{argv[0]} did not finish within COMPILE_TIMEOUT={limit:g} s and was stopped "
+                                  f"({' '.join(argv)}); raise the limit with TOLK_COMPILE_TIMEOUT=<seconds> (or "
+                                  "COMPILE_TIMEOUT in the tolk config; 0 means none), or split big kernels with a "
+                                  "smaller KERNEL_MAX_OPS", src) from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 _loaded: dict[str, ctypes.CDLL] = {}

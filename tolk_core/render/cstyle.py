@@ -126,7 +126,7 @@ class CStyleRenderer(Renderer):
         """Unary math; the base uses GCC builtins, which C compilers inline or route to libm."""
         f = self.math_suffix(dt)
         return {Op.NEG: f"(-{x})", Op.EXP2: f"__builtin_exp2{f}({x})", Op.LOG2: f"__builtin_log2{f}({x})",
-                Op.SQRT: f"__builtin_sqrt{f}({x})", Op.SIN: f"__builtin_sin{f}({x})",
+                Op.SQRT: f"__builtin_sqrt{f}({x})", Op.SIN: f"__builtin_sin{f}({x})", Op.COS: f"__builtin_cos{f}({x})",
                 Op.TRUNC: f"__builtin_trunc{f}({x})", Op.RECIPROCAL: f"(1/{x})"}[op]
 
     def float_mod(self, a: str, b: str, dt: DType) -> str:

@@ -1,11 +1,11 @@
 """The runtime contracts device plugins implement: CompiledDevice, Buffer, Allocator, Compiler, Program,
 Graph."""
-from tolk_core.runtime.allocator import Allocator
+from tolk_core.runtime.allocator import HOST_CHECK_BYTES, Allocator, host_headroom
 from tolk_core.runtime.buffer import Buffer
 from tolk_core.runtime.compiler import Compiler, cache_dir, remembered_identity
 from tolk_core.runtime.device import CompiledDevice
 from tolk_core.runtime.program import Graph, Launch, Program
 from tolk_core.runtime.smoke import run_smoke
 
-__all__ = ["Allocator", "Buffer", "CompiledDevice", "Compiler", "Graph", "Launch", "Program", "cache_dir",
-           "remembered_identity", "run_smoke"]
+__all__ = ["HOST_CHECK_BYTES", "Allocator", "Buffer", "CompiledDevice", "Compiler", "Graph", "Launch", "Program",
+           "cache_dir", "host_headroom", "remembered_identity", "run_smoke"]

@@ -1,8 +1,49 @@
 """Allocator: the memory contract a backend implements, with a free-list cache in the base."""
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any
+
+from tolk_core.errors import OutOfMemoryError
+
+# allocations below this many bytes skip the host-memory check (it reads /proc: ~20 us, too much per buffer)
+HOST_CHECK_BYTES = 64 << 20
+
+
+def format_bytes(n: int) -> str:
+    """`n` bytes as a short size with its unit, the exact count after it (``4.0 GiB (4294967296 bytes)``)."""
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            break
+        size /= 1024
+    return f"{size:.1f} {unit} ({n} bytes)" if unit != "B" else f"{n} bytes"
+
+
+def host_headroom() -> tuple[int, str] | None:
+    """The most bytes the host can still give this process, and what sets that: the memory available
+    (MemAvailable + SwapFree) or, when lower, the address space left under the process's limit (``ulimit -v``).
+    None where neither can be read (not Linux)."""
+    limits: list[tuple[int, str]] = []
+    try:
+        with open("/proc/meminfo") as f:
+            info = {k: int(v.split()[0]) * 1024 for k, _, v in (ln.partition(":") for ln in f)}
+        limits.append((info["MemAvailable"] + info.get("SwapFree", 0), "the host's available memory "
+                       "(MemAvailable + SwapFree)"))
+    except (OSError, KeyError, ValueError):
+        pass
+    import resource  # deferred: only large allocations ask
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        try:
+            with open("/proc/self/statm") as f:
+                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            limits.append((soft - used, "the address space left under this process's limit (ulimit -v)"))
+        except (OSError, ValueError):
+            pass
+    return min(limits) if limits else None
 
 
 class Allocator:
@@ -11,13 +52,19 @@ class Allocator:
     Subclasses implement ``_alloc(nbytes)``, ``_free(handle, nbytes)``, ``copyin``, ``copyout`` and, when the
     backend supports sub-buffers, ``offset``. Callers use ``alloc``/``free``: a freed handle is kept (up to
     ``cache_limit`` bytes in all) and handed out again for the next request of the same size; the least
-    recently freed sizes are released first. When ``_alloc`` raises MemoryError the cache is released and the
-    allocation retried once.
+    recently freed sizes are released first.
+
+    Before ``_alloc`` an allocation is checked against ``limits(nbytes)`` (what the device or host can hold at
+    most; none by default): a size past one raises OutOfMemoryError naming the size, the device
+    (``device_name``, set by CompiledDevice) and the limit, before the backend is asked: some (PoCL) abort
+    the process on a failed allocation instead of reporting it. When ``_alloc`` raises MemoryError the cache is
+    released and the allocation retried once; a second MemoryError becomes OutOfMemoryError.
     """
 
     cache_limit: int = 1 << 30
     # sub-buffer views (``offset``) must start on a multiple of this many bytes (OpenCL reports its own)
     offset_alignment: int = 1
+    device_name: str = ""
 
     def __init__(self) -> None:
         self._cache: OrderedDict[int, list[Any]] = OrderedDict()
@@ -35,10 +82,29 @@ class Allocator:
             self.cached_bytes -= nbytes
             return handle
         try:
+            self.check(nbytes)
             return self._alloc(nbytes)
-        except MemoryError:
+        except MemoryError:  # the refused size too: the cache's handles may be what fills the device
             self.free_cache()
+        self.check(nbytes)
+        try:
             return self._alloc(nbytes)
+        except OutOfMemoryError:
+            raise
+        except MemoryError as e:
+            raise OutOfMemoryError(f"cannot allocate {format_bytes(nbytes)} on {self._where()}: the allocation "
+                                   f"failed ({e}); free tensors no longer needed, or use smaller ones") from e
+
+    def check(self, nbytes: int) -> None:
+        """Raise OutOfMemoryError when `nbytes` exceed one of ``limits(nbytes)``."""
+        for limit, what in self.limits(nbytes):
+            if nbytes > limit:
+                raise OutOfMemoryError(f"cannot allocate {format_bytes(nbytes)} on {self._where()}: more than "
+                                       f"{what}, {format_bytes(max(limit, 0))}; use smaller tensors (or fewer at "
+                                       "once), or a device with more memory")
+
+    def _where(self) -> str:
+        return self.device_name or type(self).__name__
 
     def free(self, handle: Any, nbytes: int) -> None:
         """Give `handle` back; it goes to the free-list cache (released for real when the cache is full)."""
@@ -64,6 +130,12 @@ class Allocator:
         self.cached_bytes = 0
 
     # --- what backends implement
+    def limits(self, nbytes: int) -> list[tuple[int, str]]:
+        """The most bytes an allocation of `nbytes` may have here, each with what sets it (``"the device's
+        largest allocation"``); none known by default. `nbytes` lets a backend skip costly checks for small
+        sizes."""
+        return []
+
     def _alloc(self, nbytes: int) -> Any:
         raise NotImplementedError
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
+from tolk_core.runtime import cache_file
 
 
 def cache_dir() -> Path:
@@ -25,15 +26,13 @@ def remembered_identity(facts: str | None, compute: Callable[[], str]) -> str:
     time, flags, the CPU). `facts` None: compute every time."""
     if facts is None or config.get("DISABLE_COMPILER_CACHE"):
         return compute()
-    path = cache_dir() / "identity" / hashlib.sha256(facts.encode()).hexdigest()
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        return path.read_text()
+    path = cache_dir() / "identity" / hashlib.sha256(f"{cache_file.MAGIC!r} {facts}".encode()).hexdigest()
+    with contextlib.suppress(UnicodeDecodeError):
+        if (data := cache_file.read_entry(path, "compiler identity")) is not None:
+            return data.decode()
     ident = compute()
     with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(ident)
-        os.replace(tmp, path)
+        cache_file.write_entry(path, ident.encode())
     return ident
 
 
@@ -46,7 +45,8 @@ class Compiler:
 
     On disk an entry is written to a temporary file and renamed into place, so a reader never sees half an
     entry; a per-entry lock makes a second process compiling the same source at the same time wait and then
-    read the first one's entry, so they share it.
+    read the first one's entry, so they share it. Entries carry their length and SHA-256 (`cache_file`): a
+    truncated or damaged one warns (CacheCorruptionWarning) and is compiled and written again.
     """
 
     kind: str = "generic"
@@ -66,7 +66,7 @@ class Compiler:
         if self._identity is None:
             self._identity = self.identity()
         h = hashlib.sha256()
-        for part in (self.kind, self._identity, src):
+        for part in (cache_file.MAGIC.decode(), self.kind, self._identity, src):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()
@@ -92,12 +92,9 @@ class Compiler:
         return self.compile(src)
 
     @staticmethod
-    def _read_entry(path: Path) -> bytes | None:
-        try:
-            lib = path.read_bytes()
-        except OSError:
-            return None
-        GlobalCounters.disk_cache_hits += 1
+    def _read_entry(path: Path, warn: bool = True) -> bytes | None:
+        if (lib := cache_file.read_entry(path, "compiled binary", warn)) is not None:
+            GlobalCounters.disk_cache_hits += 1
         return lib
 
     def _disk_cached(self, src: str) -> bytes:
@@ -111,18 +108,10 @@ class Compiler:
             return self._compile_counted(src)
         with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if (lib := self._read_entry(path)) is not None:
-                return lib  # another process wrote it while we waited
+            # another process may have written it while we waited; a damaged entry has warned already
+            if (lib := self._read_entry(path, warn=False)) is not None:
+                return lib
             lib = self._compile_counted(src)
-            import tempfile  # on a cache miss only: its import costs ~4 ms of a warm start
-
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(lib)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            with contextlib.suppress(OSError):  # a full disk only costs the next process the compile
+                cache_file.write_entry(path, lib)
             return lib

@@ -24,6 +24,7 @@ class CompiledDevice:
     def __init__(self, name: str, allocator: Allocator, compiler: Compiler, runtime: type[Program],
                  graph: type[Graph] | None = None):
         self.name, self.allocator, self.compiler, self.runtime = name, allocator, compiler, runtime
+        allocator.device_name = name  # named in its out-of-memory errors
         self._graph = graph
         self._graph_spec: GraphSpec | None = None
         self._renderer_spec: RendererSpec | None = None

@@ -142,7 +142,7 @@ _ALU: dict[str, Callable[..., Any]] = {
     "MAX": lambda a, b: np.where((a < b) | (b != b), b, a), "CMPLT": np.less, "CMPNE": np.not_equal,
     "CMPEQ": np.equal, "AND": np.bitwise_and, "OR": np.bitwise_or, "XOR": np.bitwise_xor,
     "SHL": np.left_shift, "SHR": np.right_shift, "WHERE": np.where,
-    "EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "SQRT": np.sqrt, "TRUNC": np.trunc,
+    "EXP2": np.exp2, "LOG2": np.log2, "SIN": np.sin, "COS": np.cos, "SQRT": np.sqrt, "TRUNC": np.trunc,
     "RECIPROCAL": lambda x: np.true_divide(1, x),
     "NEG": lambda x: np.logical_not(x) if np.asarray(x).dtype == np.bool_ else np.negative(x),
 }

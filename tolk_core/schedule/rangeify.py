@@ -112,6 +112,26 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     def cap(u: UOp) -> bool:  # a heuristic cap may store u: its placement is open and no inlining is preferred
         return u not in realized and u not in prefs and p.mode_is_unspecified(u)
 
+    rows = _cap_copies(order, realized, p, cap, row_fusion=local_axes is not None)
+    _store_recomputed(cands, realized, p, cap)
+    _split_over_budget(order, realized, p, cap)
+    for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
+        if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
+                p.is_in_context_force(u, KERNEL_SCRATCH):
+            realized.add(u)
+    _fission(cands, realized, p)
+    stored = outputs | {u for u in order if u.op in _STORAGE} | {u for u in cands if p.is_in_context_force(u, INLINED)}
+    if local_axes is not None:
+        local_axes.update({u: rows.get(u, tuple(range(len(u.tensor_shape)))) for u in cands
+                           if u not in stored and (pl := p.get(u)) is not None and pl[0] is pm.L})
+    return stored
+
+
+def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
+                row_fusion: bool) -> dict[UOp, tuple[int, ...]]:
+    """The heuristic caps on values read many times over (realize_points' docstring): reductions more than one
+    kernel computes, values broadcast or padded past the fusion bound, and reductions broadcast to their
+    consumer (stored, or with `row_fusion` fused row by row). Returns the row-scratch values and their axes."""
     owners = _Owners(order, realized)
     owners.store_shared(order, p, cap)
     users: dict[UOp, list[UOp]] = {}
@@ -134,7 +154,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
                 if _recomputes_too_much(u, x, realized):  # no reduction, but too much recomputed work
                     owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
                 continue
-            if local_axes is not None and _row_fusable(x, users, realized, fused):
+            if row_fusion and _row_fusable(x, users, realized, fused):
                 fused.add(x)
                 r = x.src[0]
                 if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
@@ -144,17 +164,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
                     rows[r] = x.arg[1]
                 continue
             owners.store_shared(owners.add(_store(x, realized, p)), p, cap)
-    _split_over_budget(order, realized, p, cap)
-    for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
-        if u not in realized and (pl := p.get(u)) is not None and pl[0] is pm.NV and \
-                p.is_in_context_force(u, KERNEL_SCRATCH):
-            realized.add(u)
-    _fission(cands, realized, p)
-    stored = outputs | {u for u in order if u.op in _STORAGE} | {u for u in cands if p.is_in_context_force(u, INLINED)}
-    if local_axes is not None:
-        local_axes.update({u: rows.get(u, tuple(range(len(u.tensor_shape)))) for u in cands
-                           if u not in stored and (pl := p.get(u)) is not None and pl[0] is pm.L})
-    return stored
+    return rows
 
 
 def _row_extent(x: UOp) -> int | None:
@@ -254,6 +264,35 @@ def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp]) -> bool:
         return False
     c = sum(_ops(b) for b in _kernel_body(x, realized))
     return c > 0 and (c + 1) * factor / (c + factor) > bound and c * n * (factor - 1) >= config.get("FUSION_MIN_EXCESS")
+
+
+def _store_recomputed(cands: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
+    """Store values that several kernels would each recompute, past the fusion bound. A value of `c`
+    operations per element (its unstored body) computed by `k` kernels costs them (c + 1)·k where stored it
+    costs c + k (computed once, then read): the broadcast rule's ratio with the kernels as the copies
+    (`_recomputes_too_much`). Stored when it passes FUSION_WORK_BOUND and recomputes at least
+    FUSION_MIN_EXCESS operations in all. Users first, so the largest shared value is stored whole; the nodes
+    under a value just stored are looked at again in the next round (their kernels changed), until a round
+    stores nothing."""
+    bound, excess = config.get("FUSION_WORK_BOUND"), config.get("FUSION_MIN_EXCESS")
+    if bound <= 0:
+        return
+    while True:
+        touched, changed, stored = _touched(realized), set(), False
+        for u in reversed(cands):
+            k = len(touched.get(u, ()))
+            if k <= bound or u in changed or not cap(u) or u.op is Op.CONST or not isinstance(n := u.size, int) \
+                    or n == 0:
+                continue
+            # the fewest operations that pass both the bound and the excess, counted only that far
+            need = max(int(k * (bound - 1) / (k - bound)) + 1, -(-excess // (n * (k - 1))))
+            if _body_size(u, realized, need - 1, None)[0] < need:
+                continue
+            changed.update(_kernel_body(u, realized))
+            _store(u, realized, p, pm.Provenance.RECOMPUTE_CAP)
+            stored = True
+        if not stored:
+            return
 
 
 def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:

@@ -12,7 +12,8 @@ from tolk_core.render.cstyle import CStyleRenderer
 class ExampleRenderer(CStyleRenderer):
     device = "EXAMPLE"
     kernel_prefix = '__attribute__((visibility("default"))) void'
-    _math = {Op.EXP2: "exp2", Op.LOG2: "log2", Op.SQRT: "sqrt", Op.SIN: "sin", Op.TRUNC: "trunc"}
+    _math = {Op.EXP2: "exp2", Op.LOG2: "log2", Op.SQRT: "sqrt", Op.SIN: "sin", Op.COS: "cos",
+             Op.TRUNC: "trunc"}
 
     def unary(self, op: Op, x: str, dt: DType) -> str:
         if op in self._math:

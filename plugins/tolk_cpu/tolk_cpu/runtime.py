@@ -14,8 +14,17 @@ from typing import Any
 import numpy as np
 
 from tolk_core import config
-from tolk_core.render.ccompile import compile_c, load_shared
-from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program, remembered_identity, run_smoke
+from tolk_core.render.ccompile import compile_c, load_shared, run_compiler
+from tolk_core.runtime import (
+    HOST_CHECK_BYTES,
+    Allocator,
+    CompiledDevice,
+    Compiler,
+    Program,
+    host_headroom,
+    remembered_identity,
+    run_smoke,
+)
 
 ALIGN = 64
 
@@ -34,7 +43,12 @@ class HostMemory:
 
 
 class CPUAllocator(Allocator):
-    """Host memory from numpy (malloc), aligned to 64 bytes; views share their base's memory."""
+    """Host memory from numpy (malloc), aligned to 64 bytes; views share their base's memory. A large
+    allocation is checked against the host memory left (`host_headroom`): with overcommit a malloc past it
+    can succeed and the kernel that writes it be killed."""
+
+    def limits(self, nbytes: int) -> list[tuple[int, str]]:
+        return [h] if nbytes >= HOST_CHECK_BYTES and (h := host_headroom()) is not None else []
 
     def _alloc(self, nbytes: int) -> HostMemory:
         raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
@@ -85,13 +99,10 @@ class CPUCompiler(Compiler):
         return f"{os.path.realpath(exe)} {st.st_size} {st.st_mtime_ns} {self.flags} {''.join(cpu)}"
 
     def _ask_compiler(self) -> str:
-        import subprocess  # deferred with the identity it serves
-
-        try:
-            ver = subprocess.run([self.cc, "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+        try:  # under COMPILE_TIMEOUT: a compiler that hangs here would hang the first compile
+            ver = run_compiler([self.cc, "--version"]).stdout.splitlines()[:1]
             # the driver's expansion of the flags names the resolved -march / target-cpu and its features
-            exp = subprocess.run([self.cc, *self.flags, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"],
-                                 capture_output=True, text=True).stderr
+            exp = run_compiler([self.cc, *self.flags, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"]).stderr
         except OSError:
             ver, exp = ["missing"], ""
         exp = re.sub(r"\S*/tmp/\S*", "", exp)  # temporary file names differ per run

@@ -18,7 +18,9 @@ from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import CStyleRenderer
 
-_VECTOR_MATH = frozenset({Op.EXP2, Op.LOG2, Op.SQRT, Op.SIN, Op.TRUNC})
+# SIN and COS are left out: PoCL's vector sin returns ~0.0079 for a subnormal lane when another lane of the same
+# vector needs its large-argument reduction (an infinite or huge value); lane by lane each is right
+_VECTOR_MATH = frozenset({Op.EXP2, Op.LOG2, Op.SQRT, Op.TRUNC})
 
 # rounding a float (or double) to half without half values: through a private ushort, by the vload/vstore
 # built-ins every OpenCL 1.2 device has

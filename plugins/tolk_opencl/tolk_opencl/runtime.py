@@ -15,7 +15,7 @@ import numpy as np
 import pyopencl as cl
 
 from tolk_core.errors import CompileError
-from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program, run_smoke
+from tolk_core.runtime import HOST_CHECK_BYTES, Allocator, CompiledDevice, Compiler, Program, host_headroom, run_smoke
 
 
 def all_devices() -> list[cl.Device]:
@@ -23,20 +23,52 @@ def all_devices() -> list[cl.Device]:
     return [d for p in cl.get_platforms() for d in p.get_devices()]
 
 
+_OUT_OF_MEMORY = (cl.status_code.OUT_OF_HOST_MEMORY, cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                  cl.status_code.OUT_OF_RESOURCES)
+
+
 class OpenCLAllocator(Allocator):
-    """cl.Buffer handles; views are sub-buffers (the offset must meet the device's base alignment)."""
+    """cl.Buffer handles; views are sub-buffers (the offset must meet the device's base alignment).
+
+    Allocations are checked against the device's limits first (`limits`). On a CPU device (PoCL) buffers are
+    created with ALLOC_HOST_PTR, which makes the driver take the memory at once: created lazily, a buffer whose
+    memory cannot be had aborts the process (an assertion) at its first use, and the lazily promised memory
+    would hide from the host-memory check of the next allocation."""
 
     def __init__(self, device: OpenCLDevice):
         super().__init__()
         self.dev = device
         # sub-buffer offsets must be multiples of this many bytes (CL_DEVICE_MEM_BASE_ADDR_ALIGN is in bits)
         self.offset_alignment = device.cl_device.mem_base_addr_align // 8
+        d = device.cl_device
+        self.max_alloc, self.global_mem, self.on_host = d.max_mem_alloc_size, d.global_mem_size, \
+            bool(d.type & cl.device_type.CPU)
+        self.live_bytes = 0  # held in buffers this allocator created and has not released
+        self.flags = cl.mem_flags.READ_WRITE | (cl.mem_flags.ALLOC_HOST_PTR if self.on_host else 0)
+
+    def limits(self, nbytes: int) -> list[tuple[int, str]]:
+        """The device's largest allocation, its global memory less what Tolk holds there and, for a CPU
+        device (its memory is the host's), the host memory left."""
+        out = [(self.max_alloc, "the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE)"),
+               (self.global_mem - self.live_bytes, f"its global memory (CL_DEVICE_GLOBAL_MEM_SIZE, "
+                f"{self.global_mem} bytes) less the {self.live_bytes} bytes Tolk holds there")]
+        if self.on_host and nbytes >= HOST_CHECK_BYTES and (h := host_headroom()) is not None:
+            out.append(h)
+        return out
 
     def _alloc(self, nbytes: int) -> cl.Buffer:
-        return cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+        try:
+            buf = cl.Buffer(self.dev.ctx, self.flags, max(nbytes, 1))
+        except cl.Error as e:
+            if e.code in _OUT_OF_MEMORY:  # a MemoryError: the allocator frees its cache and retries once
+                raise MemoryError(str(e)) from e
+            raise
+        self.live_bytes += nbytes
+        return buf
 
     def _free(self, handle: cl.Buffer, nbytes: int) -> None:
         handle.release()
+        self.live_bytes -= nbytes
 
     def copyin(self, handle: cl.Buffer, src: memoryview) -> None:
         if src.nbytes:
