@@ -214,8 +214,8 @@ ULP_BOUNDS = {
     "rsqrt": (Tensor.rsqrt, lambda x: 1 / np.sqrt(x), _POSITIVE, 2),
     "reciprocal": (Tensor.reciprocal, lambda x: 1 / x, _POSITIVE, 0.5),
     "sin": (Tensor.sin, np.sin, _sweep(-100, 100, 1e-30), 2),
-    "cos": (Tensor.cos, np.cos, np.concatenate([_sweep(-100, 100, 1e-30), [1e4, -1e6, 1e10, 3.4e38]]).astype(np.float32),
-            2),
+    "cos": (Tensor.cos, np.cos,
+            np.concatenate([_sweep(-100, 100, 1e-30), [1e4, -1e6, 1e10, 3.4e38]]).astype(np.float32), 2),
     "tanh": (Tensor.tanh, np.tanh, _sweep(-20, 20, 1e-40), 3),
     "sigmoid": (Tensor.sigmoid, lambda x: 1 / (1 + np.exp(-x)), _sweep(-100, 100, 1e-40), 64),
 }

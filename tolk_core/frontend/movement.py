@@ -192,15 +192,14 @@ class MovementMixin:
                 raise ShapeError(f"cat along axis {axis}: shapes {', '.join(str(t.shape) for t in ts)} differ "
                                  "off that axis")
         dt = least_upper_dtype(*(t.dtype for t in ts))
-        total, offset, out = sum(t.shape[axis] for t in ts), 0, None
-        for t in ts:
-            pad = [(0, 0)] * self.ndim
-            pad[axis] = (offset, total - offset - t.shape[axis])
-            offset += t.shape[axis]
-            part = t.cast(dt).pad(pad)
-            out = part if out is None else (out | part if dtypes.is_bool(dt) else out + part)
-        assert out is not None  # ts holds this tensor at least
-        return out
+        # joined pairwise, in rounds: a balanced tree of two-part joins, so each join covers only its own parts'
+        # extent (a left fold padded every part to the whole result: a kernel per few parts, each over the whole
+        # result, was quadratic in the number of parts)
+        parts = [t.cast(dt) for t in ts]
+        while len(parts) > 1:
+            parts = [_join(parts[i], parts[i + 1], axis) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        return parts[0]
 
     def stack(self: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         """Stack this tensor and `others` (all of one shape) along a new axis `dim`."""
@@ -239,3 +238,12 @@ class MovementMixin:
             raise ShapeError(f"chunk needs a positive number of chunks, got {chunks}")
         n = self.shape[self._axes(dim)[0]]
         return self.split(max(-(-n // chunks), 1), dim)
+
+
+def _join(a: Tensor, b: Tensor, axis: int) -> Tensor:
+    """`a` then `b` along `axis` (one dtype, equal off that axis): each padded to the joint extent, then added
+    (or-ed for bools), the padding being zeros."""
+    before, after = [(0, 0)] * a.ndim, [(0, 0)] * a.ndim
+    before[axis], after[axis] = (0, b.shape[axis]), (a.shape[axis], 0)
+    pa, pb = a.pad(before), b.pad(after)
+    return pa | pb if dtypes.is_bool(a.dtype) else pa + pb

@@ -109,12 +109,7 @@ class Module:
         requires_grad; a gradient is dropped, as it lives on the old device)."""
         tensors = {id(t): t for t in [*get_state_dict(self).values(), *self.buffers()]}
         for t in tensors.values():
-            grad = t.requires_grad
-            moved = t.to(device).contiguous().realize()
-            t.uop, t.device = moved.uop, moved.device
-            t.grad = None
-            if grad:
-                t.requires_grad = True
+            t.to_(device)
         return self
 
 

@@ -23,7 +23,7 @@ place where read.
 from __future__ import annotations
 
 import math
-from collections.abc import Container
+from collections.abc import Container, Generator
 from dataclasses import dataclass, field
 
 from tolk_core import config
@@ -35,6 +35,11 @@ from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule.prepare import index_through_movement
 from tolk_core.schedule.work import kernel_info
+
+# one lowering `_Lowerer.lower` performs: (node, indices, gate, top)
+_Request = tuple[UOp, tuple[UOp, ...], UOp | None, bool]
+# a step of `_Lowerer.lower`: yields the lowerings it needs, is sent each one's result, returns its own
+_Steps = Generator[_Request, UOp, UOp]
 
 # the leaves a kernel reads from memory; everything else is computed
 _STORAGE = (Op.BUFFER,)
@@ -297,30 +302,23 @@ def _store_recomputed(cands: list[UOp], realized: set[UOp], p: pm.Placements, ca
 
 def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
     """Store intermediates of kernels that would exceed KERNEL_MAX_OPS operations or KERNEL_MAX_BUFFERS stored
-    inputs, so no program makes its compiler run for minutes. One pass, sources first: each unstored node
-    carries an estimate of the operations and inputs its kernel body holds up to it (summed along every path:
-    an upper bound, cheap); where the estimate passes half a budget, the body is counted exactly (a walk that
-    stops at the limit) and, when it is really past, the node is stored, starting a fresh count for its
-    readers."""
+    inputs, so no program makes its compiler run for minutes. One pass, sources first: each unstored node gets
+    the exact operations and distinct stored inputs of its kernel body up to it (`_BodySets`); where either passes
+    half its budget the node is stored (when a cap may store it), starting a fresh count for its readers."""
     max_ops, max_bufs = config.get("KERNEL_MAX_OPS"), config.get("KERNEL_MAX_BUFFERS")
     if max_ops <= 0 and max_bufs <= 0:
         return
     lim_ops, lim_bufs = max_ops // 2 if max_ops > 0 else None, max_bufs // 2 if max_bufs > 0 else None
-    ops: dict[UOp, int] = {}
-    bufs: dict[UOp, int] = {}
+    bodies = _BodySets(order)
     for u in order:
         if u in realized or u.op in _STORAGE:
-            ops[u], bufs[u] = 0, 1
+            bodies.stored(u)
             continue
-        ops[u] = _ops(u) + sum(ops.get(s, 0) for s in dict.fromkeys(u.src))
-        bufs[u] = sum(bufs.get(s, 0) for s in dict.fromkeys(u.src))
-        if not ((lim_ops is not None and ops[u] > lim_ops) or (lim_bufs is not None and bufs[u] > lim_bufs)):
-            continue
-        ops[u], bufs[u] = _body_size(u, realized, lim_ops, lim_bufs)
-        if ((lim_ops is not None and ops[u] > lim_ops) or (lim_bufs is not None and bufs[u] > lim_bufs)) and \
+        n_ops, n_bufs = bodies.computed(u)
+        if ((lim_ops is not None and n_ops > lim_ops) or (lim_bufs is not None and n_bufs > lim_bufs)) and \
                 _is_candidate(u) and u.op is not Op.CONST and cap(u):
             _store(u, realized, p, pm.Provenance.KERNEL_BUDGET)
-            ops[u], bufs[u] = 0, 1
+            bodies.stored(u, computed=True)
 
 
 def _body_size(root: UOp, realized: set[UOp], lim_ops: int | None, lim_bufs: int | None) -> tuple[int, int]:
@@ -339,6 +337,57 @@ def _body_size(root: UOp, realized: set[UOp], lim_ops: int | None, lim_bufs: int
         if (lim_ops is not None and n_ops > lim_ops) or (lim_bufs is not None and len(inputs) > lim_bufs):
             break
     return n_ops, len(inputs)
+
+
+class _BodySets:
+    """The kernel body up to each node, as two sets of positions in a sources-first `order`: the operations it
+    computes and the stored values it reads. A set is an int bitmask, kept with the smallest position it can hold
+    (a body spans a stretch of the order, not all of it), so merging the bodies of a node's sources is a few
+    machine-word operations per position in that stretch instead of a walk over the body: exact counts for every
+    node of a deep graph in time linear in the graph (a walk per node was quadratic in a kernel's size). A
+    node's sets are dropped once its last reader has merged them."""
+
+    def __init__(self, order: list[UOp]):
+        self.pos = {u: i for i, u in enumerate(order)}
+        self.readers: dict[UOp, int] = {}
+        for u in order:
+            for s in dict.fromkeys(u.src):
+                self.readers[s] = self.readers.get(s, 0) + 1
+        self.sets: dict[UOp, tuple[tuple[int, int], tuple[int, int]]] = {}  # node -> ((base, ops), (base, inputs))
+
+    def stored(self, u: UOp, computed: bool = False) -> None:
+        """`u` has storage: its readers read it as one input and compute none of its operations (`computed`: its
+        body was recorded already, and has merged its sources' sets)."""
+        if not computed:
+            self._release(u)
+        self.sets[u] = ((0, 0), (self.pos[u], 1))
+
+    def computed(self, u: UOp) -> tuple[int, int]:
+        """Record the body of unstored `u` (its own operation and its sources' bodies); (operations, inputs)."""
+        srcs = [self.sets[s] for s in dict.fromkeys(u.src)]
+        self._release(u)
+        ops = _union([o for o, _ in srcs] + ([(self.pos[u], 1)] if _ops(u) else []))
+        inputs = _union([i for _, i in srcs])
+        self.sets[u] = (ops, inputs)
+        return ops[1].bit_count(), inputs[1].bit_count()
+
+    def _release(self, u: UOp) -> None:
+        for s in dict.fromkeys(u.src):
+            self.readers[s] -= 1
+            if self.readers[s] == 0:
+                del self.sets[s]
+
+
+def _union(sets: list[tuple[int, int]]) -> tuple[int, int]:
+    """The union of position sets given as (base, bitmask of positions - base); (0, 0) is the empty set."""
+    sets = [s for s in sets if s[1]]
+    if len(sets) <= 1:
+        return sets[0] if sets else (0, 0)
+    base = min(b for b, _ in sets)
+    bits = 0
+    for b, m in sets:
+        bits |= m << (b - base)
+    return base, bits
 
 
 _MANY = object()  # a node computed by more than one kernel
@@ -471,9 +520,10 @@ class _Lowerer:
         index = UOp(Op.INDEX, param.dtype, (param, _flat(idxs, shape)) + ((gate,) if gate is not None else ()))
         return UOp(Op.LOAD, buf.dtype, (index,))
 
-    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> UOp | None:
+    def local(self, u: UOp, idxs: tuple[UOp, ...]) -> Generator[_Request, UOp, UOp | None]:
         """A read of Local value `u` from its kernel-local array: the array is filled once per value of the
-        indices outside its axes (a row per row index), before its first read. None when its size is symbolic."""
+        indices outside its axes (a row per row index), before its first read. None when its size is symbolic.
+        A step generator (see `lower`): it yields the lowering it needs and returns the read."""
         axes = self.local_axes[u]
         sizes = tuple(size for a in axes if isinstance(size := u.tensor_shape[a], int))
         if len(sizes) < len(axes):  # a symbolic size
@@ -481,7 +531,7 @@ class _Lowerer:
         key = (u, tuple(i for a, i in enumerate(idxs) if a not in axes))
         if key not in self.scratch:
             rngs = {a: self.new_range(u.tensor_shape[a], AxisType.LOCAL) for a in axes}
-            value = self.lower(u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, top=True)
+            value = yield (u, tuple(rngs.get(a, i) for a, i in enumerate(idxs)), None, True)
             n = math.prod(sizes)
             arr = UOp(Op.DEFINE_REG, u.dtype.ptr(n, AddrSpace.REG), (), (f"loc{len(self.scratch)}", n))
             store = UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, arr.dtype, (arr, _flat(tuple(rngs.values()), sizes))),
@@ -493,43 +543,65 @@ class _Lowerer:
         return UOp(Op.LOAD, u.dtype, (index, fill))
 
     def lower(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool = False) -> UOp:
-        key = (u, idxs, gate, top)
-        if (hit := self.memo.get(key)) is not None:
+        """`u` computed at indices `idxs` (under `gate`, the condition its read is valid on; `top`: `u` is the
+        value being stored, so it is computed even when it has storage or a kernel-local array).
+
+        Iterative, for graphs of any depth: each node's lowering is a step generator (`_step`) that yields the
+        (node, indices, gate, top) lowerings it needs one at a time and returns its result; this loop runs them
+        on an explicit stack, sources in the order a recursive walk would take, so ranges and PARAM slots are
+        numbered as such a walk numbers them. Results are memoised by (node, indices, gate, top)."""
+        memo = self.memo
+        if (hit := memo.get((u, idxs, gate, top))) is not None:
             return hit
+        stack: list[tuple[_Request, _Steps]] = [((u, idxs, gate, top), self._step(u, idxs, gate, top))]
+        result: UOp | None = None  # None: the step on top is fresh (not started yet)
+        while stack:
+            key, steps = stack[-1]
+            try:
+                need = next(steps) if result is None else steps.send(result)
+            except StopIteration as done:
+                stack.pop()
+                result = memo[key] = done.value
+                continue
+            if (result := memo.get(need)) is None:
+                stack.append((need, self._step(*need)))
+        assert result is not None
+        return result
+
+    def _step(self, u: UOp, idxs: tuple[UOp, ...], gate: UOp | None, top: bool) -> _Steps:
+        """The lowering of one node (see `lower`): yields each (node, indices, gate, top) it needs, is sent its
+        lowered value, and returns this node's lowered value."""
         if not top and u in self.realized:
-            ret = self.load(self.realized[u], tuple(u.tensor_shape), idxs, gate)
-        elif not top and gate is None and u in self.local_axes and (loc := self.local(u, idxs)) is not None:
-            ret = loc  # (under a gate the indices may be out of range: computed in place instead)
-        elif u.op is Op.BUFFER:
-            ret = self.load(u, (u.arg,), idxs, gate)
-        elif u.op is Op.CONST:
-            ret = u
-        elif u.op in GroupOp.Movement:
+            return self.load(self.realized[u], tuple(u.tensor_shape), idxs, gate)
+        if not top and gate is None and u in self.local_axes and (loc := (yield from self.local(u, idxs))) is not None:
+            return loc  # (under a gate the indices may be out of range: computed in place instead)
+        if u.op is Op.BUFFER:
+            return self.load(u, (u.arg,), idxs, gate)
+        if u.op is Op.CONST:
+            return u
+        if u.op in GroupOp.Movement:
             src_idxs, valid = index_through_movement(u, idxs)  # pm_mops: an INDEX of a movement
             if valid is None:
-                ret = self.lower(u.src[0], tuple(src_idxs), gate)
-            else:
-                valid = valid.simplify()
-                g = valid if gate is None else gate.alu(Op.AND, valid)
-                inner = self.lower(u.src[0], tuple(src_idxs), g)
-                ret = UOp(Op.WHERE, u.dtype, (valid, inner, UOp.const(u.dtype, _zero(u.dtype))))
-        elif u.op is Op.REDUCE_AXIS:
+                return (yield (u.src[0], tuple(src_idxs), gate, False))
+            valid = valid.simplify()
+            g = valid if gate is None else gate.alu(Op.AND, valid)
+            inner = yield (u.src[0], tuple(src_idxs), g, False)
+            return UOp(Op.WHERE, u.dtype, (valid, inner, UOp.const(u.dtype, _zero(u.dtype))))
+        if u.op is Op.REDUCE_AXIS:
             op, axes = u.arg
             in_shape = u.src[0].tensor_shape
             rngs = {a: self.new_range(in_shape[a], AxisType.REDUCE) for a in axes}
-            src_idxs = tuple(rngs.get(a, i) for a, i in enumerate(idxs))
-            body = self.lower(u.src[0], src_idxs, gate)
+            body = yield (u.src[0], tuple(rngs.get(a, i) for a, i in enumerate(idxs)), gate, False)
             live = tuple(r for r in rngs.values() if r.op is Op.RANGE)
             if any(in_shape[a] == 0 for a in axes):
-                ret = UOp.const(u.dtype, identity_element(op, u.dtype))
-            else:
-                ret = UOp(Op.REDUCE, u.dtype, (body, *live), op) if live else body
-        elif u.op in (Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
-            ret = self.lower(u.src[0], idxs, gate)
-        else:  # ALU, CAST, BITCAST: elementwise
-            ret = UOp(u.op, u.dtype, tuple(self.lower(s, idxs, gate) for s in u.src), u.arg)
-        self.memo[key] = ret
-        return ret
+                return UOp.const(u.dtype, identity_element(op, u.dtype))
+            return UOp(Op.REDUCE, u.dtype, (body, *live), op) if live else body
+        if u.op in (Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
+            return (yield (u.src[0], idxs, gate, False))
+        srcs: list[UOp] = []  # ALU, CAST, BITCAST: elementwise
+        for s in u.src:
+            srcs.append((yield (s, idxs, gate, False)))
+        return UOp(u.op, u.dtype, tuple(srcs), u.arg)
 
 
 def _flat(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
