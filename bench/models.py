@@ -246,10 +246,11 @@ def tolk_setup(name: str, size: str, device: str) -> tuple[Any, list[Any], dict[
     cfg, rng = size_of(name, size), np.random.default_rng(SEED)
     job = BUILDERS[name](cfg, device)
     model_state = job.model.state_dict() if job.model is not None else {}
-    state = fill_state({k: tuple(v.shape) for k, v in model_state.items()}, rng)
+    # float entries only: a batch norm's int64 batch counter keeps its zero (torch's side may lack it)
+    state = fill_state({k: tuple(v.shape) for k, v in model_state.items() if v.dtype.name.startswith("float")}, rng)
     data = make_data(name, cfg, rng)
     if job.model is not None:
-        job.model.load_state_dict({k: Tensor(v, device=device) for k, v in state.items()})
+        job.model.load_state_dict({**model_state, **{k: Tensor(v, device=device) for k, v in state.items()}})
     inputs = [Tensor(v, device=device).realize() for v in data.values()]
     return job, inputs, {f"state.{k}": v for k, v in state.items()} | {f"data.{k}": v for k, v in data.items()}
 

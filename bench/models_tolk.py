@@ -1,6 +1,5 @@
 """The model workloads of bench.models in Tolk's public API only: `tolk_core.Tensor`, `tolk_core.nn` and
-`tolk_core.nn.optim`. What nn does not have (batch norm, max pooling, a causal mask, a GRU cell) is written
-here from Tensor ops, as a user would.
+`tolk_core.nn.optim`. What nn does not have (a causal mask) is written here from Tensor ops, as a user would.
 
 Each `build_<name>(cfg, device)` returns a Job: the model (whose state dict bench.models fills with seeded
 numbers), the step (a function of the input tensors returning the tensors it computes: the loss of a train
@@ -23,75 +22,25 @@ class Job(NamedTuple):
     probe: Callable[[], dict[str, Tensor]]
 
 
-def _vector(value: float, n: int, device: str, grad: bool) -> Tensor:
-    t = Tensor(np.full(n, value, np.float32), device=device)
-    return t.requires_grad_() if grad else t
-
-
-# ---------------------------------------------------------------- layers nn lacks
-class BatchNorm2d(nn.Module):
-    """torch's BatchNorm2d over (N, C, H, W). With `track_running_stats` it normalises by the running
-    statistics in eval mode; without, always by the batch's (mean and biased variance over N, H, W)."""
-
-    def __init__(self, c: int, eps: float = 1e-5, track_running_stats: bool = True, device: str = "CPU"):
-        self.eps = eps
-        self.weight, self.bias = _vector(1.0, c, device, True), _vector(0.0, c, device, True)
-        if track_running_stats:
-            self.running_mean, self.running_var = _vector(0.0, c, device, False), _vector(1.0, c, device, False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        shape = (1, x.shape[1], 1, 1)
-        if self.training or not hasattr(self, "running_mean"):
-            mean = x.mean(axis=(0, 2, 3), keepdim=True)
-            var = (x - mean).square().mean(axis=(0, 2, 3), keepdim=True)
-        else:
-            mean, var = self.running_mean.reshape(shape), self.running_var.reshape(shape)
-        return (x - mean) * (var + self.eps).rsqrt() * self.weight.reshape(shape) + self.bias.reshape(shape)
-
-
-def max_pool2(x: Tensor) -> Tensor:
-    """2x2 max pooling with stride 2 (kernel == stride: a reshape and a max)."""
-    n, c, h, w = x.shape
-    return x.reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
-
-
+# ---------------------------------------------------------------- a layer nn lacks
 def causal_mask(t: int, device: str) -> Tensor:
     """(t, t) booleans, True where key position j <= query position i."""
     i = Tensor.arange(t, device=device)
     return i.reshape(t, 1) >= i.reshape(1, t)
 
 
-class GRUCell(nn.Module):
-    """torch's GRUCell (gates r, z, n in that order in the stacked weights; torch's U(-1/sqrt(h), 1/sqrt(h))
-    initialisation, drawn from a numpy generator seeded with `seed`)."""
-
-    def __init__(self, inp: int, hidden: int, device: str = "CPU", seed: int = 0):
-        rng, bound = np.random.default_rng(seed), hidden ** -0.5
-        draw = lambda *s: Tensor(rng.uniform(-bound, bound, s).astype(np.float32), device=device).requires_grad_()
-        self.hidden = hidden
-        self.weight_ih, self.weight_hh = draw(3 * hidden, inp), draw(3 * hidden, hidden)
-        self.bias_ih, self.bias_hh = draw(3 * hidden), draw(3 * hidden)
-
-    def forward(self, x: Tensor, h: Tensor) -> Tensor:
-        gi, gh, n = x @ self.weight_ih.T + self.bias_ih, h @ self.weight_hh.T + self.bias_hh, self.hidden
-        r = (gi[:, :n] + gh[:, :n]).sigmoid()
-        z = (gi[:, n:2 * n] + gh[:, n:2 * n]).sigmoid()
-        cand = (gi[:, 2 * n:] + r * gh[:, 2 * n:]).tanh()
-        return (1 - z) * cand + z * h
-
-
 # ---------------------------------------------------------------- models
 class DigitsCNN(nn.Module):
     def __init__(self, c1: int, c2: int, device: str):
         self.conv1 = nn.Conv2d(1, c1, 3, padding=1, bias=False, device=device)
-        self.bn1 = BatchNorm2d(c1, track_running_stats=False, device=device)
+        self.bn1 = nn.BatchNorm2d(c1, track_running_stats=False, device=device)
         self.conv2 = nn.Conv2d(c1, c2, 3, padding=1, bias=False, device=device)
-        self.bn2 = BatchNorm2d(c2, track_running_stats=False, device=device)
+        self.bn2 = nn.BatchNorm2d(c2, track_running_stats=False, device=device)
         self.fc = nn.Linear(c2 * 4, 10, device=device)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = max_pool2(self.bn1(self.conv1(x)).relu())
-        x = max_pool2(self.bn2(self.conv2(x)).relu())
+        x = F.max_pool2d(self.bn1(self.conv1(x)).relu(), 2)
+        x = F.max_pool2d(self.bn2(self.conv2(x)).relu(), 2)
         return self.fc(x.reshape(x.shape[0], -1))
 
 
@@ -109,7 +58,7 @@ class GPTBlock(nn.Module):
         q, k, v = qkv[0], qkv[1], qkv[2]
         att = mask.where(q @ k.transpose(-1, -2) * (d // self.heads) ** -0.5, float("-inf")).softmax(-1)
         x = x + self.proj((att @ v).permute(0, 2, 1, 3).reshape(b, t, d))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
@@ -130,9 +79,9 @@ class GPT(nn.Module):
 class BasicBlock(nn.Module):
     def __init__(self, c: int, device: str):
         self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False, device=device)
-        self.bn1 = BatchNorm2d(c, device=device)
+        self.bn1 = nn.BatchNorm2d(c, device=device)
         self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False, device=device)
-        self.bn2 = BatchNorm2d(c, device=device)
+        self.bn2 = nn.BatchNorm2d(c, device=device)
 
     def forward(self, x: Tensor) -> Tensor:
         return (self.bn2(self.conv2(self.bn1(self.conv1(x)).relu())) + x).relu()
@@ -141,7 +90,7 @@ class BasicBlock(nn.Module):
 class ResNetStack(nn.Module):
     def __init__(self, cin: int, c: int, blocks: int, device: str):
         self.stem = nn.Conv2d(cin, c, 3, padding=1, bias=False, device=device)
-        self.bn = BatchNorm2d(c, device=device)
+        self.bn = nn.BatchNorm2d(c, device=device)
         self.blocks = [BasicBlock(c, device) for _ in range(blocks)]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -155,10 +104,10 @@ class GRUUnrolled(nn.Module):
     """A GRU cell applied along the first axis of (steps, batch, inp) from a zero state; the last state."""
 
     def __init__(self, inp: int, hidden: int, device: str):
-        self.cell = GRUCell(inp, hidden, device)
+        self.cell = nn.GRUCell(inp, hidden, device=device)
 
     def forward(self, xs: Tensor) -> Tensor:
-        h = Tensor.zeros(xs.shape[1], self.cell.hidden, device=xs.device)
+        h = Tensor.zeros(xs.shape[1], self.cell.hidden_size, device=xs.device)
         for t in range(xs.shape[0]):
             h = self.cell(xs[t], h)
         return h

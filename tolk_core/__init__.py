@@ -1,6 +1,7 @@
 """Tolk: a small, fast, readable tensor compiler whose backends are plugins.
 
-The public face: Tensor, dtypes, Variable, jit, Device, profile (per-kernel times and work) and the errors.
+The public face: Tensor, dtypes, Variable, jit, Device, profile (per-kernel times and work), no_grad and the
+errors.
 Importing tolk_core imports no backend library (and not numpy): plugins are probed at the registry's first use,
 and the front end loads on first use of Tensor, jit, dtypes or Variable (the profiler on first use of profile).
 """
@@ -25,7 +26,7 @@ _LAZY = {"Tensor": ("tolk_core.frontend.tensor", "Tensor"), "jit": ("tolk_core.f
          "function": ("tolk_core.frontend.function", "function"),
          "custom_kernel": ("tolk_core.frontend.function", "custom_kernel"),
          "dtypes": ("tolk_core.ir.dtype", "dtypes"), "Variable": ("tolk_core.ir.uop", "Variable"),
-         "profile": ("tolk_core.engine.profile", "profile")}
+         "profile": ("tolk_core.engine.profile", "profile"), "no_grad": ("tolk_core.frontend.autograd", "no_grad")}
 
 
 def __getattr__(name: str) -> Any:

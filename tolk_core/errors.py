@@ -137,3 +137,13 @@ class IndexWidthError(TolkError, ValueError):
     """A kernel whose index values (element offsets, loop counters, work-item ids) pass the 32-bit range, on a
     device whose renderer computes 32-bit indices only (`Renderer.index64` False). Names the kernel's largest
     index, the largest buffer and the device (docs/dtypes.md, index width)."""
+
+
+class ArgumentError(TolkError, ValueError):
+    """A layer or function argument outside what it accepts (a probability outside [0, 1], sizes that do not
+    divide, an unknown option). Names the argument, its value and what is accepted."""
+
+
+class UnsupportedError(TolkError, NotImplementedError):
+    """A torch option that Tolk's version of a layer or function does not implement. Names the option and what
+    to do instead."""

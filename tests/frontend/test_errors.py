@@ -143,8 +143,8 @@ def test_matmul_inner_sizes_named() -> None:
 def test_conv2d_channel_mismatch_names_shapes() -> None:
     with pytest.raises(ShapeError, match=r"input \(1, 3, 8, 8\) with weight \(4, 2, 3, 3\)"):
         f32(1, 3, 8, 8).conv2d(f32(4, 2, 3, 3))
-    with pytest.raises(ShapeError, match="4-d"):
-        f32(3, 8, 8).conv2d(f32(4, 3, 3, 3))
+    with pytest.raises(ShapeError, match="4-d"):  # (a 3-d input is an unbatched image, as torch)
+        f32(8, 8).conv2d(f32(4, 3, 3, 3))
     with pytest.raises(ShapeError, match="larger than the padded input"):
         f32(1, 1, 2, 2).conv2d(f32(1, 1, 3, 3))
     with pytest.raises(ShapeError, match="padding"):

@@ -224,6 +224,35 @@ class MovementMixin:
             raise ShapeError(f"stack axis {dim} is out of range for tensors of {self.ndim} dimension(s)")
         return ts[0].unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in ts[1:]), dim=dim)
 
+    def split(self: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """torch.split: pieces of `split_size_or_sections` elements along `dim` (an int: that size each, the last
+        one smaller when it does not divide; a list: those sizes, which must sum to the axis length)."""
+        axis = self._axes(dim)[0]
+        n = self.shape[axis]
+        if isinstance(split_size_or_sections, int):
+            if split_size_or_sections < 1 and n:
+                raise ShapeError(f"split size must be positive, got {split_size_or_sections}")
+            step = max(split_size_or_sections, 1)
+            sizes = [min(step, n - s) for s in range(0, n, step)] or [0]
+        else:
+            sizes = list(split_size_or_sections)
+            if sum(sizes) != n or any(s < 0 for s in sizes):
+                raise ShapeError(f"split sections {sizes} must be non-negative and sum to the size {n} of axis "
+                                 f"{axis} of {self.shape}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self.shrink(tuple((start, start + s) if a == axis else None for a in range(self.ndim))))
+            start += s
+        return tuple(out)
+
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """torch.chunk: at most `chunks` pieces along `dim`, each ceil(size / chunks) long but the last (so
+        fewer pieces come back when the size does not fill them all)."""
+        if chunks < 1:
+            raise ShapeError(f"chunk needs a positive number of chunks, got {chunks}")
+        n = self.shape[self._axes(dim)[0]]
+        return self.split(max(-(-n // chunks), 1), dim)
+
 
 def _join(a: Tensor, b: Tensor, axis: int) -> Tensor:
     """`a` then `b` along `axis` (one dtype, equal off that axis): each padded to the joint extent, then added

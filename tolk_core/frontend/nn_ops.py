@@ -1,30 +1,38 @@
-"""Neural-network composites: `matmul` (`@`), `dot`, `softmax`, `log_softmax`, `layernorm`, `conv2d` (with its
-sliding-window view).
+"""Neural-network composites: `matmul` (`@`), `dot`, `softmax`, `log_softmax`, `layernorm`, `conv2d` (N-d, with
+its sliding-window view), `max_pool2d` / `avg_pool2d` (any number of pooled axes) and
+`scaled_dot_product_attention`.
 
 An op belongs here when it is a composite of movement, elementwise ops and reductions that models use as one
 unit. `matmul` broadcasts the batch axes, then multiplies and sums along the shared axis (one reduce kernel).
 `conv2d` is torch's cross-correlation (`F.conv2d(x, w, b, stride, padding, dilation, groups)`): the input is
 padded, viewed as sliding windows with movement ops only (`_windows`), multiplied with the weight and summed,
-so the whole forward pass (bias included) is one reduce kernel.
+so the whole forward pass (bias included) is one reduce kernel. Pooling reads the same windows over an input
+padded with -inf (max) or zeros (average; the divisor, how many positions each window covers, depends on shapes
+only and is computed on the host).
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.movement import broadcast_shape
+from tolk_core.ir.dtype import dtypes
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
 
 
-def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
-    t = (v, v) if isinstance(v, int) else tuple(v)
-    if len(t) != 2 or any(not isinstance(i, int) for i in t):
-        raise ShapeError(f"conv2d {what} must be an int or a pair of ints, got {v!r}")
+def spatial_arg(v: int | Sequence[int], nd: int, what: str) -> tuple[int, ...]:
+    """An int or a sequence of `nd` ints (a size per spatial axis) as a tuple of `nd` ints."""
+    t = (v,) * nd if isinstance(v, int) else tuple(v)
+    if len(t) != nd or any(not isinstance(i, int) for i in t):
+        raise ShapeError(f"{what} must be an int or {nd} ints (one per spatial axis), got {v!r}")
     return t
 
 
@@ -36,6 +44,29 @@ def _matmul_operand(t: Tensor, other: object) -> Tensor:
                                 "Tensor or an ndarray")
     check_devices("matmul", (t, other))
     return other
+
+
+def spatial_pads(padding: int | Sequence[int], nd: int) -> tuple[tuple[int, int], ...]:
+    """Convolution padding as (before, after) per spatial axis: from an int, one int per axis (both sides), or
+    2*nd flat (before, after) pairs listed from the last axis back (torch's F.pad order)."""
+    if not isinstance(padding, int) and len(padding) == 2 * nd:
+        flat = tuple(padding)
+        return tuple((flat[2 * i], flat[2 * i + 1]) for i in reversed(range(nd)))
+    return tuple((p, p) for p in spatial_arg(padding, nd, "padding"))
+
+
+# avg_pool2d's divisor grids by (shapes, pooling, dtype, device)
+_divisors: dict[tuple, Tensor] = {}
+
+
+def _window_counts(size: int, out: int, k: int, stride: int, pad: int, include_pad: bool) -> np.ndarray:
+    """How many positions each of `out` pooling windows covers along one axis: those inside the input, or with
+    `include_pad` inside the padded input (never past it: torch's divisor for ceil_mode windows)."""
+    start = np.arange(out) * stride - pad
+    end = np.minimum(start + k, size + pad)
+    if not include_pad:
+        start, end = np.maximum(start, 0), np.minimum(end, size)
+    return (end - start).astype(np.float64)
 
 
 class NNMixin:
@@ -119,35 +150,119 @@ class NNMixin:
     def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
                stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
                padding: int | Sequence[int] = 0) -> Tensor:
-        """2-D cross-correlation of (N, C_in, H, W) with weight (C_out, C_in/groups, kh, kw), as torch's conv2d.
-
-        `padding` is an int, (pad_h, pad_w), or (left, right, top, bottom)."""
-        if self.ndim != 4 or weight.ndim != 4:
-            raise ShapeError(f"conv2d needs a 4-d input and weight, got {self.shape} and {weight.shape}")
-        (n, cin, _, _), (cout, cin_g, kh, kw) = self.shape, weight.shape
+        """N-d cross-correlation as torch's conv1d/conv2d/conv3d; the weight's rank sets the dimension (as
+        tinygrad's conv2d): input (N, C_in, *spatial) or unbatched (C_in, *spatial), weight
+        (C_out, C_in/groups, *kernel). `stride`, `dilation`: an int or one per spatial axis. `padding`: an int,
+        one per spatial axis, or (before, after) flat pairs from the last axis back ((left, right, top, bottom)
+        in 2-d)."""
+        nd = weight.ndim - 2
+        if nd < 1 or self.ndim not in (nd + 1, nd + 2):
+            raise ShapeError(f"conv{max(nd, 1)}d needs a {nd + 2}-d input (or {nd + 1}-d unbatched) for a "
+                             f"{weight.ndim}-d weight, got {self.shape} and {weight.shape}")
+        if self.ndim == nd + 1:
+            return self.unsqueeze(0).conv2d(weight, bias, groups, stride, dilation, padding).squeeze(0)
+        (n, cin), (cout, cin_g), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
         if cin != cin_g * groups or cout % groups:
-            raise ShapeError(f"conv2d of input {self.shape} with weight {weight.shape} and groups={groups}: "
+            raise ShapeError(f"conv{nd}d of input {self.shape} with weight {weight.shape} and groups={groups}: "
                              f"input channels {cin} must be {groups} x {cin_g} and {cout} output channels divisible "
                              f"by {groups}")
-        st, dl = _pair(stride, "stride"), _pair(dilation, "dilation")
-        if isinstance(padding, int):
-            pads = ((padding, padding), (padding, padding))
-        elif len(padding) == 2:
-            pads = ((padding[0], padding[0]), (padding[1], padding[1]))
-        elif len(padding) == 4:
-            pads = ((padding[2], padding[3]), (padding[0], padding[1]))
-        else:
-            raise ShapeError(f"conv2d padding must be an int, (pad_h, pad_w) or (left, right, top, bottom), "
-                             f"got {padding!r}")
+        st, dl = spatial_arg(stride, nd, "stride"), spatial_arg(dilation, nd, "dilation")
+        x = self.pad(((0, 0), (0, 0)) + spatial_pads(padding, nd))
         if min(*st, *dl) < 1:
-            raise ShapeError(f"conv2d stride {st} and dilation {dl} must be positive")
-        x = self.pad(((0, 0), (0, 0)) + pads)
-        h, w = x.shape[2:]
-        if h < dl[0] * (kh - 1) + 1 or w < dl[1] * (kw - 1) + 1:
-            raise ShapeError(f"conv2d kernel {(kh, kw)} (dilation {dl}) is larger than the padded input {(h, w)}")
-        win = x._windows((kh, kw), st, dl)  # (N, C_in, oh, ow, kh, kw)
-        oh, ow = win.shape[2:4]
-        win = win.reshape(n, groups, 1, cin_g, oh, ow, kh, kw)
-        out = (win * weight.reshape(1, groups, cout // groups, cin_g, 1, 1, kh, kw)).sum(axis=(3, 6, 7))
-        out = out.reshape(n, cout, oh, ow)
-        return out if bias is None else out + bias.reshape(1, cout, 1, 1)
+            raise ShapeError(f"conv{nd}d stride {st} and dilation {dl} must be positive")
+        if any(s < d * (k - 1) + 1 for s, k, d in zip(x.shape[2:], kernel, dl, strict=True)):
+            raise ShapeError(f"conv{nd}d kernel {kernel} (dilation {dl}) is larger than the padded input "
+                             f"{x.shape[2:]}")
+        win = x._windows(kernel, st, dl)  # (N, C_in, *out, *kernel)
+        out_sp = win.shape[2:2 + nd]
+        win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
+        w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
+        out = (win * w).sum(axis=(3,) + tuple(range(4 + nd, 4 + 2 * nd))).reshape((n, cout) + out_sp)
+        return out if bias is None else out + bias.reshape((1, cout) + (1,) * nd)
+
+    def _pool_windows(self: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+                      padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool,
+                      value: float) -> tuple[Tensor, tuple[tuple[int, int], ...]]:
+        """Windows (..., *out, *kernel) over the last len(kernel) axes (an int kernel: 2 axes), padded with
+        `value`; with ceil_mode the last window may start in the padding on the right, as long as it starts
+        inside the input or the left padding (torch's rule). Also the (before, after) padding of each axis."""
+        nd = 2 if isinstance(kernel_size, int) else len(kernel_size)
+        k = spatial_arg(kernel_size, nd, "kernel_size")
+        st = k if stride is None else spatial_arg(stride, nd, "stride")
+        pd, dl = spatial_arg(padding, nd, "padding"), spatial_arg(dilation, nd, "dilation")
+        if self.ndim < nd or min(*k, *st, *dl) < 1 or any(2 * p > kk for p, kk in zip(pd, k, strict=True)):
+            raise ShapeError(f"pooling of {self.shape} by kernel {k}, stride {st}, padding {pd}, dilation {dl}: "
+                             "sizes must be positive, padding at most half the kernel, and the input needs "
+                             f"{nd} spatial axes")
+        pads = []
+        for size, kk, s, p, d in zip(self.shape[-nd:], k, st, pd, dl, strict=True):
+            span = size + 2 * p - d * (kk - 1) - 1
+            if span < 0:
+                raise ShapeError(f"pooling kernel {k} (dilation {dl}) is larger than the padded input "
+                                 f"{self.shape[-nd:]}")
+            out = (-(-span // s) if ceil_mode else span // s) + 1
+            if ceil_mode and (out - 1) * s >= size + p:
+                out -= 1
+            pads.append((p, (out - 1) * s + d * (kk - 1) + 1 - size - p))
+        x = self.pad(((0, 0),) * (self.ndim - nd) + tuple(pads), value)
+        if st == k and all(d == 1 for d in dl):  # windows that tile the input: a reshape, no sliding view
+            lead, outs = x.shape[:-nd], tuple(size // kk for size, kk in zip(x.shape[-nd:], k, strict=True))
+            tiles = x.reshape(lead + tuple(v for o, kk in zip(outs, k, strict=True) for v in (o, kk)))
+            order = tuple(range(len(lead))) + tuple(len(lead) + 2 * i for i in range(nd)) + \
+                tuple(len(lead) + 2 * i + 1 for i in range(nd))
+            return tiles.permute(order), tuple(pads)
+        return x._windows(k, st, dl), tuple(pads)
+
+    def max_pool2d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
+                   padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                   ceil_mode: bool = False) -> Tensor:
+        """Max over sliding windows of the last 2 axes (a kernel tuple of n sizes: the last n axes), padded with
+        -inf: torch's F.max_pool2d (stride defaults to the kernel; no return_indices)."""
+        win, _ = self._pool_windows(kernel_size, stride, padding, dilation, ceil_mode, float("-inf"))
+        nd = win.ndim - self.ndim
+        return win.max(axis=tuple(range(-nd, 0)))
+
+    def avg_pool2d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
+                   padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                   divisor_override: int | None = None) -> Tensor:
+        """Mean over sliding windows of the last 2 axes (a kernel tuple of n sizes: the last n axes): torch's
+        F.avg_pool2d. The divisor counts the zero padding when `count_include_pad`, never the part of a
+        ceil_mode window past the padding; `divisor_override` replaces it. The divisor depends on shapes only:
+        it is computed on the host and uploaded once per shape."""
+        win, pads = self._pool_windows(kernel_size, stride, padding, 1, ceil_mode, 0.0)
+        nd = win.ndim - self.ndim
+        total = win.sum(axis=tuple(range(-nd, 0)))
+        if divisor_override is not None:
+            return total / divisor_override
+        out = total.shape[-nd:]
+        k = spatial_arg(kernel_size, nd, "kernel_size")
+        st = k if stride is None else spatial_arg(stride, nd, "stride")
+        key = (self.shape[-nd:], out, k, st, pads, count_include_pad, total.dtype, self.device)
+        if (count := _divisors.get(key)) is None:  # uploaded once and kept: a JIT replay reads the same storage
+            counts = [_window_counts(size, o, kk, s, p, count_include_pad)
+                      for size, o, kk, s, (p, _) in zip(self.shape[-nd:], out, k, st, pads, strict=True)]
+            grid = functools.reduce(np.multiply.outer, counts)
+            count = _divisors[key] = type(self)(grid.astype(dtypes.to_np(total.dtype)), device=self.device)
+        return total / count
+
+    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False,
+                                     scale: float | None = None) -> Tensor:
+        """torch's F.scaled_dot_product_attention with this tensor as the query (..., L, E), key (..., S, E),
+        value (..., S, Ev): softmax(q k^T * scale + mask) v, scale defaulting to 1/sqrt(E). A boolean
+        `attn_mask` (broadcast to (..., L, S)) is True where a query may attend; a float one is added to the
+        scores. `is_causal`: query i attends to keys j <= i (not together with attn_mask). `dropout_p` zeroes
+        attention weights with that probability (Tensor.rand draws) and rescales the rest."""
+        if is_causal and attn_mask is not None:
+            raise ShapeError("scaled_dot_product_attention: give attn_mask or is_causal, not both (torch's rule)")
+        L, S = self.shape[-2], key.shape[-2]
+        scores = self @ key.transpose(-1, -2) * (self.shape[-1] ** -0.5 if scale is None else scale)
+        if is_causal:
+            attn_mask = type(self).full((L, S), True, dtypes.bool, self.device).tril()
+        if attn_mask is not None:
+            scores = attn_mask.where(scores, float("-inf")) if dtypes.is_bool(attn_mask.dtype) else scores + attn_mask
+        weights = scores.softmax(-1)
+        if dropout_p > 0:
+            keep = type(self).rand(*weights.shape, device=self.device) >= dropout_p
+            weights = keep.where(weights / (1 - dropout_p), 0.0)
+        return weights @ value

@@ -1,4 +1,5 @@
-"""Seeded random tensors: `manual_seed`, `rand`, `uniform`, `randn`, computed on the device from uint32 ops.
+"""Seeded random tensors: `manual_seed`, `rand`, `uniform`, `randn` (computed on the device from uint32 ops) and
+`multinomial` (its uniform draws are `rand`'s; the search over the weights runs on the host).
 
 An op belongs here when it draws values from the seeded stream (and so advances its counter).
 
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentError, ShapeError
 from tolk_core.ir.dtype import dtypes
 
 if TYPE_CHECKING:
@@ -114,3 +115,28 @@ class RandomMixin:
         radius = ((1 - u1).log() * -2).sqrt()  # 1 - u1 is in (0, 1]: the log is finite
         return (radius * (u2 * (2 * math.pi)).cos()).cast(dtypes.parse(dtype or dtypes.default_float))
 
+
+    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """torch.multinomial: `num_samples` category indices per row of this (C,) or (R, C) tensor of
+        non-negative weights (they need not sum to 1), int64, with or without replacement. The uniform draws
+        are `Tensor.rand`'s (seeded by `manual_seed`); the inverse-CDF search runs on the host, so the weights
+        are read back (not inside a JIT capture)."""
+        if self.ndim not in (1, 2) or num_samples < 1:
+            raise ShapeError(f"multinomial needs a 1-d or 2-d tensor of weights and num_samples >= 1, got shape "
+                             f"{self.shape} and {num_samples}")
+        w = self.numpy().astype(np.float64).reshape(-1, self.shape[-1])
+        if not np.isfinite(w).all() or (w < 0).any() or (w.sum(axis=1) <= 0).any():
+            raise ArgumentError("multinomial weights must be finite, non-negative, and not all zero in a row")
+        if not replacement and num_samples > int((w > 0).sum(axis=1).min()):
+            raise ArgumentError(f"multinomial without replacement of {num_samples} samples from a row with fewer "
+                                "non-zero weights: lower num_samples or pass replacement=True")
+        u = type(self).rand(w.shape[0], num_samples, dtype=dtypes.float32, device=self.device).numpy()
+        out = np.zeros((w.shape[0], num_samples), np.int64)
+        for r in range(w.shape[0]):
+            row = w[r].copy()
+            for j in range(num_samples):
+                cdf = np.cumsum(row)
+                out[r, j] = min(int(np.searchsorted(cdf, u[r, j] * cdf[-1], side="right")), len(row) - 1)
+                if not replacement:
+                    row[out[r, j]] = 0.0
+        return type(self)(out.reshape(self.shape[:-1] + (num_samples,)), device=self.device)

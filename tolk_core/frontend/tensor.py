@@ -306,6 +306,15 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             return self
         return Tensor(UOp(Op.COPY, self.dtype, (self.uop, UOp(Op.DEVICE, dtypes.void, (), device))), device)
 
+    def to_(self, device: str | None) -> Tensor:
+        """Move this tensor to `device` in place: the same Tensor object now views new storage there holding
+        its values (copied now). Whether it requires grad is kept; its `.grad` (on the old device) is dropped.
+        For `Module.to`, so that whoever holds the tensor (an optimizer) follows it."""
+        moved = self.to(device).contiguous().realize()
+        self.uop, self.device = moved.uop, moved.device
+        self.grad = None
+        return self
+
     # ---- autograd (logic in frontend/autograd.py) ----
     @property
     def requires_grad(self) -> bool:

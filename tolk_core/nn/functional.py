@@ -1,4 +1,5 @@
-"""Functional forms of the layers: activations, log_softmax, cross_entropy, layernorm, conv2d, dropout masks.
+"""Functional forms of the layers (torch's F names and arguments): activations, log_softmax, cross_entropy,
+layernorm / group_norm / rms_norm, conv1d/2d/3d, max/avg pooling, scaled_dot_product_attention, dropout masks.
 
 Where `Tensor` has the op as a method (the op surface grows independently of nn), the method is used;
 otherwise the composite here is built from primitives that every Tensor has. Either way the result is a
@@ -6,10 +7,9 @@ tensor graph of differentiable UOps, so autograd needs nothing op-specific.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentError, ShapeError, UnsupportedError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -43,11 +43,9 @@ def silu(x: Tensor) -> Tensor:
     return x * sigmoid(x)
 
 
-def gelu(x: Tensor) -> Tensor:
-    """GELU, tanh approximation (torch's `approximate="tanh"`)."""
-    if (m := _tensor_method("gelu")) is not None:
-        return m(x)
-    return 0.5 * x * (1 + tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """torch's F.gelu: exact x * Phi(x) by erf (`approximate="none"`, the default) or the tanh form."""
+    return x.gelu(approximate=approximate)
 
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
@@ -76,7 +74,7 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean", label
     if logits.ndim != 2 or labels.shape != logits.shape[:1]:
         raise ShapeError(f"cross_entropy needs (N, C) logits and (N,) labels, got {logits.shape} and {labels.shape}")
     if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"cross_entropy reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        raise ArgumentError(f"cross_entropy reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     classes = logits.shape[1]
     target = one_hot(labels, classes).cast(logits.dtype)
     if label_smoothing:
@@ -93,47 +91,164 @@ def layernorm(x: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> T
     return y / ((y * y).mean(axis, keepdim=True) + eps).sqrt()
 
 
-def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
-    t = (v, v) if isinstance(v, int) else tuple(v)
-    if len(t) != 2 or not all(isinstance(i, int) and i >= 0 for i in t):
-        raise ShapeError(f"conv2d {what} must be a non-negative int or a pair of them, got {v!r}")
-    return t
+def _conv(nd: int, x: Tensor, weight: Tensor, bias: Tensor | None, stride: int | Sequence[int],
+          padding: int | str | Sequence[int], dilation: int | Sequence[int], groups: int) -> Tensor:
+    """torch's F.conv{nd}d on a batched or unbatched input: padding an int, one per axis, "valid" or "same"
+    (stride 1; an odd total puts the extra element after, as torch)."""
+    if weight.ndim != nd + 2:
+        raise ShapeError(f"conv{nd}d needs a {nd + 2}-d weight (C_out, C_in/groups, *kernel), got {weight.shape}")
+    if isinstance(padding, str):
+        padding = _named_padding(padding, nd, weight.shape[2:], stride, dilation)
+    elif not isinstance(padding, int) and len(padding) != nd:
+        raise ShapeError(f"conv{nd}d padding must be an int, {nd} ints, 'valid' or 'same', got {padding!r}")
+    return x.conv2d(weight, bias, groups=groups, stride=stride, dilation=dilation, padding=padding)
+
+
+def _named_padding(name: str, nd: int, kernel: tuple[int, ...], stride: int | Sequence[int],
+                   dilation: int | Sequence[int]) -> tuple[int, ...]:
+    """torch's padding="valid" / "same" as flat (before, after) pairs from the last axis back."""
+    if name == "valid":
+        return (0,) * (2 * nd)
+    if name != "same":
+        raise ShapeError(f"conv padding string must be 'valid' or 'same', got {name!r}")
+    if any(s != 1 for s in ((stride,) * nd if isinstance(stride, int) else stride)):
+        raise ShapeError(f"conv padding='same' needs stride 1, got {stride!r} (torch's rule)")
+    dl = (dilation,) * nd if isinstance(dilation, int) else tuple(dilation)
+    flat: list[int] = []
+    for k, d in reversed(list(zip(kernel, dl, strict=True))):
+        total = d * (k - 1)
+        flat += [total // 2, total - total // 2]
+    return tuple(flat)
+
+
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+           padding: int | str | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+    """torch's F.conv1d: (N, C_in, L) or (C_in, L) cross-correlated with (C_out, C_in/groups, k)."""
+    return _conv(1, x, weight, bias, stride, padding, dilation, groups)
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
-           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
-    """torch's F.conv2d: (N, C_in, H, W) cross-correlated with (C_out, C_in/groups, kh, kw)."""
-    if (m := _tensor_method("conv2d")) is not None:
-        return m(x, weight, bias, groups=groups, stride=stride, dilation=dilation, padding=_pair(padding, "padding"))
-    if x.ndim != 4 or weight.ndim != 4:
-        raise ShapeError(f"conv2d needs a 4-d input and weight, got {x.shape} and {weight.shape}")
-    (n, cin, _, _), (cout, cin_g, kh, kw) = x.shape, weight.shape
-    if cin != cin_g * groups or cout % groups:
-        raise ShapeError(f"conv2d of input {x.shape} with weight {weight.shape} and groups={groups}: input "
-                         f"channels must be groups x {cin_g} and output channels divisible by groups")
-    (sh, sw), (dh, dw), (ph, pw) = _pair(stride, "stride"), _pair(dilation, "dilation"), _pair(padding, "padding")
-    if min(sh, sw, dh, dw) < 1:
-        raise ShapeError(f"conv2d stride {(sh, sw)} and dilation {(dh, dw)} must be positive")
-    x = x.pad(((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    h, w = x.shape[2:]
-    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (w - dw * (kw - 1) - 1) // sw + 1
-    if oh < 1 or ow < 1:
-        raise ShapeError(f"conv2d kernel {(kh, kw)} (dilation {(dh, dw)}) is larger than the padded input {(h, w)}")
-    # windows (N, C_in, kh*kw, oh, ow): each kernel tap's strided view, padded into its own slot of the tap axis
-    # and summed (a concatenation made of movement ops and adds, which fuses into the consumer)
-    taps = kh * kw
-    win = None
-    for i in range(kh):
-        for j in range(kw):
-            view = x[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw]
-            t = i * kw + j
-            slot = view.reshape(n, cin, 1, oh, ow).pad(((0, 0), (0, 0), (t, taps - 1 - t), (0, 0), (0, 0)))
-            win = slot if win is None else win + slot
-    assert win is not None
-    win = win.reshape(n, groups, 1, cin_g, taps, oh, ow)
-    out = (win * weight.reshape(1, groups, cout // groups, cin_g, taps, 1, 1)).sum(axis=(3, 4))
-    out = out.reshape(n, cout, oh, ow)
-    return out if bias is None else out + bias.reshape(1, cout, 1, 1)
+           padding: int | str | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+    """torch's F.conv2d: (N, C_in, H, W) or (C_in, H, W) cross-correlated with (C_out, C_in/groups, kh, kw)."""
+    return _conv(2, x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+           padding: int | str | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+    """torch's F.conv3d: (N, C_in, D, H, W) or unbatched, cross-correlated with (C_out, C_in/groups, kd, kh, kw)."""
+    return _conv(3, x, weight, bias, stride, padding, dilation, groups)
+
+
+# ---- pooling: torch's signatures over Tensor.max_pool2d / avg_pool2d (which pool any number of trailing axes)
+def _pool_check(x: Tensor, nd: int, what: str) -> None:
+    if x.ndim not in (nd + 1, nd + 2):
+        raise ShapeError(f"{what} needs a {nd + 1}-d or {nd + 2}-d input, got shape {x.shape}")
+
+
+def _sizes(v: int | Sequence[int], nd: int) -> tuple[int, ...]:
+    return (v,) * nd if isinstance(v, int) else tuple(v)
+
+
+def _stride(v: int | Sequence[int] | None, nd: int) -> tuple[int, ...] | None:
+    return None if v is None else _sizes(v, nd)
+
+
+def max_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    """torch's F.max_pool1d over (N, C, L) or (C, L); padding is -inf."""
+    return _max_pool(1, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    """torch's F.max_pool2d over (N, C, H, W) or (C, H, W); padding is -inf."""
+    return _max_pool(2, x, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _max_pool(nd: int, x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+              padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool,
+              return_indices: bool) -> Tensor:
+    _pool_check(x, nd, f"max_pool{nd}d")
+    if return_indices:
+        raise UnsupportedError(f"max_pool{nd}d(return_indices=True) is not supported: pool values only (argmax "
+                                  "of the windows is not built yet)")
+    return x.max_pool2d(_sizes(kernel_size, nd), _stride(stride, nd), _sizes(padding, nd), _sizes(dilation, nd),
+                        ceil_mode)
+
+
+def avg_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    """torch's F.avg_pool1d over (N, C, L) or (C, L)."""
+    _pool_check(x, 1, "avg_pool1d")
+    return x.avg_pool2d(_sizes(kernel_size, 1), _stride(stride, 1), _sizes(padding, 1), ceil_mode, count_include_pad)
+
+
+def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
+    """torch's F.avg_pool2d over (N, C, H, W) or (C, H, W)."""
+    _pool_check(x, 2, "avg_pool2d")
+    return x.avg_pool2d(_sizes(kernel_size, 2), _stride(stride, 2), _sizes(padding, 2), ceil_mode, count_include_pad,
+                        divisor_override)
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: float | None = None) -> Tensor:
+    """torch's F.scaled_dot_product_attention (boolean masks: True = attend; float masks are added)."""
+    return query.scaled_dot_product_attention(key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+# ---- normalisations (statistics over the given axes; affine parameters broadcast by the caller's shape)
+def normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+    """(x - mean) / sqrt(biased var + eps) over `axes`."""
+    y = x - x.mean(axes, keepdim=True)
+    return y * ((y * y).mean(axes, keepdim=True) + eps).rsqrt()
+
+
+def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """torch's F.group_norm over (N, C, *): channels split into `num_groups` groups, each normalised over its
+    channels and the spatial axes; then a per-channel scale and shift."""
+    if x.ndim < 2 or x.shape[1] % num_groups:
+        raise ShapeError(f"group_norm of {x.shape}: needs (N, C, ...) with C divisible by {num_groups} groups")
+    n, c = x.shape[:2]
+    g = x.reshape(n, num_groups, -1)
+    y = normalize(g, (2,), eps).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    return y + bias.reshape(shape) if bias is not None else y
+
+
+def rms_norm(x: Tensor, normalized_shape: Sequence[int], weight: Tensor | None = None,
+             eps: float | None = None) -> Tensor:
+    """torch's F.rms_norm: x / sqrt(mean(x^2) + eps) over the last len(normalized_shape) axes, times weight;
+    eps None is the float32 machine epsilon (torch.finfo(float32).eps)."""
+    axes = tuple(range(-len(normalized_shape), 0))
+    if tuple(x.shape[x.ndim - len(normalized_shape):]) != tuple(normalized_shape):
+        raise ShapeError(f"rms_norm over {tuple(normalized_shape)} of a tensor of shape {x.shape}")
+    y = x * ((x * x).mean(axes, keepdim=True) + (_F32_EPS if eps is None else eps)).rsqrt()
+    return y * weight if weight is not None else y
+
+
+_F32_EPS = 2.0 ** -23
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """torch's F.dropout: zero each element with probability p (Tensor.rand draws) and scale the rest by
+    1/(1-p); identity when not training. (nn.Dropout draws its masks from a device-side counter instead, so
+    a JIT replay draws new ones.)"""
+    if not 0 <= p <= 1:
+        raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
+    if not training or p == 0:
+        return x
+    if p == 1:
+        return x * 0
+    keep = Tensor.rand(*x.shape, device=x.device) >= p
+    return keep.where(x / (1 - p), 0.0)
 
 
 # ---- counter-based random bits for dropout: a device-side hash of (element index, seed, counter), so a

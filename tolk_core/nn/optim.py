@@ -5,7 +5,9 @@ the loss: they read the parameters, so they must be computed before the paramete
 new value into its tensor's storage with `Tensor.assign`. Parameters, moments and the step count are device
 tensors updated in place, so a whole training step (forward, backward, update) is one JIT capture whose replays
 read and write the same storage; nothing a replay needs is a Python number that capture would freeze, except
-the hyperparameters (learning rate, betas, ...).
+the hyperparameters (betas, momentum, ...). The learning rate is a device tensor too (`lr_tensor`): setting
+`opt.lr` (as the schedules of nn/schedule.py do) stores the new value there, so a captured step uses it on its
+next replay.
 """
 from __future__ import annotations
 
@@ -29,9 +31,24 @@ class Optimizer:
         if not uniq:
             raise TolkError("optimizer got no parameters")
         self.params = list(uniq.values())
-        self.lr = lr
         self.device = self.params[0].device
+        self.lr_tensor = Tensor.full((1,), float(lr), device=self.device).contiguous().realize()
+        self._lr = float(lr)
         self.t = Tensor.zeros(1, device=self.device).contiguous().realize()  # steps taken (float32: exact < 2^24)
+
+    @property
+    def lr(self) -> float:
+        """The learning rate; setting it stores the value into `lr_tensor`, which every update reads."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self._lr = float(value)
+        self.lr_tensor.assign(Tensor.full((1,), self._lr, device=self.device))
+
+    def _lr_for(self, p: Tensor) -> Tensor:
+        """The learning rate as a tensor broadcastable against `p` (on its device, in its dtype)."""
+        return self.lr_tensor.to(p.device).cast(p.dtype).reshape((1,) * p.ndim)
 
     def _zeros_like(self, p: Tensor) -> Tensor:
         return Tensor.zeros(p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
@@ -98,7 +115,7 @@ class SGD(Optimizer):
             b = self.buf[i]
             b.assign(self.momentum * b + g)
             g = g + self.momentum * b if self.nesterov else b
-        p.assign(p - self.lr * g)
+        p.assign(p - self._lr_for(p) * g)
 
 
 class Adam(Optimizer):
@@ -128,10 +145,11 @@ class Adam(Optimizer):
         c2 = 1 - (self.t * math.log(self.b2)).exp()
         c1, c2 = c1.cast(p.dtype).reshape((1,) * p.ndim), c2.cast(p.dtype).reshape((1,) * p.ndim)
         update = (m / c1) / ((v / c2).sqrt() + self.eps)
+        lr = self._lr_for(p)
         if self.weight_decay and self.decoupled:
-            p.assign(p * (1 - self.lr * self.weight_decay) - self.lr * update)
+            p.assign(p * (1 - lr * self.weight_decay) - lr * update)
         else:
-            p.assign(p - self.lr * update)
+            p.assign(p - lr * update)
 
 
 class AdamW(Adam):
