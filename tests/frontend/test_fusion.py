@@ -140,3 +140,10 @@ def test_conv2d_forward_is_at_most_two_kernels(device, kernels) -> None:
         got = tx.conv2d(tw, tb, stride=2, padding=1).relu().numpy()
     assert k.count <= 2
     assert got.shape == (2, 8, 8, 8)
+
+
+def test_a_padded_broadcast_is_not_one_value_along_the_padded_axis(device) -> None:
+    # a constant broadcast along an axis and then padded there holds the pad's zeros too: reducing "one copy"
+    # of it (prepare's reduce_of_broadcast) read a zero of the padding for every element
+    t = Tensor.ones(4, device=device).pad(((1, 1),)).reshape(1, 6).expand(3, 6).sum(axis=0)
+    np.testing.assert_array_equal(t.numpy(), [0, 3, 3, 3, 3, 0])

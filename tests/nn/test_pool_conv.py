@@ -80,10 +80,7 @@ def test_conv_layers(device, cls, tcls, shape, kw) -> None:
     check(device, ours, theirs, [x], copy_params(ours, theirs))
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: sliding windows over a padded constant (Tensor.ones) read "
-                                       "every window as unpadded (all 4s here); avg_pool2d's divisor avoids it by "
-                                       "being computed on the host")
-def test_conv_of_a_padded_constant(device) -> None:
+def test_conv_of_a_padded_constant_counts_the_padding(device) -> None:
     w = nn.Tensor(np.ones((1, 1, 3, 3), np.float32), device=device)
     out = nn.Tensor.ones(1, 1, 4, 4, device=device).conv2d(w, padding=1).numpy()[0, 0]
     np.testing.assert_array_equal(out, [[4, 6, 6, 4], [6, 9, 9, 6], [6, 9, 9, 6], [4, 6, 6, 4]])

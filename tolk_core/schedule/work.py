@@ -65,7 +65,9 @@ def _broadcast(u: UOp, flags: dict[UOp, tuple[bool, ...]]) -> tuple[bool, ...]:
         return tuple(flags[u.src[0]][a] for a in u.arg)
     if u.op is Op.RESHAPE:
         return _reshaped(u.src[0].tensor_shape, flags[u.src[0]], u.tensor_shape)
-    if u.op in (Op.PAD, Op.SHRINK, Op.FLIP, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
+    if u.op is Op.PAD:  # a padded axis holds the pad's zeros besides its value: no longer one value
+        return tuple(f and not (b or a) for f, (b, a) in zip(flags[u.src[0]], u.arg, strict=True))
+    if u.op in (Op.SHRINK, Op.FLIP, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD):
         return flags[u.src[0]]
     if u.op is Op.REDUCE_AXIS:
         return tuple(f and a not in u.arg[1] for a, f in enumerate(flags[u.src[0]]))
