@@ -90,7 +90,11 @@ class NNMixin:
         n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
         a = a._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
         b = b._broadcast_to(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
-        out = (a * b).sum(axis=-1)
+        prod = a * b
+        # numpy's matmul keeps the operands' dtype: integers accumulate in it (a sum would widen to int64), bools
+        # are an OR of ANDs
+        kind = prod.dtype.kind
+        out = prod.max(axis=-1) if kind == "b" else prod.sum(axis=-1, dtype=prod.dtype if kind in "iu" else None)
         if self.ndim == 1:
             out = out.reshape(out.shape[:-2] + out.shape[-1:])
         if other.ndim == 1:
