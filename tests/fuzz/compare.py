@@ -7,7 +7,7 @@ judged within a bound:
   * a float sum within n*eps*sum|x| of the float64 sum (eps of the accumulation dtype, float32 for half
     dtypes), plus half a unit of the result's dtype; a mean within that over n; a product within 2n*eps
     relative, plus n times the smallest normal.
-Mismatches in a class another change is fixing are listed in `KNOWN_OPEN` (see `known_open`).
+Mismatches in a class another change is fixing are listed in `KNOWN_OPEN` (see `known_open`; empty now).
 """
 from __future__ import annotations
 

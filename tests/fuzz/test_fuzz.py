@@ -64,3 +64,25 @@ def test_judge_rejects_a_changed_element() -> None:
         assert judge(p, wrong) is not None, p.text()
         checked += 1
     assert checked > 20
+
+
+# every differentiable program among these seeds (about one in eleven) also has its gradients checked
+GRADIENT_SEEDS = {"CPU": range(1000), "OPENCL": range(0, 3000, 40)}
+
+
+def test_gradients_match_torch(device) -> None:
+    import pytest
+    pytest.importorskip("torch", reason="the gradients are compared with torch's")
+    from tests.fuzz.gradients import gradient_mismatches
+    checked, bad = gradient_mismatches(GRADIENT_SEEDS[device], device)
+    assert checked >= (60 if device == "CPU" else 4), checked
+    assert not bad, f"{len(bad)} program(s) whose gradients differ from torch's on {device}:\n" + "\n".join(bad)
+
+
+def test_the_gradient_check_can_fail(monkeypatch) -> None:
+    import pytest
+    pytest.importorskip("torch", reason="the gradients are compared with torch's")
+    from tests.fuzz import gradients
+    monkeypatch.setitem(gradients._ELEMENTWISE, "mul", lambda t: t[0] * t[1] * 1.01)  # torch's side, changed
+    _, bad = gradients.gradient_mismatches(range(1000), "CPU")
+    assert bad and all("mul(" in b for b in bad)
