@@ -1,5 +1,7 @@
 """The differential fuzzer's fixed seeds: random expression programs (tests/fuzz/programs.py) on each compiled
-device against numpy (tests/fuzz/compare.py), plus every seed that ever failed (regressions.json).
+device against numpy (tests/fuzz/compare.py), plus every seed that ever failed (regressions.json); the
+gradients of the differentiable ones against torch (tests/fuzz/gradients.py); random assignments against
+numpy (tests/fuzz/assignments.py).
 
 All of a device's programs are realized together, so their kernels compile in one batch. OPENCL runs a
 smaller share: PoCL builds each kernel separately (about half a second each on two cores), so the full list
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import numpy as np
 
 from tests.fuzz.compare import known_open, run
 from tests.fuzz.programs import generate
@@ -86,3 +90,25 @@ def test_the_gradient_check_can_fail(monkeypatch) -> None:
     monkeypatch.setitem(gradients._ELEMENTWISE, "mul", lambda t: t[0] * t[1] * 1.01)  # torch's side, changed
     _, bad = gradients.gradient_mismatches(range(1000), "CPU")
     assert bad and all("mul(" in b for b in bad)
+
+
+ASSIGNMENT_SEEDS = {"CPU": range(200), "OPENCL": range(0, 200, 5)}
+
+
+def test_random_assignments_match_numpy(device) -> None:
+    from tests.fuzz.assignments import mismatches
+    bad = mismatches(ASSIGNMENT_SEEDS[device], device)
+    assert not bad, f"{len(bad)} assignment case(s) differ from numpy on {device}:\n" + "\n".join(bad)
+
+
+def test_the_assignment_judge_can_fail(monkeypatch) -> None:
+    from tests.fuzz import assignments
+    real = assignments.expected
+
+    def off_by_one(case):  # numpy's side, changed: one more write of the first value
+        final, readers = real(case)
+        final = final.copy()
+        final.flat[0] = np.logical_not(final.flat[0]) if final.dtype == bool else final.flat[0] + 1
+        return final, readers
+    monkeypatch.setattr(assignments, "expected", off_by_one)
+    assert len(assignments.mismatches(range(10), "CPU")) >= 5  # (not where the first element is NaN or inf)

@@ -60,6 +60,8 @@ class IndexingMixin:
         if not views_storage(self.uop) and not views_param(self.uop):  # (a PARAM: a call body's argument)
             self.realize()  # the selection must view this tensor's own storage
         x, gathers, insert_at = self._basic_index(self._entries(index))
+        if isinstance(value, float) and dtypes.is_float(self.dtype):  # a weak scalar: in this dtype, not float32
+            value = np.asarray(value, dtype=dtypes.to_np(self.dtype))
         v = value if isinstance(value, type(self)) else type(self)(np.asarray(value) if isinstance(
             value, (list, tuple, np.ndarray)) else value, device=self.device)
         v = v.to(self.device).cast(self.dtype)
