@@ -183,20 +183,18 @@ def _shift_undef(xs, arg, out):
     return np.broadcast_to((xs[1].astype(np.int64) < 0) | (xs[1].astype(np.int64) >= bits), out.shape)
 
 
-def _floordiv_ref(a, b):
-    if a.dtype.kind in "iu":
+def _by_nonzero(fn: Callable) -> Callable:
+    """numpy's floor division or modulo `fn`; for integers a zero divisor gives 0, numpy's integer result, without
+    numpy dividing by the zero."""
+    def ref(a, b):
         with np.errstate(all="ignore"):
-            return np.where(b == 0, 0, np.floor_divide(a, np.where(b == 0, 1, b))).astype(a.dtype)
-    with np.errstate(all="ignore"):
-        return np.floor_divide(a, b)
+            if a.dtype.kind in "iu":
+                return np.where(b == 0, 0, fn(a, np.where(b == 0, 1, b))).astype(a.dtype)
+            return fn(a, b)
+    return ref
 
 
-def _mod_ref(a, b):
-    if a.dtype.kind in "iu":
-        with np.errstate(all="ignore"):
-            return np.where(b == 0, 0, np.mod(a, np.where(b == 0, 1, b))).astype(a.dtype)
-    with np.errstate(all="ignore"):
-        return np.mod(a, b)
+_floordiv_ref, _mod_ref = _by_nonzero(np.floor_divide), _by_nonzero(np.mod)
 
 
 UNARY = {
