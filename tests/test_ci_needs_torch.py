@@ -1,0 +1,27 @@
+"""Under CI=true a missing torch fails the run at session start (tests/conftest.py) instead of letting every torch
+comparison skip."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from tests import conftest
+
+
+def _hide_torch(monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+
+
+def test_ci_without_torch_fails_the_run(monkeypatch) -> None:
+    _hide_torch(monkeypatch)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.UsageError, match="torch is not installed"):
+        conftest.pytest_sessionstart(None)
+
+
+def test_without_ci_a_missing_torch_only_skips(monkeypatch) -> None:
+    _hide_torch(monkeypatch)
+    monkeypatch.delenv("CI", raising=False)
+    assert conftest.pytest_sessionstart(None) is None
