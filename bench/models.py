@@ -432,12 +432,17 @@ def table_cells(row: dict[str, Any]) -> list[str]:
     return [label, check, _times(tolk.get("eager")), _times(tolk.get("jit")), _times(torch_rec.get("eager")),
             _ratio(row["torch_over_tolk_jit"]),
             _ratio(row["torch_over_tolk_eager"]), kernels, "-" if first is None else f"{first:.1f} ({compiled:.0f})",
-            _ms(torch_rec.get("first_step_s")), status]
+            _ms(torch_rec.get("first_step_s")), _peaks(tolk, torch_rec), status]
+
+
+def _peaks(tolk: dict[str, Any], torch_rec: dict[str, Any]) -> str:
+    """Peak resident memory of each side's process, MB (Tolk/torch)."""
+    return "/".join("-" if r.get("peak_rss_mb") is None else f"{r['peak_rss_mb']:.0f}" for r in (tolk, torch_rec))
 
 
 HEADER = ["workload", "max rel err", "Tolk eager ms", "Tolk jit ms", "torch ms", "torch/jit", "torch/eager",
-          "kernels eager/jit", "Tolk 1st s (compiler runs)", "torch 1st ms", "status"]
-WIDTHS = [44, 11, 17, 17, 17, 9, 11, 17, 25, 12, 0]
+          "kernels eager/jit", "Tolk 1st s (compiler runs)", "torch 1st ms", "peak MB Tolk/torch", "status"]
+WIDTHS = [44, 11, 17, 17, 17, 9, 11, 17, 25, 12, 18, 0]
 
 
 def format_line(cells: list[str]) -> str:
@@ -509,6 +514,8 @@ def _child_main(argv: list[str]) -> int:
         rec = tolk_child(name, size, where, workdir, Timing.parse(timing))
     else:
         rec = torch_child(name, size, where, workdir, Timing.parse(timing), int(argv[6]))
+    import resource  # the child's peak resident memory: one library's, its own process (Linux: KiB)
+    rec["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(rec))
     return 0
 
