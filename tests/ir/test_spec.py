@@ -35,11 +35,11 @@ def _program_graph(offset=0):
 
 
 def test_well_formed_graphs_pass():
-    validate(_tensor_graph()[2], "tensor")
-    validate(_kernel_graph(), "kernel")
-    validate(_program_graph(), "program")
     i = Variable("i", 0, 9)
-    validate(UOp(Op.SINK, dtypes.void, (i.bind(3), i * 4 + 1)), "tensor")
+    cases = [(_tensor_graph()[2], "tensor"), (_kernel_graph(), "kernel"), (_program_graph(), "program"),
+             (UOp(Op.SINK, dtypes.void, (i.bind(3), i * 4 + 1)), "tensor")]
+    for graph, stage in cases:
+        assert validate(graph, stage) is None, stage  # raises SpecError on a violation
 
 
 def test_tensor_stage_rejects():
