@@ -13,7 +13,9 @@ SHOWN = 5  # mismatching programs whose diffs are printed in full
 
 @pytest.mark.parametrize("renderer", list(kernel_corpus.RENDERERS))
 def test_generated_code_matches_corpus(renderer: str) -> None:
-    problems = kernel_corpus.differences(renderer, kernel_corpus.load(renderer), kernel_corpus.corpus(renderer))
+    stored = kernel_corpus.load(renderer)
+    assert stored, f"the {renderer} corpus file holds no programs"
+    problems = kernel_corpus.differences(renderer, stored, kernel_corpus.corpus(renderer))
     if problems:
         more = f"\n\n... and {len(problems) - SHOWN} more program(s)" if len(problems) > SHOWN else ""
         pytest.fail(f"{len(problems)} program(s) of the {renderer} corpus changed. If the change of generated code "
