@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tolk_core.errors import UnsupportedError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
@@ -54,7 +55,11 @@ class _ConvNd(Module):
     nd = 0
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: Any = 1,
-                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True, device: str | None = None):
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: str | None = None):
+        if padding_mode != "zeros":
+            raise UnsupportedError(f"Conv{self.nd}d(padding_mode={padding_mode!r}) is not supported: only 'zeros'; "
+                                   "pad the input with Tensor.pad first and use padding=0")
         kernel = (kernel_size,) * self.nd if isinstance(kernel_size, int) else tuple(kernel_size)
         bound = 1 / math.sqrt(in_channels // groups * math.prod(kernel))
         self.weight = param(uniform_init(bound, out_channels, in_channels // groups, *kernel), device)
