@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tolk_core.errors import ShapeError
+from tolk_core.frontend import padding as padding_modes
 from tolk_core.frontend.arguments import as_axis, as_size, check_devices
 from tolk_core.ir.dtype import dtypes, least_upper_dtype
 from tolk_core.ir.ops import Op
@@ -127,8 +128,27 @@ class MovementMixin:
         axes = {normalize_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         return self._mop(Op.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else self
 
-    def pad(self: Tensor, padding: Sequence[tuple[int, int]], value: Scalar = 0) -> Tensor:
-        """Pad each axis by (before, after); `padding` has one pair per axis (torch's flat form also accepted)."""
+    def pad(self: Tensor, padding: Sequence[Any], value: Scalar = 0, mode: str = "constant") -> Tensor:
+        """Pad each axis by (before, after); `padding` has one pair per axis (torch's flat form also accepted:
+        pairs from the last axis back). Negative pads crop. `mode`: "constant" (with `value`), or "reflect",
+        "replicate", "circular", which copy the tensor's own elements (frontend/padding.py has their rules)."""
+        padding_modes.check_mode(mode, value)
+        padding = self._pad_pairs(padding)
+        if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops, before any mode pads
+            x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, self.shape, strict=True)))
+            return x.pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value, mode)
+        if all(p == (0, 0) for p in padding):
+            return self
+        if mode != "constant":
+            return padding_modes.pad_copying(self, padding, mode)
+        out = self._mop(Op.PAD, padding)
+        if value == 0:
+            return out
+        mask = type(self).full(self.shape, True, dtypes.bool, self.device)._mop(Op.PAD, padding)
+        return mask.where(out, value)
+
+    def _pad_pairs(self: Tensor, padding: Sequence[Any]) -> tuple[tuple[sint, sint], ...]:
+        """`padding` as one (before, after) pair per axis, from pairs or torch's flat form."""
         padding = tuple(padding)
         if padding and not isinstance(padding[0], (tuple, list)):  # torch style: last axis first, flat pairs
             flat = padding
@@ -138,17 +158,7 @@ class MovementMixin:
             pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             padding = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
         padding = _pairs("pad", padding, self.shape)
-        padding = tuple((_sint(b), _sint(a)) for b, a in padding)
-        if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops
-            x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, self.shape, strict=True)))
-            return x.pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value)
-        if all(p == (0, 0) for p in padding):
-            return self
-        out = self._mop(Op.PAD, padding)
-        if value == 0:
-            return out
-        mask = type(self).full(self.shape, True, dtypes.bool, self.device)._mop(Op.PAD, padding)
-        return mask.where(out, value)
+        return tuple((_sint(b), _sint(a)) for b, a in padding)
 
     def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
         arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1]))

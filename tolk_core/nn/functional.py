@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.errors import ArgumentError, ShapeError
+from tolk_core.frontend.padding import pad  # noqa: F401  (torch's F.pad)
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
