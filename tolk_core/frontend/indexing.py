@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
 
 
-def _require_int_index(dt: DType) -> None:
-    """Index tensors hold integers: DTypeError otherwise."""
+def require_int_index(dt: DType) -> None:
+    """Index tensors hold integers: DTypeError otherwise (also for gather / scatter's index)."""
     if not dtypes.is_int(dt):
         raise DTypeError(f"tensors used as indices must hold integers, got {dt.name}"
                          + (" (boolean masks are not supported)" if dtypes.is_bool(dt) else ""))
@@ -92,15 +92,14 @@ class IndexingMixin:
             v = v.permute(list(range(at, at + nb)) + list(range(at)) + list(range(at + nb, v.ndim)))
         v = v.reshape(bshape + (1,) * k + tuple(sel))
         x = self.permute(axes + rest)  # (n_1..n_k, R...)
-        if not (count := math.prod(bshape)):
+        if not math.prod(bshape):
             return self
         baxes = tuple(range(nb))
         if accumulate:
             new = mask.any(axis=baxes).where(x + mask.where(v, 0).sum(axis=baxes).cast(x.dtype), x)
         else:
-            order = type(self).arange(1, count + 1, device=self.device).reshape(bshape + (1,) * x.ndim)
-            last = mask.where(order, 0).max(axis=baxes)  # 1 + the last position writing each element, 0: none
-            new = (last > 0).where(_pick(order == last, v, baxes), x)
+            written, value = last_writes(mask, v, baxes)
+            new = written.where(value, x)
         perm = axes + rest
         return new.permute([perm.index(a) for a in range(self.ndim)])
 
@@ -149,13 +148,13 @@ class IndexingMixin:
         of range selects nothing, giving 0), host data (list, ndarray) as an integer ndarray, bounds-checked
         against its axis by `_basic_index` (IndexError, as numpy)."""
         if isinstance(idx, type(self)):
-            _require_int_index(idx.dtype)
+            require_int_index(idx.dtype)
             check_devices("indexing", (self, idx))
             return idx
         arr = np.asarray(idx)
         if not arr.size:  # an empty list has numpy's float dtype: it selects nothing, as integers
             return arr.astype(np.int64)
-        _require_int_index(dtypes.from_np(arr.dtype))
+        require_int_index(dtypes.from_np(arr.dtype))
         return arr
 
     def _basic_index(self: Tensor, entries: list[Any]) -> tuple[Tensor, list[tuple[int, Tensor]], int | None]:
@@ -227,7 +226,7 @@ class IndexingMixin:
         rest = [a for a in range(self.ndim) if a not in axes]
         nb, k = len(bshape), len(axes)
         x = self.permute(axes + rest)  # (n_1..n_k, R...)
-        out = _pick(mask, x.reshape((1,) * nb + x.shape), tuple(range(nb, nb + k)))
+        out = pick(mask, x.reshape((1,) * nb + x.shape), tuple(range(nb, nb + k)))
         if insert_at:
             out = out.permute(list(range(nb, nb + insert_at)) + list(range(nb)) + list(range(nb + insert_at, out.ndim)))
         return out
@@ -236,7 +235,20 @@ class IndexingMixin:
 _BITS = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
-def _pick(mask: Tensor, x: Tensor, axes: tuple[int, ...]) -> Tensor:
+def last_writes(mask: Tensor, v: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """For writes of `v` (broadcast against `mask`) where `mask` holds, the write positions being `axes` of
+    `mask`: (whether each element, `axes` reduced away, is written at all; the value of its last write in
+    row-major order of those positions, 0 where none). `axes` are adjacent and not empty. Numbers the positions
+    1.. and keeps the largest that hits (so a hit of the largest number is the last write)."""
+    count = math.prod(mask.shape[a] for a in axes)
+    shape = tuple(mask.shape[a] if a in axes else 1 for a in range(mask.ndim))
+    order = type(mask).arange(1, count + 1, device=mask.device).reshape(shape)
+    last = mask.where(order, 0).max(axis=axes, keepdim=True)  # 1 + the last position writing, 0: none
+    written = last.reshape(tuple(s for a, s in enumerate(last.shape) if a not in axes)) > 0
+    return written, pick(order == last, v, axes)
+
+
+def pick(mask: Tensor, x: Tensor, axes: tuple[int, ...]) -> Tensor:
     """The element of `x` where `mask` holds along `axes` (at most one per output), 0 where none does; bit for
     bit, so -0.0 and NaN payloads survive. Integers and bools sum exactly. A float sum would not: its
     accumulator starts at +0.0 and +0.0 + -0.0 is +0.0, so floats are summed as their unsigned bits (one term
