@@ -18,6 +18,7 @@ module whose docstring describes it:
 - reductions.py: combining along axes (`sum`, `max`, `mean`, `argmax`, ...)
 - indexing.py: `t[index]`
 - gather_scatter.py: gathers and scatters along one axis (`gather`, `scatter`, `scatter_reduce`)
+- sorting.py: ordering along an axis (`sort`, `argsort`, `topk`)
 - nn_ops.py: model-level composites (`matmul`, `softmax`, `conv2d`, ...)
 - random.py: seeded random tensors
 
@@ -46,6 +47,7 @@ from tolk_core.frontend.movement import MovementMixin
 from tolk_core.frontend.nn_ops import NNMixin
 from tolk_core.frontend.random import RandomMixin
 from tolk_core.frontend.reductions import ReductionMixin
+from tolk_core.frontend.sorting import SortingMixin
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp, prod, sint
@@ -156,7 +158,7 @@ def _python_data_dtype(arr: np.ndarray, dt: DType | None) -> DType:
 
 
 class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, GatherScatterMixin,
-             NNMixin, RandomMixin):
+             SortingMixin, NNMixin, RandomMixin):
     """A lazily evaluated n-dimensional array on one device. Its state, data access and storage writes live
     here; its ops come from the mixins, one module per subject (see the module docstring)."""
 
