@@ -19,6 +19,7 @@ module whose docstring describes it:
 - indexing.py: `t[index]`
 - gather_scatter.py: gathers and scatters along one axis (`gather`, `scatter`, `scatter_reduce`)
 - sorting.py: ordering along an axis (`sort`, `argsort`, `topk`)
+- einsum.py: Einstein summation (`Tensor.einsum`)
 - nn_ops.py: model-level composites (`matmul`, `softmax`, `conv2d`, ...)
 - random.py: seeded random tensors
 
@@ -40,6 +41,7 @@ from tolk_core.engine import realize as engine
 from tolk_core.engine.run import capturing
 from tolk_core.errors import JitError, ShapeError
 from tolk_core.frontend.construction import ConstructionMixin, as_const, resolve_device
+from tolk_core.frontend.einsum import EinsumMixin
 from tolk_core.frontend.elementwise import ElementwiseMixin
 from tolk_core.frontend.gather_scatter import GatherScatterMixin
 from tolk_core.frontend.indexing import IndexingMixin
@@ -158,7 +160,7 @@ def _python_data_dtype(arr: np.ndarray, dt: DType | None) -> DType:
 
 
 class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, GatherScatterMixin,
-             SortingMixin, NNMixin, RandomMixin):
+             SortingMixin, EinsumMixin, NNMixin, RandomMixin):
     """A lazily evaluated n-dimensional array on one device. Its state, data access and storage writes live
     here; its ops come from the mixins, one module per subject (see the module docstring)."""
 
