@@ -1,5 +1,6 @@
 """Gathers and scatters along one axis, torch's: `gather(dim, index)`, `scatter(dim, index, src)` and
-`scatter_reduce(dim, index, src, reduce, include_self)` (ONNX's GatherElements and ScatterElements).
+`scatter_reduce(dim, index, src, reduce, include_self)` (ONNX's GatherElements and ScatterElements), and
+`one_hot(num_classes)` (a comparison with an arange along a new last axis, the same one-hot mechanism).
 
 An op belongs here when an index tensor of the input's rank picks, along one axis, the element each of its
 positions reads or writes; on every other axis the index position is the element's own (so index sizes there
@@ -132,6 +133,25 @@ class GatherScatterMixin:
         written = mask.any(axis=dim)
         combined = _combine(mask, v, own, dim, reduce, include_self)
         return _put_back(self, dim, written, written.where(combined, own))
+
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+        """torch.nn.functional.one_hot as a method: integer labels (...) -> int64 (..., num_classes), 1 where
+        the class is the label. num_classes -1 takes max(label) + 1, which reads the labels (they are
+        realized; under a JIT capture that is a JitError: pass num_classes). A label outside
+        [0, num_classes) gives a row of zeros; when the labels are read (-1), a negative one is an IndexError,
+        as torch."""
+        require_int_index(self.dtype)
+        if num_classes == -1:
+            if not self.numel():
+                raise ArgumentError("one_hot of no labels needs num_classes (there is no max label to infer it)")
+            low, high = int(self.min().item()), int(self.max().item())
+            if low < 0:
+                raise IndexError(f"one_hot: class values must be non-negative, got {low}")
+            num_classes = high + 1
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ArgumentError(f"one_hot's num_classes must be a non-negative int or -1, got {num_classes!r}")
+        classes = type(self).arange(num_classes, dtype=dtypes.int64, device=self.device)
+        return (self.cast(dtypes.int64).unsqueeze(-1) == classes).cast(dtypes.int64)
 
 
 def _combine(mask: Tensor, v: Tensor, own: Tensor, dim: int, reduce: str, include_self: bool) -> Tensor:

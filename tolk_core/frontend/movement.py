@@ -1,5 +1,6 @@
 """Movement: ops that rearrange a tensor's elements without computing new values: `reshape`, `permute`,
-`expand`, `transpose`, `T`, `flip`, `pad`, `shrink`, `squeeze`, `unsqueeze`, `flatten`, `cat`, `stack`.
+`expand`, `transpose`, `T`, `flip`, `pad`, `shrink`, `squeeze`, `unsqueeze`, `flatten`, `cat`, `stack`,
+`repeat` / `tile` / `repeat_interleave`, `split`, `chunk`.
 
 An op belongs here when every output element is an input element (or a constant pad value) chosen by index
 arithmetic alone. Each builds the IR's movement UOps (RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP), validated by
@@ -14,7 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend import padding as padding_modes
 from tolk_core.frontend.arguments import as_axis, as_size, check_devices
 from tolk_core.ir.dtype import dtypes, least_upper_dtype
@@ -233,6 +234,46 @@ class MovementMixin:
         if not -self.ndim - 1 <= dim <= self.ndim:
             raise ShapeError(f"stack axis {dim} is out of range for tensors of {self.ndim} dimension(s)")
         return ts[0].unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in ts[1:]), dim=dim)
+
+    def repeat(self: Tensor, *sizes: Any) -> Tensor:
+        """torch's Tensor.repeat (ONNX's Tile): the whole tensor tiled sizes[a] times along axis a; `sizes` has
+        at least one entry per axis, extra leading ones adding axes. Each axis becomes (copies, size) by an
+        expand of a new axis, flattened: movement ops only."""
+        reps = self._shape_arg(sizes, "repeat sizes")
+        if len(reps) < self.ndim or any(r < 0 for r in reps):
+            raise ShapeError(f"repeat sizes {reps} must be non-negative, at least one per axis of {self.shape}")
+        x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
+        spread = x.reshape(tuple(v for s in x.shape for v in (1, s)))
+        tiled = spread.expand(tuple(v for r, s in zip(reps, x.shape, strict=True) for v in (r, s)))
+        return tiled.reshape(tuple(r * s for r, s in zip(reps, x.shape, strict=True)))
+
+    def tile(self: Tensor, dims: Sequence[int]) -> Tensor:
+        """torch.tile: `repeat`, with fewer `dims` than axes padded by leading 1s."""
+        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        return self.repeat((1,) * (self.ndim - len(dims)) + tuple(dims))
+
+    def repeat_interleave(self: Tensor, repeats: int | Sequence[int], dim: int | None = None) -> Tensor:
+        """torch.repeat_interleave: each element repeated `repeats` times in place along `dim` (None: of the
+        flattened tensor). `repeats` an int (an expand of a new axis after `dim`, flattened) or host ints, one
+        per element of the axis (a gather of the repeated positions); a Tensor of repeats would make the shape
+        depend on data: ArgumentTypeError."""
+        if dim is None:
+            return self.flatten().repeat_interleave(repeats, 0)
+        axis = normalize_axis(dim, self.ndim)
+        if isinstance(repeats, int) and not isinstance(repeats, bool):
+            if repeats < 0:
+                raise ShapeError(f"repeat_interleave repeats must be non-negative, got {repeats}")
+            x = self.unsqueeze(axis + 1)
+            x = x.expand(x.shape[:axis + 1] + (repeats,) + x.shape[axis + 2:])
+            return x.reshape(self.shape[:axis] + (self.shape[axis] * repeats,) + self.shape[axis + 1:])
+        if not isinstance(repeats, (list, tuple)) or not all(isinstance(r, int) and r >= 0 for r in repeats):
+            raise ArgumentTypeError(f"repeat_interleave repeats must be a non-negative int or a list of them (host "
+                                    f"values: the result's length depends on them), got {type(repeats).__name__}")
+        if len(repeats) != self.shape[axis]:
+            raise ShapeError(f"repeat_interleave: {len(repeats)} repeats for axis {axis} of size "
+                             f"{self.shape[axis]} in shape {self.shape}")
+        positions = [i for i, r in enumerate(repeats) for _ in range(r)]
+        return self[(slice(None),) * axis + (positions,)]
 
     def split(self: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """torch.split: pieces of `split_size_or_sections` elements along `dim` (an int: that size each, the last
