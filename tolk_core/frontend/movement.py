@@ -247,10 +247,10 @@ class MovementMixin:
         tiled = spread.expand(tuple(v for r, s in zip(reps, x.shape, strict=True) for v in (r, s)))
         return tiled.reshape(tuple(r * s for r, s in zip(reps, x.shape, strict=True)))
 
-    def tile(self: Tensor, dims: Sequence[int]) -> Tensor:
+    def tile(self: Tensor, dims: int | Sequence[int]) -> Tensor:
         """torch.tile: `repeat`, with fewer `dims` than axes padded by leading 1s."""
-        dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
-        return self.repeat((1,) * (self.ndim - len(dims)) + tuple(dims))
+        reps = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        return self.repeat((1,) * (self.ndim - len(reps)) + reps)
 
     def repeat_interleave(self: Tensor, repeats: int | Sequence[int], dim: int | None = None) -> Tensor:
         """torch.repeat_interleave: each element repeated `repeats` times in place along `dim` (None: of the
