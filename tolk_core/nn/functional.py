@@ -16,6 +16,7 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.nn.conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: F401
 
 
 def _tensor_method(name: str):
