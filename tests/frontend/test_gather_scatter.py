@@ -107,6 +107,19 @@ def test_gradients_match_torch() -> None:
     np.testing.assert_allclose(os_.grad.numpy(), ts.grad.numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_extreme_gradients_match_torch(reduce, include_self) -> None:
+    x, src = RNG.standard_normal((3, 5)).astype(np.float32), RNG.standard_normal((3, 4)).astype(np.float32)
+    idx = np.array([[0, 4, 4, 1], [2, 2, 2, 2], [3, 0, 1, 2]])
+    tx, ts = torch.tensor(x, requires_grad=True), torch.tensor(src, requires_grad=True)
+    tx.scatter_reduce(1, torch.tensor(idx), ts, reduce, include_self=include_self).sum().backward()
+    ox, os_ = Tensor(x).requires_grad_(), Tensor(src).requires_grad_()
+    ox.scatter_reduce(1, idx, os_, reduce, include_self).sum().backward()
+    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_allclose(os_.grad.numpy(), ts.grad.numpy())
+
+
 def test_scatter_gradient_matches_torch_with_distinct_indices() -> None:
     x, src = RNG.standard_normal((2, 4)).astype(np.float32), RNG.standard_normal((2, 2)).astype(np.float32)
     g = RNG.standard_normal((2, 4)).astype(np.float32)

@@ -18,6 +18,8 @@ Semantics:
 - `scatter_reduce` combines every value scattered to an element ("sum", "prod", "amax", "amin", "mean"), with
   the element's own value when `include_self` (torch's default); "mean" of integers floors, as torch. Elements
   nothing is scattered to keep their value. NaN propagates through amax / amin.
+- Gradients (autograd, through the one-hot selects and reductions) for every op but scatter_reduce "prod":
+  its product is a MUL reduction, which has no gradient rule yet (as `Tensor.prod`: autograd's GradientError).
 """
 from __future__ import annotations
 
