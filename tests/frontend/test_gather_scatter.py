@@ -80,6 +80,14 @@ def test_scatter_reduce_matches_torch(device, reduce, include_self, dtype) -> No
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+def test_scatter_add_is_a_sum_of_every_repeat() -> None:
+    x = np.ones((2, 3), np.float32)
+    src = np.arange(8, dtype=np.float32).reshape(2, 4)
+    idx = np.array([[0, 0, 2, 0], [1, 1, 1, 1]])
+    want = torch.tensor(x).scatter_add(1, torch.tensor(idx), torch.tensor(src)).numpy()
+    np.testing.assert_array_equal(Tensor(x).scatter_add(1, Tensor(idx), Tensor(src)).numpy(), want)
+
+
 def test_scatter_reduce_amax_propagates_nan() -> None:
     x = np.array([1.0, 2.0, 3.0], np.float32)
     got = Tensor(x).scatter_reduce(0, [0, 0, 1], Tensor(np.array([np.nan, 5.0, -1.0], np.float32)), "amax")

@@ -1,6 +1,7 @@
 """Gathers and scatters along one axis, torch's: `gather(dim, index)`, `scatter(dim, index, src)` and
-`scatter_reduce(dim, index, src, reduce, include_self)` (ONNX's GatherElements and ScatterElements), and
-`one_hot(num_classes)` (a comparison with an arange along a new last axis, the same one-hot mechanism).
+`scatter_reduce(dim, index, src, reduce, include_self)` with `scatter_add` (ONNX's GatherElements and
+ScatterElements), and `one_hot(num_classes)` (a comparison with an arange along a new last axis, the same
+one-hot mechanism).
 
 An op belongs here when an index tensor of the input's rank picks, along one axis, the element each of its
 positions reads or writes; on every other axis the index position is the element's own (so index sizes there
@@ -135,6 +136,10 @@ class GatherScatterMixin:
         written = mask.any(axis=dim)
         combined = _combine(mask, v, own, dim, reduce, include_self)
         return _put_back(self, dim, written, written.where(combined, own))
+
+    def scatter_add(self: Tensor, dim: int, index: Any, src: Tensor) -> Tensor:
+        """torch.scatter_add: `scatter_reduce(dim, index, src, "sum")`, every repeat adding."""
+        return self.scatter_reduce(dim, index, src, "sum")
 
     def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """torch.nn.functional.one_hot as a method: integer labels (...) -> int64 (..., num_classes), 1 where
