@@ -7,7 +7,8 @@ An op belongs here when an index tensor of the input's rank picks, along one axi
 positions reads or writes; on every other axis the index position is the element's own (so index sizes there
 are at most the input's). It is `t[index]` (frontend/indexing.py) restricted to one axis, and shares that
 module's one-hot mechanism: a comparison of each index with an arange over the axis (`along`), the select of
-`pick`, and the last-write rule of `last_writes` — no loops, one fused kernel, every op differentiable.
+`pick`, and the last-write rule of `last_writes` — no loops; a gather is one fused kernel, a scatter two (the
+last writer's number, then its value).
 Cost: index.numel() * size(dim) comparisons (one axis is one-hot, never the whole tensor).
 
 Semantics:
