@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.errors import ArgumentError, ShapeError
+from tolk_core.frontend.padding import pad  # noqa: F401  (torch's F.pad)
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.nn.conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: F401
 
 
 def _tensor_method(name: str):
