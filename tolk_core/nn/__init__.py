@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.errors import UnsupportedError
+from tolk_core.errors import ArgumentError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
@@ -59,18 +59,28 @@ class _ConvNd(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
                  device: str | None = None):
-        if padding_mode != "zeros":
-            raise UnsupportedError(f"Conv{self.nd}d(padding_mode={padding_mode!r}) is not supported: only 'zeros'; "
-                                   "pad the input with Tensor.pad first and use padding=0")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ArgumentError(f"Conv{self.nd}d(padding_mode={padding_mode!r}): padding_mode must be 'zeros', "
+                                "'reflect', 'replicate' or 'circular'")
         kernel = (kernel_size,) * self.nd if isinstance(kernel_size, int) else tuple(kernel_size)
         bound = 1 / math.sqrt(in_channels // groups * math.prod(kernel))
         self.weight = param(uniform_init(bound, out_channels, in_channels // groups, *kernel), device)
         self.bias = param(uniform_init(bound, out_channels), device) if bias else None
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.padding_mode = padding_mode
 
     def forward(self, x: Tensor) -> Tensor:
         conv = (F.conv1d, F.conv2d, F.conv3d)[self.nd - 1]
-        return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        if self.padding_mode == "zeros":
+            return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        # torch's other modes: the input padded by that mode first, then a convolution without padding
+        p = self.padding
+        if isinstance(p, str):
+            flat = F.named_padding(p, self.nd, tuple(self.weight.shape[2:]), self.stride, self.dilation)
+        else:
+            flat = tuple(q for v in reversed((p,) * self.nd if isinstance(p, int) else tuple(p)) for q in (v, v))
+        return conv(F.pad(x, flat, self.padding_mode), self.weight, self.bias, self.stride, 0, self.dilation,
+                    self.groups)
 
 
 class Conv1d(_ConvNd):
