@@ -69,7 +69,7 @@ class ElementwiseMixin:
                                         "Tensor, a scalar or an ndarray (make it one, e.g. Tensor(np.asarray(x)))")
             other = other.item() if isinstance(other, np.generic) else other
             dt = weak_promote(self.dtype, other)  # as_const refuses an int that dt cannot hold
-            a, b = self, type(self)(UOp.const(dt, as_const(other, dt)), self.device)
+            a, b = self, self._wrap(UOp.const(dt, as_const(other, dt)))
         a, b = a.cast(dt), b.cast(dt)
         shape = broadcast_shape(a.shape, b.shape)
         a, b = a._broadcast_to(shape), b._broadcast_to(shape)
@@ -78,13 +78,19 @@ class ElementwiseMixin:
     def _alu(self: Tensor, op: Op, *others: Tensor, dtype: DType | None = None) -> Tensor:
         if others:
             check_devices(op.name.lower(), (self, *others))
-        return type(self)(UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others))), self.device)
+        u = UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others)))
+        shape = self.shape
+        if not hasattr(u, "_shape") and all(o.shape == shape for o in others):  # else UOp.shape names the mismatch
+            object.__setattr__(u, "_shape", shape)
+        return self._wrap(u)
 
     def _binary(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
         a, b = self._coerce(other, reflected)
         return a._alu(op, b)
 
     def cast(self: Tensor, dtype: Any) -> Tensor:
+        if dtype is self.dtype:
+            return self
         dt = dtypes.parse(dtype)
         return self if dt == self.dtype else self._alu(Op.CAST, dtype=dt)
 

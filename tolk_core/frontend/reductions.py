@@ -57,7 +57,7 @@ class ReductionMixin:
         out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
         if op is Op.MAX and not empty_ok and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
             raise ShapeError(f"cannot take {op.name.lower()} over an empty axis of shape {self.shape}")
-        ret = type(self)(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes)), self.device) if axes else x
+        ret = x._wrap(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes))) if axes else x
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:

@@ -172,11 +172,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
     def __init__(self, data: Any, device: str | None = None, dtype: Any = None):
         self.device = resolve_device(device)
         if isinstance(data, UOp):
-            self.uop = data
-            if data.op is Op.CONST:
-                placements.seed_constant(data)
-            elif not views_storage(data):
-                _lazy[id(self)] = self
+            self._adopt(data)
             return
         if isinstance(data, Tensor):
             data = data.numpy()
@@ -200,12 +196,32 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         for hook in upload_hooks:
             hook(data, buf)
 
+    def _adopt(self, u: UOp) -> None:
+        self.uop = u
+        if u.op is Op.CONST:
+            placements.seed_constant(u)
+        elif not views_storage(u):
+            _lazy[id(self)] = self
+
+    def _wrap(self, u: UOp) -> Tensor:
+        """A new tensor of node `u` on this tensor's device, which is canonical already: the ops' fast path (a
+        Tensor built from a UOp and a device name resolves the name first)."""
+        t = object.__new__(type(self))
+        t.device = self.device
+        t._adopt(u)
+        return t
+
     # ---- properties ----
     @property
     def shape(self) -> tuple[int, ...]:
         # typed as ints, which every size is but a bound Variable's (a UOp): the shape arithmetic of the front end
         # treats sizes as ints, and symbolic sizes pass through it unchanged
-        return tuple(self.uop.tensor_shape)  # type: ignore[arg-type]  # a bound Variable's size is a UOp
+        # the front end asks for shapes dozens of times per op: the node's cached shape first
+        try:
+            shape = self.uop._shape
+        except AttributeError:
+            shape = self.uop.tensor_shape
+        return shape if shape is not None else self.uop.tensor_shape  # type: ignore[return-value]
 
     @property
     def dtype(self) -> DType:
