@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import range_deps
+from tolk_core.engine import viz
 from tolk_core.engine.scoped import Scopes
 from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.dtype import PtrDType, dtypes
@@ -281,8 +282,8 @@ _profiles: Scopes[Profile] = Scopes("tolk_profiles")
 
 
 def profiling() -> bool:
-    """Whether a profile is open (launches wait and are recorded)."""
-    return bool(_profiles.open())
+    """Whether a profile is open or VIZ records (launches wait and are recorded)."""
+    return bool(_profiles.open()) or viz.timing()
 
 
 @contextlib.contextmanager
@@ -303,10 +304,11 @@ def profile(trace: str | os.PathLike[str] | None = None) -> Iterator[Profile]:
 def record(device: str, name: str, seconds: float, call: UOp, var_vals: dict[str, int],
            cost: LaunchCost | None = None) -> None:
     """Record one launch of kernel CALL `call` in every open profile (`cost`: its launch_cost, if known)."""
-    if profs := _profiles.open():
+    if (profs := _profiles.open()) or viz.timing():
         cost = cost if cost is not None else launch_cost(call, var_vals)
         for p in profs:
             p.add(device, name, seconds, call, cost)
+        viz.note_launch(call, seconds, cost)
 
 
 def timed(launch: Callable[..., float | None], *args, **kwargs) -> float:
