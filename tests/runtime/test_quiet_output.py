@@ -94,3 +94,15 @@ def test_cold_demo_prints_only_its_own_lines(device, tmp_path):
     foreign = [line for line in lines if not any(p.fullmatch(line) for p in _DEMO_LINES)]
     assert foreign == [], proc.stdout
     assert len(lines) == 1 + 10 + 6  # header, a progress line per tenth, the six report lines
+
+
+def test_cc_warnings_held_back_unless_debug_2(capfd):
+    from tolk_cpu.runtime import CPUCompiler
+    src = '#warning "tolk quiet-output check"\nvoid tolk_quiet_check(void) {}\n'
+    with config.override(DISABLE_COMPILER_CACHE=1):
+        assert CPUCompiler().compile_cached(src)[:4] == b"\x7fELF"  # it compiled: a warning is no failure
+        assert capfd.readouterr() == ("", "")
+        with config.override(DEBUG=2):
+            CPUCompiler().compile_cached(src)
+    out, err = capfd.readouterr()
+    assert out == "" and "#warning" in err and "tolk quiet-output check" in err

@@ -146,3 +146,15 @@ def test_page_in_a_browser(example, capsys):
             assert rgb.size == (1280, 900) and colours is not None and len(colours) > 16, (png, colours)
             background = max(colours)[0] / (1280 * 900)
             assert background < 0.97, f"{png}: {background:.1%} of it is one colour"
+
+
+def test_tolk_viz_runs_a_script_with_its_arguments(tmp_path, capsys):
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nfrom tolk_core import Tensor\n"
+                      "print('args', sys.argv[1:], (Tensor([1.0, 2.0], device='CPU') * int(sys.argv[2])).tolist())\n")
+    page = tmp_path / "prog.html"
+    assert cli.main(["viz", "-o", str(page), str(script), "--scale", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "args ['--scale', '4'] [4.0, 8.0]" in out and f"tolk viz: 1 schedule(s) -> {page}" in out
+    text = page.read_text()
+    assert text.count("<section class='schedule'") == 1 and "<code class='kernel-name'>" in text
