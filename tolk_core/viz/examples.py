@@ -12,7 +12,7 @@ from tolk_core.nn.optim import Adam
 
 
 def softmax(device: str | None = None) -> np.ndarray:
-    """A row softmax of a (32, 64) tensor: one kernel on CPU (docs/architecture.md), three on OPENCL."""
+    """A row softmax of a (32, 64) tensor: one kernel on CPU, its rows kept kernel-local (docs/architecture.md)."""
     x = Tensor(np.random.default_rng(0).standard_normal((32, 64), dtype=np.float32), device=device)
     return x.softmax(axis=1).numpy()
 
