@@ -6,10 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tolk-installed
 DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
-.PHONY: test demo bench install opencl lint clean conformance example-conformance spec-test gpu-bundle \
+.PHONY: test demo bench install opencl viz viz-docs lint clean conformance example-conformance spec-test gpu-bundle \
 	gpu-bundle-size fuzz
 
-test: install opencl lint conformance spec-test
+test: install opencl viz lint conformance spec-test
 	$(BIN)/pytest --durations=20
 
 # the scheduler's, codegen's and the engine's tests with SPEC=1: the output of every stage (prepare_rangeify,
@@ -81,6 +81,31 @@ opencl: install
 	  echo "      Install an OpenCL driver, e.g. 'apt-get install pocl-opencl-icd' on Debian/Ubuntu."; \
 	  echo "      Until then OPENCL is unavailable and its tests are skipped."; \
 	fi
+
+# `tolk viz` lays graphs out with Graphviz's dot and its browser test drives headless Chromium: Debian's packages
+# graphviz and chromium, installed where missing (docs/viz.md; without them the view has no graphs and its
+# browser test is skipped, saying why).
+VIZ_PACKAGES := graphviz chromium
+viz: install
+	@if command -v dot >/dev/null && command -v chromium >/dev/null; then \
+	  true; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "tolk: installing Debian's $(VIZ_PACKAGES) for tolk viz"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VIZ_PACKAGES); \
+	elif command -v apt-get >/dev/null && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
+	  echo "tolk: installing Debian's $(VIZ_PACKAGES) for tolk viz with sudo"; \
+	  sudo DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VIZ_PACKAGES); \
+	else \
+	  echo "tolk: Graphviz (dot) or Chromium missing and cannot install them (needs root or sudo with apt-get):"; \
+	  echo "      tolk viz pages will have no graphs, and the viz browser test is skipped."; \
+	fi
+
+# docs/viz.md's screenshots: the command the browser test runs (tests/viz), into docs/images/viz
+viz-docs: viz
+	$(BIN)/tolk viz --example softmax --device CPU -o build/viz/softmax.html --screenshots docs/images/viz
+	$(BIN)/tolk viz --example mlp --device CPU -o build/viz/mlp.html --screenshots docs/images/viz
 
 # The conformance suite (tolk_core.testing) on every shipped device, CUDA's render tier (it needs no GPU), and
 # the worked out-of-tree plugin installed into a fresh venv. Each prints its `tolk conformance NAME: ...` line.

@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a short run that does not require 95%% accuracy")
     p.add_argument("--infer", action="store_true", help="run the inference demo instead of training")
     p.set_defaults(fn=cmd_demo)
+    from tolk_core.viz.command import add_parser as add_viz  # the viz command's own module (docs/viz.md)
+    add_viz(sub)
     args = parser.parse_args(argv)
     import warnings
     warnings.filterwarnings("ignore", category=PluginWarning)  # the table shows broken plugins itself

@@ -94,6 +94,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("KERNEL_MAX_BUFFERS", int, 64, "buffers one fused kernel may read before the scheduler splits it; "
             "<= 0: no budget"),
     Setting("COMPILE_WARN_SECONDS", float, 10.0, "a compile taking longer warns, naming its largest kernels"),
+    Setting("VIZ", int, 0, "1 records every schedule (graphs, placements, kernels, rewrites, sources, launches) "
+            "and writes the HTML view at exit (docs/viz.md)", check=in_range(0)),
+    Setting("VIZ_PATH", str, None, "where VIZ=1 writes its page (default viz/index.html in the cache directory)",
+            env="TOLK_VIZ_PATH"),
+    Setting("PROGRESS_SECONDS", float, 2.0, "seconds a schedule's compile runs before a one-line progress display "
+            "shows on a terminal (stderr a TTY); <= 0: never", env="TOLK_PROGRESS_SECONDS"),
     Setting("COMPILE_TIMEOUT", float, 300.0, "seconds one compiler call may take before it is stopped and the "
             "compile fails with CompileTimeoutError; <= 0: no limit", env="TOLK_COMPILE_TIMEOUT"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)", check=in_range(0)),

@@ -94,6 +94,11 @@ class BufferSizeError(TolkError, ValueError):
     """A copy or view whose byte size does not match the buffer's."""
 
 
+class CopyRequiredError(TolkError, ValueError):
+    """A share of memory asked for without a copy (`copy=False`: `np.asarray(t, copy=False)`, `__dlpack__`,
+    `Tensor.from_dlpack`) where one is needed. Names why (docs/interop.md)."""
+
+
 class DiskError(TolkError, ValueError):
     """A disk device (``DISK:<path>``, copy-only) asked to do more than be copied, viewed or bitcast, or a
     file that does not hold the storage asked of it. Names the device and the operation."""
