@@ -78,3 +78,20 @@ def test_suite_is_inert_without_a_device(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "skipped" in proc.stdout and "tolk conformance" not in proc.stdout
     assert not (tmp_path / "tolk-conformance.json").exists()
+
+
+def test_hanging_probe_fails_its_check_within_the_liveness_limit(tmp_path):
+    """A probe that spins forever: the suite's probe check names it after PROBE_CHECK_S instead of hanging, and
+    the whole registration tier ends within 30 s (the registry itself gives up after TOLK_PROBE_TIMEOUT)."""
+    import time
+
+    from tolk_core.testing.checks import PROBE_CHECK_S
+    t0 = time.perf_counter()
+    proc = run_suite("HANG_PROBE", "-m", "registration", paths=(FIXTURES / "hang_probe", EXAMPLE), cwd=tmp_path,
+                     env={"TOLK_PROBE_TIMEOUT": "3"})
+    took = time.perf_counter() - t0
+    assert took < 30, f"the suite took {took:.1f} s"
+    line = summary(proc, "HANG_PROBE")
+    assert proc.returncode == 1 and line.endswith("contracts broken: BackendSpec.probe"), line
+    assert f"the probe did not return within {PROBE_CHECK_S:g} s" in proc.stdout
+    assert "'HANG_PROBE is unavailable: probe timed out after 3s (cancelled)': 1" in line  # the skip, whole

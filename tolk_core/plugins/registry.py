@@ -17,7 +17,6 @@ from __future__ import annotations
 import difflib
 import os
 import threading
-import time
 import traceback
 import warnings
 from collections.abc import Iterable, Mapping
@@ -29,7 +28,7 @@ import pluggy
 
 from tolk_core import config
 from tolk_core.errors import ConfigError, PluginError
-from tolk_core.plugins import builtin, entry_points
+from tolk_core.plugins import builtin, entry_points, guard
 from tolk_core.plugins.hookspecs import PROJECT, TolkHookSpecs
 from tolk_core.plugins.specs import (
     API_VERSION,
@@ -38,6 +37,7 @@ from tolk_core.plugins.specs import (
     BackendSpec,
     GraphSpec,
     RendererSpec,
+    ref_name,
     resolve_ref,
 )
 
@@ -255,6 +255,7 @@ def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tu
     if allow is None and os.environ.get("TOLK_PLUGINS") == "":  # set but empty: no plugins (config ignores "")
         allow = []
     deny = _split(config.get("DISABLE_PLUGINS")) or []
+    import_timeout = float(config.get("PLUGIN_IMPORT_TIMEOUT"))
     if allow is not None:
         _check_gate_names(allow, known, "TOLK_PLUGINS")
     _check_gate_names(deny, known, "TOLK_DISABLE_PLUGINS")
@@ -277,17 +278,18 @@ def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tu
             records.append(PluginRecord(ep.name, dist, version, ep.value, "disabled",
                                         f"not in TOLK_PLUGINS={config.get('PLUGINS') or ''}"))
             continue
-        t0 = time.perf_counter()
-        try:
-            obj = ep.load()
-        except BaseException as e:  # noqa: BLE001 - a plugin's import must never take tolk down
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            records.append(PluginRecord(ep.name, dist, version, ep.value, "broken",
-                                        f"import failed: {type(e).__name__}: {e}", traceback.format_exc(),
-                                        time.perf_counter() - t0))
+        out = guard.call(ep.load, import_timeout, "tolk-import")
+        if not out.done or out.error is not None:
+            if isinstance(out.error, KeyboardInterrupt):
+                raise out.error
+            why = (f"import did not finish within {import_timeout:g}s (TOLK_PLUGIN_IMPORT_TIMEOUT); an entry-point "
+                   "module must be import-light (docs/plugins.md, section 1)" if not out.done else
+                   f"import failed: {type(out.error).__name__}: {out.error}")
+            tb = "".join(traceback.format_exception(out.error)) if out.error is not None else ""
+            records.append(PluginRecord(ep.name, dist, version, ep.value, "broken", why, tb, out.seconds))
             continue
-        rec = PluginRecord(ep.name, dist, version, ep.value, "loaded", import_s=time.perf_counter() - t0)
+        obj = out.value
+        rec = PluginRecord(ep.name, dist, version, ep.value, "loaded", import_s=out.seconds)
         records.append(rec)
         loaded.append((rec, obj))
     from tolk_core.version import __version__
@@ -338,29 +340,33 @@ def _incompatible(api: tuple[int, int]) -> str | None:
     return None
 
 
+PROBE_SLOW_S = 0.5
+"""A probe taking longer works, but warns: every process resolving the default device waits for it."""
+
+
 def run_probe(ref: Any, timeout: float) -> Availability:
-    """Run a probe in a thread with a timeout. Never raises: failures become ``ok=False`` with the reason."""
+    """Run a probe in a thread with a time limit (`guard.call`: one that overruns is cancelled). Never raises:
+    failures become ``ok=False`` with the reason."""
     if ref is None:
         return Availability(True, "no probe (always available)")
-    box: list[Any] = []
-
-    def target() -> None:
-        try:
-            box.append(resolve_ref(ref)())
-        except BaseException as e:  # noqa: BLE001
-            box.append(e)
-
-    th = threading.Thread(target=target, daemon=True, name="tolk-probe")
-    th.start()
-    th.join(timeout)
-    if not box:
-        return Availability(False, f"probe timed out after {timeout:g}s", 0,
-                            hint="raise TOLK_PROBE_TIMEOUT or check the driver")
-    res = box[0]
+    out = guard.call(lambda: resolve_ref(ref)(), timeout, "tolk-probe")
+    if not out.done:
+        return Availability(False, f"probe timed out after {timeout:g}s (cancelled)", 0,
+                            hint="the plugin's probe must answer quickly: fix or disable the plugin, or raise "
+                                 "TOLK_PROBE_TIMEOUT if the driver is just slow")
+    res = out.error if out.error is not None else out.value
     if isinstance(res, BaseException):
-        return Availability(False, f"probe raised {type(res).__name__}: {res}", 0)
+        why = f"{type(res).__name__}: {res}".strip().rstrip(":")
+        return Availability(False, f"probe raised {why} (a probe must return Availability, never raise)", 0,
+                            hint="the probe is a bug in the plugin: report it to its authors, or disable it "
+                                 "with TOLK_DISABLE_PLUGINS")
     if not isinstance(res, Availability):
-        return Availability(False, f"probe returned {type(res).__name__}, expected Availability", 0)
+        return Availability(False, f"probe returned {type(res).__name__}, expected Availability", 0,
+                            hint="the probe is a bug in the plugin: report it to its authors")
+    if out.seconds > PROBE_SLOW_S:
+        warnings.warn(f"tolk: the probe {ref_name(ref)} took {out.seconds:.2f} s (more than {PROBE_SLOW_S} s): every "
+                      "process that resolves the default device waits for it; make the probe cheap (no device "
+                      "context) or name a device with TOLK_DEVICE", PluginWarning, stacklevel=2)
     return res
 
 
