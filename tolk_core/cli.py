@@ -27,9 +27,10 @@ def devices_data(reg: Registry) -> dict[str, Any]:
     res, err = _default()
     rows = []
     for b in reg.backends:
+        state, reason = Device.state(b.name) if reg.get(b.name) is b else (b.state, b.reason)  # `lost` if opened
         rows.append({
             "name": b.name, "dist": b.plugin.dist, "version": b.plugin.version, "entry_point": b.plugin.name,
-            "state": b.state, "reason": b.reason, "hint": b.hint, "priority": b.priority,
+            "state": state, "reason": reason, "hint": b.hint, "priority": b.priority,
             "devices": b.device_count, "aliases": list(b.spec.aliases),
             "renderer": b.renderer.spec.name if b.renderer else None,
             "renderer_ref": ref_name(b.renderer.spec.renderer) if b.renderer else None,

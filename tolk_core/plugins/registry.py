@@ -10,7 +10,9 @@ for (naming a device probes that backend only; the default device, `tolk devices
   incompatible  the spec targets another plugin-API major version (both versions named)
   disabled      deny-listed (TOLK_DISABLE_PLUGINS) or not allow-listed (TOLK_PLUGINS); plugin-level
   conflict      two providers claim the same device name (both listed)
-  broken        import, hook or validation error (traceback kept); plugin-level
+  broken        import, hook or validation error (traceback kept), or an import past PLUGIN_IMPORT_TIMEOUT;
+                plugin-level
+  lost          (a device opened in this process, `Device.state`) its context or worker died; reopened on demand
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ _BUILTIN_IDS = frozenset({builtin.ENTRY_POINT, "tolk-core"})
 class PluginWarning(UserWarning):
     """Emitted once per snapshot for each broken plugin (the rest of Tolk keeps working)."""
 
-STATES = ("available", "unavailable", "incompatible", "disabled", "conflict", "broken")
+STATES = ("available", "unavailable", "incompatible", "disabled", "conflict", "broken", "lost")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,10 @@ class _Status:
             with self._lock:
                 if self._fixed is None:
                     a = run_probe(self._probe, self._timeout)
+                    if a.ok and not (isinstance(a.device_count, int) and a.device_count >= 1):
+                        a = Availability(False, f"the probe said ok with device_count={a.device_count!r}: there is "
+                                         "no device to open", 0, hint="the probe must answer ok only with "
+                                         "device_count >= 1 (else ok=False and the reason): a bug in the plugin")
                     self._fixed = (("available", a.reason, "", a) if a.ok else
                                    ("unavailable", a.reason or "probe said not available",
                                     a.hint or self._install_hint, a))
@@ -370,6 +376,65 @@ def run_probe(ref: Any, timeout: float) -> Availability:
     return res
 
 
+SHIPPED = frozenset({"tolk-cpu", "tolk-opencl", "tolk-cuda"})
+"""The distributions shipped with tolk-core: a third-party claim on one of their device names never takes the name
+from them (docs/plugins.md, section 7: name claims)."""
+
+
+def _claimed(name: str, claimants: list[tuple[BackendSpec, PluginRecord]], graph: ProvidedSpec | None,
+             rs: tuple[ProvidedSpec, ...], timeout: float) -> list[BackendRecord]:
+    """The records of device `name`: one per claimant. A single claimant is probed (or incompatible). Several:
+    a shipped claimant keeps the name and the others are `conflict`; without one, all are `conflict`. Each
+    conflict says how to choose."""
+    shipped = [(s, rec) for s, rec in claimants if rec.dist in SHIPPED]
+    if len(claimants) > 1 and len(shipped) != 1:
+        who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
+        choose = " or ".join(f"TOLK_DISABLE_PLUGINS={rec.dist}" for _, rec in claimants)
+        return [BackendRecord(name, s, rec, _Status("conflict", f"{name} is claimed by {who}",
+                                                    f"choose one: uninstall the others or set {choose}"),
+                              graph=graph, renderers=rs) for s, rec in claimants]
+    out: list[BackendRecord] = []
+    keeper = shipped[0] if shipped else claimants[0]
+    for s, rec in claimants:
+        if s is keeper[0] and rec is keeper[1]:
+            continue
+        out.append(BackendRecord(name, s, rec, _Status(
+            "conflict", f"{name} is also claimed by {keeper[1].provider}, shipped with tolk-core, which keeps the name",
+            f"to use {rec.provider}'s {name}, set TOLK_DISABLE_PLUGINS={keeper[1].dist} (or rename its device)"),
+            graph=graph, renderers=rs))
+    s, rec = keeper
+    if (why := _incompatible(s.api_version)) is not None:
+        status = _Status("incompatible", why, f"install a version of {rec.dist} built for tolk plugin API "
+                                              f"{API_VERSION[0]}.x")
+    else:
+        status = _Status(probe=s.probe, timeout=timeout, install_hint=s.install_hint)
+    return [BackendRecord(name, s, rec, status, graph=graph, renderers=rs), *out]
+
+
+def _orphans(provided: list[ProvidedSpec], claims: Mapping[str, Any]) -> list[ProvidedSpec]:
+    """Graph and renderer specs for a device no loaded plugin declares: kept, listed as `orphaned`."""
+    return [ProvidedSpec(p.spec, p.plugin, "orphaned", f"no loaded plugin declares the device {p.spec.device.upper()} "
+                         "(is its plugin installed, enabled and not broken? see `tolk devices -v`)")
+            for p in provided if p.spec.device.upper() not in claims]
+
+
+def _unique_renderer_names(renderers: list[ProvidedSpec]) -> tuple[list[ProvidedSpec], list[ProvidedSpec]]:
+    """Renderers of one device must have distinct names: the highest priority one (ties: a shipped provider, then
+    by provider name) keeps a name, the others are rejected as `conflict`, naming both providers."""
+    keep: dict[tuple[str, str], ProvidedSpec] = {}
+    clashes: list[ProvidedSpec] = []
+    for r in sorted(renderers, key=lambda x: (-x.spec.priority, x.plugin.dist not in SHIPPED, x.plugin.dist,
+                                              x.plugin.name)):
+        key = (r.spec.device.upper(), r.spec.name)
+        if (first := keep.get(key)) is None:
+            keep[key] = r
+            continue
+        clashes.append(ProvidedSpec(r.spec, r.plugin, "conflict", f"renderer name {r.spec.name!r} for {key[0]} is "
+                                    f"already supplied by {first.plugin.provider} (entry point {first.plugin.name!r}); "
+                                    "rename the renderer (RendererSpec.name) or disable one plugin"))
+    return [r for r in renderers if r in keep.values()], clashes
+
+
 def build_registry(fresh: bool = False) -> Registry:
     """Load every plugin and build a fresh snapshot (does not touch the cached one); probes run lazily.
     `fresh`: read the installed distributions' metadata rather than the entry-point cache."""
@@ -411,30 +476,17 @@ def build_registry(fresh: bool = False) -> Registry:
     claims: dict[str, list[tuple[BackendSpec, PluginRecord]]] = {}
     for s, rec in backends:
         claims.setdefault(s.name, []).append((s, rec))
+    rejected += _orphans(graphs, claims) + _orphans(renderers, claims)
+    renderers, clashes = _unique_renderer_names(renderers)
+    rejected += clashes
     timeout = float(config.get("PROBE_TIMEOUT"))
     out: list[BackendRecord] = []
     for name, claimants in sorted(claims.items()):
         gs = sorted((x for x in graphs if x.spec.device.upper() == name),
                     key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name))
-        graph = gs[0] if gs else None
         rs = tuple(sorted((x for x in renderers if x.spec.device.upper() == name),
                           key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name)))
-        if len(claimants) > 1:
-            who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
-            for s, rec in claimants:
-                out.append(BackendRecord(name, s, rec, _Status(
-                    "conflict", f"{name} is claimed by {who}",
-                    "uninstall one of them or disable one with TOLK_DISABLE_PLUGINS=<name>"),
-                    graph=graph, renderers=rs))
-            continue
-        s, rec = claimants[0]
-        if (why := _incompatible(s.api_version)) is not None:
-            out.append(BackendRecord(name, s, rec, _Status(
-                "incompatible", why, f"install a version of {rec.dist} built for tolk plugin API {API_VERSION[0]}.x"),
-                graph=graph, renderers=rs))
-            continue
-        out.append(BackendRecord(name, s, rec, _Status(probe=s.probe, timeout=timeout, install_hint=s.install_hint),
-                                 graph=graph, renderers=rs))
+        out += _claimed(name, claimants, gs[0] if gs else None, rs, timeout)
     by_name: dict[str, list[BackendRecord]] = {}
     for record in out:
         by_name.setdefault(record.name, []).append(record)

@@ -178,10 +178,23 @@ def check_self_test(dev: CompiledDevice) -> str:
     """The device's own smoke kernel (``self_test``) computes the right values (ints passed as `vals`)."""
     try:
         return dev.self_test()
-    except NotImplementedError as e:
-        raise ContractError("CompiledDevice.self_test", str(e)) from e
+    except ContractError:
+        raise
     except Exception as e:
-        raise ContractError("CompiledDevice.self_test", f"{type(e).__name__}: {e}") from e
+        where = _raised_at(e)
+        raise ContractError("CompiledDevice.self_test", f"{type(e).__name__}{': ' + str(e) if str(e) else ''}"
+                            f"{' (raised in ' + where + ')' if where else ''}") from e
+
+
+def _raised_at(e: BaseException) -> str:
+    """``Class.method`` (or ``function``) of the innermost frame that raised `e`, for messages with no text."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    code, self_ = tb.tb_frame.f_code, tb.tb_frame.f_locals.get("self")
+    return f"{type(self_).__name__}.{code.co_name}" if self_ is not None else code.co_name
 
 
 def check_generated_kernel(dev: CompiledDevice) -> str:
@@ -189,8 +202,9 @@ def check_generated_kernel(dev: CompiledDevice) -> str:
     import numpy as np
 
     from tolk_core.testing.kernels import build, run_on
-    if dev.renderer is None:
-        raise CheckSkipped(f"{dev.name} has no renderer")
+    require(dev.renderer is not None, "tolk_renderers",
+            f"no renderer is registered for {dev.name}: core cannot generate kernels for it; yield a RendererSpec "
+            "from a tolk_renderers hook")
     k = build(lambda a, b: (a * 2 + b).relu(), ((33, 7), "float32"), ((7,), "float32"), device=dev.name)
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((33, 7)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
