@@ -88,10 +88,10 @@ def test_hanging_probe_fails_its_check_within_the_liveness_limit(tmp_path):
     from tolk_core.testing.checks import PROBE_CHECK_S
     t0 = time.perf_counter()
     proc = run_suite("HANG_PROBE", "-m", "registration", paths=(FIXTURES / "hang_probe", EXAMPLE), cwd=tmp_path,
-                     env={"TOLK_PROBE_TIMEOUT": "3"})
+                     env={"TOLK_PROBE_TIMEOUT": "2"})
     took = time.perf_counter() - t0
     assert took < 30, f"the suite took {took:.1f} s"
     line = summary(proc, "HANG_PROBE")
     assert proc.returncode == 1 and line.endswith("contracts broken: BackendSpec.probe"), line
     assert f"the probe did not return within {PROBE_CHECK_S:g} s" in proc.stdout
-    assert "'HANG_PROBE is unavailable: probe timed out after 3s (cancelled)': 1" in line  # the skip, whole
+    assert "'HANG_PROBE is unavailable: probe timed out after 2s (cancelled)': 1" in line  # the skip, whole
