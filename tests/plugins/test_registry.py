@@ -163,6 +163,21 @@ def test_import_tolk_core_imports_no_backend_library():
     assert "libOpenCL" not in maps and "libcuda" not in maps
 
 
+def test_core_plugins_package_imports_no_numpy():
+    """`tolk_core.plugins` (what an entry-point module imports) pulls in only the standard library, pluggy and
+    tolk_core itself: so the suite's import-light check can see a plugin that imports numpy."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import tolk_core.plugins"], capture_output=True,
+                         text=True, check=True).stderr
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in out.splitlines() if "|" in line}
+    assert "tolk_core" in imported and "pluggy" in imported
+    assert not {"numpy", "ml_dtypes"} & imported
+    code = "import json, sys, tolk_core.plugins; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout))
+    third_party = loaded - set(sys.stdlib_module_names) - {"tolk_core", "pluggy", "__main__"}
+    assert sorted(m for m in third_party if not m.startswith(("__editable__", "_distutils_hack"))) == []
+
+
 def test_entry_point_modules_are_import_light():
     code = ("import sys, json, tolk_cpu.plugin, tolk_opencl.plugin, tolk_cuda.plugin; "
             "print(json.dumps([m for m in ('pyopencl', 'pycuda') if m in sys.modules])); "
