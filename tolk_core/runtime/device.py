@@ -1,6 +1,8 @@
 """CompiledDevice: what a plugin's device class derives from."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tolk_core.errors import PluginError
@@ -25,6 +27,10 @@ class CompiledDevice:
     ``lost``; the registry then closes it and opens a new one on the next ``Device[name]``. ``close()`` releases
     what the device holds; the registry calls it once, on a lost device, so it must not raise there.
     """
+
+    graph_surface: Mapping[str, str] = MappingProxyType({})
+    """What a Graph from another distribution may rely on (docs/plugins.md, section 6), attribute -> meaning, e.g.
+    ``{"Program.fxn": "the kernel's ctypes function"}``; anything not listed may change in any release."""
 
     def __init__(self, name: str, allocator: Allocator, compiler: Compiler, runtime: type[Program],
                  graph: type[Graph] | None = None):
