@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -63,15 +64,19 @@ def test_overrun_probe_is_cancelled_and_stops_running():
     assert spins[0] == before  # it no longer takes the process's time
 
 
-def test_slow_probe_warns_naming_it():
-    from tolk_core.plugins.registry import PROBE_SLOW_S
+def test_slow_probe_warns_naming_it(monkeypatch):
+    from tolk_core.plugins import registry
     from tolk_core.plugins.specs import Availability
+    monkeypatch.setattr(registry, "PROBE_SLOW_S", 0.1)  # the rule, not the 1 s: keeps the test short
 
     def slow():
-        time.sleep(PROBE_SLOW_S + 0.1)
+        time.sleep(0.2)
         return Availability(True, "slow but fine")
-    with pytest.warns(PluginWarning, match=r"the probe .*slow.* took 0\.\d\d s .*make the probe cheap"):
+    with pytest.warns(PluginWarning, match=r"the probe .*slow.* took 0\.\d\d s \(more than 0.1 s\).*make the probe"):
         assert run_probe(slow, 5).ok
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PluginWarning)
+        assert run_probe(lambda: Availability(True, "fast"), 5).ok  # a fast probe says nothing
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
