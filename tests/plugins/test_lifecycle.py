@@ -77,6 +77,9 @@ def test_lost_device_reports_lost_raises_and_reopens(tolk_env):
     first.worker.wait(timeout=10)
     state, why = Device.state("WORKER")
     assert state == "lost" and why == "its worker process exited with status -9"
+    from tolk_core.cli import devices_data
+    row = next(b for b in devices_data(Device.registry)["backends"] if b["name"] == "WORKER")
+    assert (row["state"], row["reason"]) == ("lost", why)  # what `tolk devices` shows in this process
     with pytest.raises(DeviceLostError, match=r"device WORKER is lost: its worker process exited with status -9\. "
                                               r"Its buffers are gone; the next Device\['WORKER'\] opens it again"):
         first.allocator.copyin(h, memoryview(b"abcd"))
