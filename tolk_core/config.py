@@ -76,8 +76,8 @@ class Setting:
 
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("DEBUG", int, 0, "1 device opens and kernel counts, 2 one line per kernel, 3 scheduled graph, "
-            "4 rendered source, 5+ rewrites", check=in_range(0)),
+    Setting("DEBUG", int, 0, "1 device opens and kernel counts, 2 one line per kernel and per batched graph replay, "
+            "3 scheduled graph, 4 rendered source, 5+ rewrites", check=in_range(0)),
     Setting("SPEC", int, 0, "validate each stage's graph against its spec", check=in_range(0)),
     Setting("JIT", int, 1, "0 runs jitted functions eagerly; 2 captures but never batches into graphs",
             check=in_range(0)),

@@ -27,7 +27,8 @@ from tolk_core import Tensor
 from tolk_core.plugins import get_registry
 got = (Tensor(np.arange(6, dtype=np.float32), device="CPU") * 2 + 1).numpy().tolist()
 p = next(p for p in get_registry().plugins if p.dist == "tolk-hang-import")
-print(json.dumps({"got": got, "state": p.state, "reason": p.reason, "s": time.perf_counter() - t0}))
+print(json.dumps({"got": got, "state": p.state, "reason": p.reason, "traceback": p.traceback,
+                  "s": time.perf_counter() - t0}))
 """
 
 
@@ -44,6 +45,8 @@ def test_hanging_import_is_broken_while_a_cpu_program_runs(tmp_path):
     assert out["got"] == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
     assert out["state"] == "broken"
     assert out["reason"].startswith("import did not finish within 1s (TOLK_PLUGIN_IMPORT_TIMEOUT)")
+    assert out["traceback"].startswith("Stuck at") and "tolk_hang_import/plugin.py" in out["traceback"]
+    assert "threading.Event().wait()" in out["traceback"]  # the line it waits on, for `tolk devices -v`
 
 
 def test_overrun_probe_is_cancelled_and_stops_running():

@@ -23,12 +23,13 @@ class Cancelled(BaseException):
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a guarded call did: `done` (it returned or raised within the limit), its `value` or `error`, and
-    the seconds it took (the limit when it timed out)."""
+    """What a guarded call did: `done` (it returned or raised within the limit), its `value` or `error`, the
+    seconds it took (the limit when it timed out), and for a call that timed out, where it was stuck (`stack`)."""
     done: bool
     value: Any = None
     error: BaseException | None = None
     seconds: float = 0.0
+    stack: str = ""
 
 
 def _cancel(th: threading.Thread) -> None:
@@ -36,6 +37,15 @@ def _cancel(th: threading.Thread) -> None:
 
     if th.ident is not None and th.is_alive():
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(th.ident), ctypes.py_object(Cancelled))
+
+
+def _stack(th: threading.Thread) -> str:
+    """Where thread `th` is now, innermost last (what ``tolk devices -v`` shows for an import that hung)."""
+    import sys
+    import traceback
+
+    frame = sys._current_frames().get(th.ident) if th.ident is not None else None
+    return "Stuck at (most recent call last):\n" + "".join(traceback.format_stack(frame)) if frame else ""
 
 
 def call(fn: Callable[[], Any], timeout: float, name: str) -> Outcome:
@@ -63,7 +73,8 @@ def call(fn: Callable[[], Any], timeout: float, name: str) -> Outcome:
     th.join(timeout if math.isfinite(timeout) else None)
     dt = time.perf_counter() - t0
     if not box:
+        stack = _stack(th)
         _cancel(th)
-        return Outcome(False, seconds=dt)
+        return Outcome(False, seconds=dt, stack=stack)
     value, error = box[0]
     return Outcome(True, value, error, dt)

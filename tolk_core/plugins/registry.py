@@ -291,7 +291,7 @@ def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tu
             why = (f"import did not finish within {import_timeout:g}s (TOLK_PLUGIN_IMPORT_TIMEOUT); an entry-point "
                    "module must be import-light (docs/plugins.md, section 1)" if not out.done else
                    f"import failed: {type(out.error).__name__}: {out.error}")
-            tb = "".join(traceback.format_exception(out.error)) if out.error is not None else ""
+            tb = "".join(traceback.format_exception(out.error)) if out.error is not None else out.stack
             records.append(PluginRecord(ep.name, dist, version, ep.value, "broken", why, tb, out.seconds))
             continue
         obj = out.value
