@@ -128,7 +128,6 @@ class DeviceFace:
 
     def __init__(self) -> None:
         self._opened: dict[str, CompiledDevice] = {}
-        self._lost: dict[str, str] = {}  # canonical name -> why its last opened device was lost (reopened since)
         self._lock = threading.RLock()
 
     @property
@@ -183,7 +182,6 @@ class DeviceFace:
     def _drop(self, canon: str, dev: CompiledDevice, why: str) -> None:
         """Forget a lost device and close it; `close` failing on a dead device is reported, never raised."""
         del self._opened[canon]
-        self._lost[canon] = why
         try:
             dev.close()
         except Exception as e:  # noqa: BLE001 - the device is gone either way
@@ -290,7 +288,6 @@ class DeviceFace:
         """Forget opened devices (tests)."""
         with self._lock:
             self._opened.clear()
-            self._lost.clear()
 
 
 Device = DeviceFace()

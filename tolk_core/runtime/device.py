@@ -74,7 +74,8 @@ class CompiledDevice:
     @property
     def lost(self) -> str | None:
         """Why the device can no longer run anything (its worker died, its context was reset), or None while it
-        works. A subclass may override it to check its worker; the base reports what `lost_error` recorded."""
+        works. A subclass may override it to check its worker; the base reports what `lost_error` recorded. The
+        registry asks it on every ``Device[name]``, so it must be cheap (a poll, never a round trip)."""
         return self._lost
 
     def lost_error(self, reason: str) -> Exception:
