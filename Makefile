@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.tolk-installed
 DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
 .PHONY: test demo bench install opencl viz viz-docs lint clean conformance example-conformance spec-test gpu-bundle \
-	gpu-bundle-size fuzz
+	gpu-bundle-size fuzz dist
 
 test: install opencl viz lint conformance spec-test
 	$(BIN)/pytest --durations=20
@@ -133,6 +133,13 @@ example-conformance: $(WHEELS)/.deps
 	cd $(CONF) && ../$(EXVENV)/bin/tolk devices --check && ../$(EXVENV)/bin/pytest -q -p no:cacheprovider \
 	  --pyargs tolk_core.testing --tolk-device EXAMPLE --tolk-device PYTHON --tolk-report example.json
 
+# Wheels and sdists of tolk-core and the three shipped plugins in dist/ (scripts/dist.py; `build` comes with the
+# `dist` extra). Install them as docs/plugins.md section 8 shows: pip install "dist/tolk_core-0.1.0-py3-none-any.whl[conformance]" ...
+dist: install
+	$(BIN)/pip install -q -e '.[dist]'
+	rm -rf dist
+	$(BIN)/python scripts/dist.py dist
+
 # The GPU check's bundle (docs/gpu.md): what the device machine's image lacks, fetched here, since that machine
 # reaches no registry. Its image already has numpy, setuptools, wheel, pytest, markupsafe, typing-extensions and
 # Tolk's own dependencies, so only pycuda's sdist (built there against its CUDA 13.0) and the four pure or cp312
@@ -157,4 +164,4 @@ gpu-bundle-size:
 	sh scripts/gpu_bundle_size.sh $(GPU_BUNDLE) $(GPU_BUNDLE_MAX_MIB)
 
 clean:
-	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) dist .pytest_cache .ruff_cache .mypy_cache

@@ -210,6 +210,41 @@ def frontend_times(device: str, peers: dict[str, bool]) -> list[dict[str, Any]]:
         rec = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
             {"error": proc.stderr[-300:]}
         out.append({"row": "front end per Tensor op", "who": who, **rec})
+
+
+_CHILD_REGISTRY = """
+import json, time
+t0 = time.perf_counter()
+import tolk_core.plugins as plugins
+t1 = time.perf_counter()
+reg = plugins.get_registry()
+rows = {}
+for b in reg.backends:
+    s = time.perf_counter()
+    b.state
+    rows[b.name] = {"dist": b.plugin.dist, "import_s": b.plugin.import_s, "probe_s": time.perf_counter() - s}
+print(json.dumps({"core_import_s": t1 - t0, "backends": rows}))
+"""
+
+
+def registry_costs() -> list[dict[str, Any]]:
+    """Each shipped plugin's entry-point import plus probe in fresh processes (the median of WARM_RUNS), what
+    every process resolving the default device pays; docs/plugins.md section 7 keeps it under 50 ms each."""
+    runs = []
+    for _ in range(WARM_RUNS):
+        proc = subprocess.run([sys.executable, "-c", _CHILD_REGISTRY], capture_output=True, text=True,
+                              env=_peer_env(), cwd=ROOT)
+        if proc.returncode != 0:
+            return [{"row": "plugin import + probe", "who": "tolk", "error": proc.stderr[-300:]}]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    out = [{"row": "import tolk_core.plugins", "who": "tolk",
+            "seconds_s": statistics.median(r["core_import_s"] for r in runs)}]
+    for name in runs[0]["backends"]:
+        per = [r["backends"][name] for r in runs]
+        out.append({"row": f"plugin import + probe {name}", "who": per[0]["dist"],
+                    "import_s": statistics.median(p["import_s"] for p in per),
+                    "probe_s": statistics.median(p["probe_s"] for p in per),
+                    "total_s": statistics.median(p["import_s"] + p["probe_s"] for p in per)})
     return out
 
 
@@ -312,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         print("jitted MLP replay (ms): " + (jr.get("tolk") or "") +
               "  ".join(f"{k}={v * 1e3:.3f}" for k, v in jr["times"].items()), flush=True)
         for rec in first_calls(args.device, peers) + schedule_times(args.device, peers) + \
-                frontend_times(args.device, peers):
+                frontend_times(args.device, peers) + registry_costs():
             results.append(rec)
             print(f"{rec['row']:32s} {rec['who']:9s} " +
                   "  ".join(f"{k}={v * 1e3:.1f}ms" if k.endswith("_s") else f"{k}={v}" for k, v in rec.items()

@@ -166,11 +166,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             "contract": props["tolk_contract"], "message": message})
 
 
+def _skip_reason(message: str) -> str:
+    """How the summary names one skip's reason: ``no 'graph'`` for a capability, else the whole message quoted
+    (cut at 100 characters with an ellipsis, never mid-way without saying so)."""
+    if " does not declare capability " in message:
+        return "no " + message.split(" capability ")[-1]
+    text = " ".join(message.split())
+    return repr(text if len(text) <= 100 else text[:99] + "…")
+
+
 def summary_line(device: str, results: list[dict[str, Any]]) -> str:
-    """``tolk conformance MYDEV: 40 passed, 3 skipped (no 'float64': 2, ...), 1 xfailed, 0 failed``."""
+    """``tolk conformance MYDEV: 40 passed, 3 skipped (no 'float64': 2; 'MYDEV is unavailable: ...': 1), 1 xfailed,
+    0 failed``."""
     counts = Counter(r["outcome"] for r in results)
-    why = Counter("no " + r["message"].split(" capability ")[-1] if " capability " in r["message"]
-                  else r["message"][:60] for r in results if r["outcome"] == "skipped")
+    why = Counter(_skip_reason(r["message"]) for r in results if r["outcome"] == "skipped")
     skipped = f"{counts['skipped']} skipped" + (f" ({'; '.join(f'{k}: {v}' for k, v in why.items())})"
                                                  if why else "")
     parts = [f"{counts['passed']} passed", skipped, f"{counts['xfailed']} xfailed", f"{counts['failed']} failed"]
