@@ -9,7 +9,8 @@ variable values, scheduling settings and placements (the digest of the current l
 graph position, `placements.digest`), reuses that LINEAR with this call's buffers and fresh storage for its
 outputs and intermediates, so a repeated realize skips scheduling; the placement decisions the cached compile
 made are replayed onto this graph's nodes in the current lineage. With DEBUG>=3 (placement dumps) every call
-schedules anew, and so does every call while VIZ records (engine/viz.py).
+schedules anew, and so does every call while VIZ records (engine/viz.py). `schedule_stores(target, sink)`
+(assignments into existing storage) is cached the same way, its destinations numbered slots like the inputs.
 """
 from __future__ import annotations
 
@@ -62,56 +63,94 @@ def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp], nodes: Se
     return create_linear(prepare_rangeify(sink, target), new_buffer, target)
 
 
-def schedule(target: Target, values: Sequence[UOp]) -> Schedule:
-    """Schedule `values` on `target` into new storage, without running anything (see the module docstring)."""
-    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, tuple(values)))
-    nodes = sink.toposort()
-    inputs = [u for u in nodes if u.op is Op.BUFFER]
+def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int]) -> tuple | None:
+    """The schedule cache's key of `sink` (None: this call is not cached, see the module docstring)."""
+    if config.get("DEBUG") >= 3 or viz.active():
+        return None
     lineage = placements.current()
-    key = (target.device, structure(sink), tuple(sorted(var_vals.items())),
-           tuple(config.get(k) for k in _SCHEDULE_SETTINGS),
-           placements.digest(sink, lineage.placements, lineage.inline_preferences)) \
-        if config.get("DEBUG") < 3 and not viz.active() else None
-    if key is not None and (hit := _schedules.get(key)) is not None:
-        template, fresh, n_out, decisions = hit
-        placements.replay(nodes, decisions)
-        bufs = inputs + [buffers.new_buffer(target.device, size, dt) for size, dt in fresh]
-        linear = template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)})
-        GlobalCounters.schedules += 1
-        GlobalCounters.schedule_cache_hits += 1
-        return Schedule(linear, bufs[len(inputs):len(inputs) + n_out], var_vals)
-    made: list[UOp] = []
+    return (kind, target.device, structure(sink), tuple(sorted(var_vals.items())),
+            tuple(config.get(k) for k in _SCHEDULE_SETTINGS),
+            placements.digest(sink, lineage.placements, lineage.inline_preferences))
 
+
+def _from_cache(key: tuple | None, target: Target, nodes: list[UOp],
+                inputs: list[UOp]) -> tuple[UOp, list[UOp]] | None:
+    """A cached LINEAR for `key` with this call's buffers (its inputs, then fresh storage for the outputs and
+    intermediates, which it also returns), its placement decisions replayed; None on a miss."""
+    if key is None or (hit := _schedules.get(key)) is None:
+        return None
+    template, fresh, _, decisions = hit
+    placements.replay(nodes, decisions)
+    bufs = inputs + [buffers.new_buffer(target.device, size, dt) for size, dt in fresh]
+    GlobalCounters.schedules += 1
+    GlobalCounters.schedule_cache_hits += 1
+    return template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)}), bufs[len(inputs):]
+
+
+def _remember(key: tuple | None, linear: UOp, inputs: list[UOp], made: list[UOp], n_out: int, nodes: list[UOp],
+              before: list) -> None:
+    """Cache `linear` under `key` when its storage is all inputs or buffers it made (only such a LINEAR can be
+    replayed with other buffers)."""
+    slots = {b: _slot(i, b.dtype) for i, b in enumerate(inputs + made)}
+    if key is None or not all(u in slots for u in linear.toposort() if u.op is Op.BUFFER):
+        return
+    if len(_schedules) >= SCHEDULE_CACHE_SIZE:
+        del _schedules[next(iter(_schedules))]
+    _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made], n_out,
+                       placements.recorded(nodes, before, placements.current().placements))
+
+
+def _scheduled(target: Target, sink: UOp, values: bool, var_vals: dict[str, int], nodes: list[UOp],
+               made: list[UOp]) -> UOp:
+    """The LINEAR of `sink` (of values, each stored into new storage first, or of stores), counted and shown
+    at DEBUG>=1; the storage it makes goes to `made`, the values' first."""
     def new_buffer(v: UOp) -> UOp:
         made.append(buffers.new_buffer(target.device, concrete(v.size, var_vals), v.dtype))
         return made[-1]
-
-    outs = [new_buffer(v) for v in sink.src]
-    stores = tuple(UOp(Op.STORE, dtypes.void, (b, v)) for v, b in zip(sink.src, outs, strict=True))
-    before = [lineage.placements.raw_entry(u) for u in nodes]
-    linear = lower(target, UOp(Op.SINK, dtypes.void, stores), new_buffer, nodes)  # the stores add no device
+    if values:
+        outs = [new_buffer(v) for v in sink.src]
+        sink = UOp(Op.SINK, dtypes.void, tuple(UOp(Op.STORE, dtypes.void, (b, v))
+                                               for v, b in zip(sink.src, outs, strict=True)))
+    linear = lower(target, sink, new_buffer, nodes)  # the stores add no device
     GlobalCounters.schedules += 1
     if (debug := config.get("DEBUG")) >= 1:
         print(f"scheduled {len(linear.src)} kernel(s) on {target.device}" + (f":\n{linear}" if debug >= 3 else ""))
-    slots = {b: _slot(i, b.dtype) for i, b in enumerate(inputs + made)}
-    # only a LINEAR whose storage is all inputs or new buffers can be replayed with other buffers
-    if key is not None and all(u in slots for u in linear.toposort() if u.op is Op.BUFFER):
-        if len(_schedules) >= SCHEDULE_CACHE_SIZE:
-            del _schedules[next(iter(_schedules))]
-        _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made], len(outs),
-                           placements.recorded(nodes, before, lineage.placements))
-    return Schedule(linear, outs, var_vals)
+    return linear
+
+
+def _schedule(kind: str, target: Target, sink: UOp, var_vals: dict[str, int]) -> tuple[UOp, list[UOp]]:
+    """The LINEAR of `sink` and the storage made for its first outputs: from the cache, or scheduled and
+    remembered. `kind` "values": `sink`'s sources are values, each stored into new storage; "stores": `sink`
+    holds STOREs into existing storage."""
+    nodes = sink.toposort()
+    inputs = [u for u in nodes if u.op is Op.BUFFER]
+    key = _cache_key(kind, target, sink, var_vals)
+    if (hit := _from_cache(key, target, nodes, inputs)) is not None:
+        return hit
+    made: list[UOp] = []
+    before = [placements.current().placements.raw_entry(u) for u in nodes]
+    n_out = len(sink.src) if kind == "values" else 0
+    linear = _scheduled(target, sink, kind == "values", var_vals, nodes, made)
+    _remember(key, linear, inputs, made, n_out, nodes, before)
+    return linear, made
+
+
+def schedule(target: Target, values: Sequence[UOp]) -> Schedule:
+    """Schedule `values` on `target` into new storage, without running anything (see the module docstring)."""
+    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, tuple(values)))
+    linear, made = _schedule("values", target, sink, var_vals)
+    return Schedule(linear, made[:len(values)], var_vals)
 
 
 def schedule_stores(target: Target, sink: UOp) -> Schedule:
     """The LINEAR of `sink` (`SINK(STORE(dest, value), ...)` into existing storage) on `target`: bound
-    Variables leave the graph for the var_vals; intermediates get new storage. Not cached (a store's
-    destinations are the user's storage)."""
+    Variables leave the graph for the var_vals; intermediates get new storage. Cached as `schedule` is: the
+    destinations are BUFFERs like the inputs, numbered slots in the key (so which of them alias is part of
+    it), and a hit substitutes this call's (an optimizer stores the same graphs into the same parameters every
+    step)."""
     sink, var_vals = unbind(sink)
-
-    def new_buffer(v: UOp) -> UOp:
-        return buffers.new_buffer(target.device, concrete(v.size, var_vals), v.dtype)
-    return Schedule(lower(target, sink, new_buffer), [], var_vals)
+    linear, _ = _schedule("stores", target, sink, var_vals)
+    return Schedule(linear, [], var_vals)
 
 
 def structure(sink: UOp) -> tuple:
