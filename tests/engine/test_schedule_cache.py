@@ -60,3 +60,39 @@ def _visited(layers: int, monkeypatch) -> int:
 def test_kernel_boundaries_take_linear_work(monkeypatch):
     small, large = _visited(40, monkeypatch), _visited(80, monkeypatch)
     assert large < 2.5 * small, (small, large)
+
+
+def test_repeated_assigns_reuse_the_store_schedule_with_their_own_buffers():
+    """An assign of a graph equal to an earlier one up to its buffers (an optimizer's update each step) hits
+    the cache and stores into this call's destination, reading this call's inputs."""
+    rng = np.random.default_rng(1)
+    want, got = [], []
+    for _ in range(3):
+        p0, g0 = rng.standard_normal(5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+        p, g = Tensor(p0, device="CPU"), Tensor(g0, device="CPU")
+        for step in range(3):
+            before = GlobalCounters.schedule_cache_hits
+            p.assign(p - 0.5 * g)
+            if step:  # the first store of this structure may already be cached by another call
+                assert GlobalCounters.schedule_cache_hits == before + 1
+        want.append(p0 - 3 * 0.5 * g0)
+        got.append(p)
+    for w, t in zip(want, got, strict=True):
+        close(t.numpy(), w)
+
+
+def test_a_store_that_reads_its_own_destination_does_not_share_a_schedule_with_one_that_does_not():
+    """Which buffers alias is part of the key: `a.assign(a.flip(0))` must copy `a` out first (the store would
+    overwrite what it still reads), `a.assign(b.flip(0))` need not; neither reuses the other's plan."""
+    x = np.arange(6, dtype=np.float32)
+    a, b = Tensor(x.copy(), device="CPU"), Tensor(x * 10, device="CPU")
+    c, d = Tensor(x.copy(), device="CPU"), Tensor(x * 10, device="CPU")
+    a.assign(b.flip(0))
+    before = GlobalCounters.schedule_cache_hits
+    c.assign(c.flip(0))
+    assert GlobalCounters.schedule_cache_hits == before
+    d.assign(d.flip(0))  # the aliased form again, other buffers: a hit
+    assert GlobalCounters.schedule_cache_hits == before + 1
+    close(a.numpy(), (x * 10)[::-1])
+    close(c.numpy(), x[::-1])
+    close(d.numpy(), (x * 10)[::-1])
