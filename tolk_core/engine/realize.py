@@ -78,8 +78,12 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
     bytes copied into new storage on the COPY's device (see docs/prepare.md, copies). A COPY to the value's
     own device is the value (a prepare_rangeify rule). A copy from a disk reads one run of the file's bytes;
     its views are applied on the target, and a store across devices stores a copy of its value (prepare's
-    rules, applied here first)."""
-    target = reading(target_for(device), sink.toposort())
+    rules, applied here first). A graph without COPYs whose storage is all on `device` (almost every graph)
+    has none of these and is returned as it is."""
+    nodes = sink.toposort()
+    if all(u.op is not Op.COPY and (u.op is not Op.BUFFER or u.device == device) for u in nodes):
+        return sink
+    target = reading(target_for(device), nodes)
     sink = graph_rewrite(sink, prepare.pm_before_copies, ctx=target, name="disk copies, stores across devices")
     done: dict[UOp, UOp] = {}
     for u in sink.toposort():
