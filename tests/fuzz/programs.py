@@ -256,6 +256,9 @@ TRANSCENDENTAL = {
     "tanh": (lambda t: t.tanh(), np.tanh), "sigmoid": (lambda t: t.sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
     "rsqrt": (lambda t: t.rsqrt(), lambda x: 1 / np.sqrt(x)),
     "pow": (lambda t: t.pow(t.flip(-1) if t.ndim else t), lambda x: np.power(x, np.flip(x, -1) if x.ndim else x)),
+    **{name: (lambda t, name=name: getattr(t, name)(), ref) for name, ref in (
+        ("asin", np.arcsin), ("acos", np.arccos), ("atan", np.arctan), ("sinh", np.sinh), ("cosh", np.cosh),
+        ("tan", np.tan), ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh))},
 }
 INEXACT_REDUCE = ("sum", "mean", "prod")
 
