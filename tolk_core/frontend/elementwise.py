@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tolk_core.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+from tolk_core.frontend.activations import ActivationMixin
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape
@@ -49,7 +50,7 @@ _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.278
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
-class ElementwiseMixin(TranscendentalMixin):
+class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
     """Elementwise operations; mixed into `Tensor` (see the module docstring for semantics)."""
 
     __slots__ = ()

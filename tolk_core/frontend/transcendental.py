@@ -89,14 +89,14 @@ def _expm1(x: Tensor) -> Tensor:
     one = u == 1
     lu = one.where(1.0, u.log())
     kahan = one.where(xs, (u - 1) * (xs / lu))
-    return (x > _EXP_TAIL).where(exp_accurate(x.maximum(_EXP_TAIL)),
-                                 (x < -_EXP_TAIL).where(exp_accurate(x.minimum(-_EXP_TAIL)) - 1, kahan))
+    return (x > _EXP_TAIL).where(exp_accurate(x.clip(_EXP_TAIL)),
+                                 (x < -_EXP_TAIL).where(exp_accurate(x.clip(None, -_EXP_TAIL)) - 1, kahan))
 
 
 def _log1p(x: Tensor) -> Tensor:
     """ln(1 + x) (Goldberg): with u = 1 + x rounded, ln(u) * x / (u - 1), which corrects the rounding of 1 + x;
     x where u rounds to 1. +inf gives inf, -1 gives -inf, below -1 NaN."""
-    u = 1 + x.minimum(_FINITE_MAX[x.dtype.itemsize])
+    u = 1 + x.clip(None, _FINITE_MAX[x.dtype.itemsize])
     one = u == 1
     den = one.where(1.0, u - 1)
     return (x == math.inf).where(math.inf, one.where(x, u.log() * (x / den)))
@@ -128,7 +128,7 @@ def _atan2_quadrant(y: Tensor, x: Tensor) -> Tensor:
 
 def _asin(x: Tensor) -> Tensor:
     a = x.abs()
-    root = ((1 - a) * (1 + a)).maximum(0.0).sqrt()  # 1 - a is exact where a >= 1/2: no cancellation near 1
+    root = ((1 - a) * (1 + a)).clip(0.0).sqrt()  # 1 - a is exact where a >= 1/2: no cancellation near 1
     out = _atan2_quadrant(a, root)
     return (a > 1).where(math.nan, copysign(out, x))
 
@@ -152,16 +152,16 @@ def _sinh(x: Tensor) -> Tensor:
     """sinh(|x|) = (E + E / (E + 1)) / 2 with E = expm1(|x|), which has no cancellation near 0; beyond 40,
     (e^(|x|/2) / 2) e^(|x|/2), finite up to the dtype's overflow of sinh itself."""
     a = x.abs()
-    e = _expm1(a.minimum(_EXP_TAIL))
-    h = exp_accurate(a.maximum(_EXP_TAIL) * 0.5)
+    e = _expm1(a.clip(None, _EXP_TAIL))
+    h = exp_accurate(a.clip(_EXP_TAIL) * 0.5)
     out = (a > _EXP_TAIL).where(h * 0.5 * h, (e + e / (e + 1)) * 0.5)
     return copysign(out, x)
 
 
 def _cosh(x: Tensor) -> Tensor:
     a = x.abs()
-    e = exp_accurate(a.minimum(_EXP_TAIL))
-    h = exp_accurate(a.maximum(_EXP_TAIL) * 0.5)
+    e = exp_accurate(a.clip(None, _EXP_TAIL))
+    h = exp_accurate(a.clip(_EXP_TAIL) * 0.5)
     return (a > _EXP_TAIL).where(h * 0.5 * h, e * 0.5 + 0.5 / e)
 
 
@@ -170,9 +170,9 @@ def _asinh(x: Tensor) -> Tensor:
     2^13 (float32; float64 2^28), ln|x| + ln 2."""
     big_at = _HYP_BIG[x.dtype.itemsize]
     a = x.abs()
-    s = a.minimum(big_at)
+    s = a.clip(None, big_at)
     small = _log1p(s + s * s / (1 + (1 + s * s).sqrt()))
-    out = (a > big_at).where(a.maximum(big_at).log() + _LN_2, small)
+    out = (a > big_at).where(a.clip(big_at).log() + _LN_2, small)
     return copysign(out, x)
 
 
@@ -182,7 +182,7 @@ def _acosh(x: Tensor) -> Tensor:
     big_at = _HYP_BIG[x.dtype.itemsize]
     t = x.clip(1.0, big_at) - 1
     small = _log1p(t + (t * (t + 2)).sqrt())
-    out = (x > big_at).where(x.maximum(big_at).log() + _LN_2, small)
+    out = (x > big_at).where(x.clip(big_at).log() + _LN_2, small)
     return (x < 1).where(math.nan, out)
 
 
