@@ -187,6 +187,25 @@ def _by_nonzero(fn: Callable) -> Callable:
 _floordiv_ref, _mod_ref = _by_nonzero(np.floor_divide), _by_nonzero(np.mod)
 
 
+def _exact_in_float64(fn: Callable) -> Callable:
+    """numpy's `fn` of floats computed in float64 and cast back (exact: round, sign and fmod results are
+    representable in the input's dtype; ml_dtypes' bfloat16 lacks some of these loops); integers as they are."""
+    def ref(*xs):
+        with np.errstate(all="ignore"):
+            if not is_float(xs[0].dtype):
+                return fn(*xs)
+            return fn(*(x.astype(np.float64) for x in xs)).astype(xs[0].dtype)
+    return ref
+
+
+def _fmod_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's fmod; integer x fmod 0 is 0 (numpy's result, without numpy dividing by the zero)."""
+    if a.dtype.kind in "iu":
+        with np.errstate(all="ignore"):
+            return np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+    return _exact_in_float64(np.fmod)(a, b)
+
+
 UNARY = {
     "neg": OpDef(lambda t, a: -t[0], lambda xs, a: _wrapping(np.negative)(xs[0])),
     "abs": OpDef(lambda t, a: t[0].abs(), lambda xs, a: _wrapping(np.abs)(xs[0])),
@@ -199,6 +218,8 @@ UNARY = {
     "sqrt": OpDef(lambda t, a: t[0].sqrt(), lambda xs, a: _wrapping(np.sqrt)(xs[0])),
     "invert": OpDef(lambda t, a: ~t[0], lambda xs, a: np.invert(xs[0])),
     "logical_not": OpDef(lambda t, a: t[0].logical_not(), lambda xs, a: np.logical_not(xs[0])),
+    "round": OpDef(lambda t, a: t[0].round(), lambda xs, a: _exact_in_float64(np.round)(xs[0])),
+    "sign": OpDef(lambda t, a: t[0].sign(), lambda xs, a: _exact_in_float64(np.sign)(xs[0])),
 }
 BINARY = {
     "add": OpDef(lambda t, a: t[0] + t[1], lambda xs, a: _wrapping(np.add)(*xs)),
@@ -209,6 +230,7 @@ BINARY = {
     "minimum": OpDef(lambda t, a: t[0].minimum(t[1]), lambda xs, a: np.minimum(*xs), _zero_sign_undef),
     "floordiv": OpDef(lambda t, a: t[0] // t[1], lambda xs, a: _floordiv_ref(*xs)),
     "mod": OpDef(lambda t, a: t[0] % t[1], lambda xs, a: _mod_ref(*xs)),
+    "fmod": OpDef(lambda t, a: t[0].fmod(t[1]), lambda xs, a: _fmod_ref(*xs)),
     "and": OpDef(lambda t, a: t[0] & t[1], lambda xs, a: np.bitwise_and(*xs)),
     "or": OpDef(lambda t, a: t[0] | t[1], lambda xs, a: np.bitwise_or(*xs)),
     "xor": OpDef(lambda t, a: t[0] ^ t[1], lambda xs, a: np.bitwise_xor(*xs)),
@@ -226,11 +248,12 @@ COMPARE = {
 # which dtypes each elementwise op is drawn for
 UNARY_DTYPES = {"neg": INTS + FLOATS, "abs": SIGNED + FLOATS, "square": INTS + FLOATS, "relu": SIGNED + FLOATS,
                 "trunc": FLOATS, "floor": FLOATS, "ceil": FLOATS, "reciprocal": FLOATS, "sqrt": FLOATS,
-                "invert": ("bool", *INTS), "logical_not": ("bool",)}
+                "invert": ("bool", *INTS), "logical_not": ("bool",), "round": FLOATS + SIGNED,
+                "sign": INTS + FLOATS}
 BINARY_DTYPES = {"add": INTS + FLOATS, "sub": INTS + FLOATS, "mul": INTS + FLOATS, "div": FLOATS,
                  "maximum": INTS + FLOATS, "minimum": INTS + FLOATS, "floordiv": INTS + FLOATS,
-                 "mod": INTS + FLOATS, "and": ("bool", *INTS), "or": ("bool", *INTS), "xor": ("bool", *INTS),
-                 "shl": INTS, "shr": INTS}
+                 "mod": INTS + FLOATS, "fmod": INTS + FLOATS, "and": ("bool", *INTS), "or": ("bool", *INTS),
+                 "xor": ("bool", *INTS), "shl": INTS, "shr": INTS}
 TRANSCENDENTAL = {
     "exp": (lambda t: t.exp(), np.exp), "log": (lambda t: t.log(), np.log),
     "exp2": (lambda t: t.exp2(), np.exp2), "log2": (lambda t: t.log2(), np.log2),

@@ -7,8 +7,7 @@ as torch places them, so the gradient at a kink is torch's (hardtanh and hardsig
 leaky_relu passes the slope at 0). The exponential pieces use expm1 (elu, selu, celu: no cancellation near 0)
 and log1p of an accurate exponential (softplus), each reading its input clamped to its own range so the
 branch not taken stays finite (docs/dtypes.md). NaN propagates through every one. Integer inputs become the
-default float, except for the clipping ones (hardtanh, relu6, leaky_relu with integer data keep their dtype
-where torch does: hardtanh and relu6).
+default float, except in hardtanh and relu6 with integer bounds, which clip in the integer dtype as torch does.
 """
 from __future__ import annotations
 

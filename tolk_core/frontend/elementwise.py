@@ -1,6 +1,8 @@
 """Elementwise ops: one output element from the elements at the same index of the (broadcast) inputs.
-Arithmetic, comparisons, `where`, casts and bitcast, floor division and modulo, powers, transcendental and
-activation functions, clipping, logical and bitwise operators.
+Arithmetic, comparisons, `where`, casts and bitcast, rounding (`round` half to even), classification (`isnan`,
+`isinf`, `isfinite`), `sign`, floor division and modulo (`fmod` too), powers, exp/log/trig and activation
+functions, clipping, logical and bitwise operators. The inverse trigonometric and hyperbolic functions live in
+transcendental.py and torch's further activations in activations.py; their mixins are bases of this one.
 
 An op belongs here when it maps elements one to one (after broadcasting). Every method composes the IR's
 primitive ALU ops through `_alu`; `_coerce` gives two operands one dtype and one shape first, with numpy/torch
