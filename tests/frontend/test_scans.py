@@ -63,6 +63,17 @@ def test_dtype_argument_and_edge_shapes(device):
     np.testing.assert_array_equal(Tensor(np.float32(3.0), device=device).cumsum(0).numpy(), np.float32(3.0))
 
 
+def test_axis_must_be_one_int(device):
+    from tolk_core.errors import ArgumentTypeError, ShapeError
+    t = Tensor(np.zeros((2, 3), np.float32), device=device)
+    with pytest.raises(ShapeError, match="one axis"):
+        t.cumsum((0, 1))
+    with pytest.raises(ShapeError):
+        t.cumprod(2)
+    with pytest.raises(ArgumentTypeError):
+        t.cumsum(1.0)
+
+
 def test_non_finite_values_propagate(device):
     x = np.float32([1.0, math.inf, -math.inf, 2.0, math.nan, 3.0] * 4)
     with np.errstate(invalid="ignore"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tolk_core.errors import ShapeError
 from tolk_core.ir.dtype import dtypes, sum_acc_dtype
 from tolk_core.ir.ops import Op
 
@@ -36,7 +37,9 @@ def _shift_last(y: Tensor, d: int, identity: int) -> Tensor:
 def _scan_last(x: Tensor, op: Op) -> Tensor:
     """The inclusive scan of `x` along its last axis with ADD or MUL (see the module docstring)."""
     n = x.shape[-1]
-    assert isinstance(n, int), "scans need a concrete axis length"
+    if not isinstance(n, int):
+        raise ShapeError(f"cumsum/cumprod along a symbolic axis of shape {x.shape}: the scan needs the axis length "
+                         "(bind the variable first)")
     if n <= 1:
         return x
     identity = 0 if op is Op.ADD else 1
@@ -61,6 +64,9 @@ class ScanMixin:
     __slots__ = ()
 
     def _scan(self: Tensor, op: Op, axis: int, dtype: Any) -> Tensor:
+        if isinstance(axis, (tuple, list)):  # a float or a bool: normalize_axis's ArgumentTypeError
+            raise ShapeError(f"cumsum/cumprod take one axis (an int), got {axis!r}: to scan several axes at once, "
+                             "flatten them first (x.flatten(a, b).cumsum(a))")
         acc = dtypes.parse(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
         x = self.reshape(1) if self.ndim == 0 else self
         ax = x._axes(axis)[0]
