@@ -69,6 +69,12 @@ def test_narrow_sums_scans_and_matmuls_wrap(device):
         np.testing.assert_array_equal(Tensor(big, device=device).cumsum(0).numpy(), np.cumsum(big))
         m = np.full((4, 4), 2**20, np.int32)
         np.testing.assert_array_equal((Tensor(m, device=device) @ Tensor(m, device=device)).numpy(), m @ m)
+        rng = np.random.default_rng(0)
+        for dt in ("int8", "int32", "int64"):  # big enough for vector registers (lanes of an unsigned vector)
+            a, b = (rng.integers(-2**31, 2**31, (64, 64)).astype(dt) for _ in range(2))
+            np.testing.assert_array_equal((Tensor(a, device=device) @ Tensor(b, device=device)).numpy(), a @ b)
+            np.testing.assert_array_equal(Tensor(a * b, device=device).sum(axis=0, dtype=dt).numpy(),
+                                          (a * b).sum(axis=0, dtype=dt))
         i8 = np.array([100, 27, -128, 127], np.int8)
         np.testing.assert_array_equal((Tensor(i8, device=device) * 3 + 100).numpy(), i8 * np.int8(3) + np.int8(100))
 
@@ -86,6 +92,9 @@ with np.errstate(all="ignore"):
                           (ta << 3, a << 3), (ta.sum(dtype=dt), a.sum(dtype=dt)), (ta.cumsum(0), np.cumsum(a)),
                           (ta.reshape(4, 8) @ tb.reshape(8, 4), a.reshape(4, 8) @ b.reshape(8, 4))):
             assert (got.numpy() == want).all(), (dt, got.numpy(), want)
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(-2**31, 2**31, (64, 64)).astype(np.int32) for _ in range(2))
+    assert ((Tensor(a) @ Tensor(b)).numpy() == a @ b).all()
     assert Tensor.full((2,), 2**63 - 2, "int64").sum().item() == -4
 print("clean")
 """
