@@ -20,8 +20,23 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
 from tolk_core.nn import schedule, utils
+from tolk_core.nn.activation import (
+    CELU,
+    ELU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    Mish,
+    PReLU,
+    ReLU6,
+    Softplus,
+    Softsign,
+)
 from tolk_core.nn.attention import MultiheadAttention
 from tolk_core.nn.conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from tolk_core.nn.instance_norm import InstanceNorm1d, InstanceNorm2d
 from tolk_core.nn.module import RNG, Module, manual_seed, param, uniform_init
 from tolk_core.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from tolk_core.nn.pool import AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
@@ -33,6 +48,8 @@ __all__ = ["Module", "Linear", "Conv1d", "Conv2d", "Conv3d", "LayerNorm", "Batch
            "LSTMCell", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Sequential", "F",
            "schedule", "utils", "manual_seed", "get_parameters", "get_state_dict", "load_state_dict"]
 __all__ += ["ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
+__all__ += ["ELU", "SELU", "CELU", "LeakyReLU", "Hardsigmoid", "Hardswish", "Hardtanh", "ReLU6", "Softplus", "Softsign",
+            "Mish", "PReLU", "InstanceNorm1d", "InstanceNorm2d"]
 
 _rng = RNG  # the initialisation generator's slot, for callers that draw from it (the kernel corpus)
 

@@ -16,7 +16,22 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.nn.activation import (  # noqa: F401  (re-exported: the functional forms live there)
+    celu,
+    elu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    mish,
+    prelu,
+    relu6,
+    selu,
+    softplus,
+    softsign,
+)
 from tolk_core.nn.conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: F401
+from tolk_core.nn.instance_norm import instance_norm  # noqa: F401  (re-exported)
 
 
 def _tensor_method(name: str):
