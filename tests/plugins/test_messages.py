@@ -7,22 +7,12 @@ import types
 import numpy as np
 import pytest
 
+from tests.plugins.fakes import HostAllocator, Runs, TextCompiler
 from tolk_core.errors import DeviceUnavailableError, PluginError, UnknownDeviceError
 from tolk_core.plugins import Availability, BackendSpec, Device, PluginWarning, RendererSpec, hookimpl, register
-from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program
+from tolk_core.runtime import Allocator, CompiledDevice, Program
 from tolk_core.testing import checks
 from tolk_core.testing.plugin import summary_line
-
-
-class HostAllocator(Allocator):
-    def _alloc(self, nbytes):
-        return bytearray(nbytes)
-
-    def copyin(self, handle, src):
-        handle[:] = src
-
-    def copyout(self, dest, handle):
-        dest[:] = handle
 
 
 class NoCopyout(Allocator):  # BUG: copyout missing
@@ -33,18 +23,8 @@ class NoCopyout(Allocator):  # BUG: copyout missing
         handle[:] = src
 
 
-class TextCompiler(Compiler):
-    def compile(self, src):
-        return src.encode()
-
-
 class NoCall(Program):  # BUG: __call__ missing
     pass
-
-
-class Runs(Program):
-    def __call__(self, *bufs, global_size=(1, 1, 1), local_size=None, vals=(), wait=False):
-        return None
 
 
 def device_class(allocator=HostAllocator, program=Runs, call_super=True):

@@ -5,36 +5,16 @@ import types
 
 import pytest
 
+from tests.plugins.fakes import HostAllocator, Runs, TextCompiler
 from tolk_core import config
 from tolk_core.errors import ConfigError, DeviceUnavailableError, UnknownDeviceError
 from tolk_core.plugins import Availability, BackendSpec, Device, hookimpl, register
-from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program
-
-
-class FakeAllocator(Allocator):
-    def _alloc(self, nbytes):
-        return bytearray(nbytes)
-
-    def copyin(self, handle, src):
-        handle[:] = src
-
-    def copyout(self, dest, handle):
-        dest[:] = handle
-
-
-class FakeCompiler(Compiler):
-    def compile(self, src):
-        return src.encode()
-
-
-class FakeProgram(Program):
-    def __call__(self, *bufs, global_size=(1, 1, 1), local_size=None, vals=(), wait=False):
-        return None
+from tolk_core.runtime import CompiledDevice, Compiler
 
 
 class FakeDevice(CompiledDevice):
     def __init__(self, name):
-        super().__init__(name, FakeAllocator(), FakeCompiler(), FakeProgram)
+        super().__init__(name, HostAllocator(), TextCompiler(), Runs)
 
 
 def fake_backends():

@@ -11,11 +11,9 @@ per-channel weight (1) and bias (0). An unbatched input (C, *spatial) is treated
 """
 from __future__ import annotations
 
-import numpy as np
-
 from tolk_core.errors import ArgumentError, ShapeError
 from tolk_core.frontend.tensor import Tensor
-from tolk_core.nn.module import Module, param
+from tolk_core.nn.norm import RunningNorm
 
 
 def _channel(t: Tensor, ndim: int) -> Tensor:
@@ -62,22 +60,15 @@ def _update_running(running_mean: Tensor | None, running_var: Tensor | None, mea
         running_var.assign(running_var * (1 - momentum) + batch_var.cast(running_var.dtype) * momentum)
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(RunningNorm):
     """torch's _InstanceNorm: see the module docstring. `spatial`: the number of spatial axes."""
 
     spatial = 0
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
                  track_running_stats: bool = False, device: str | None = None):
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        self.weight = param(np.ones(num_features), device) if affine else None
-        self.bias = param(np.zeros(num_features), device) if affine else None
-        if track_running_stats:
-            self.register_buffer("running_mean", Tensor(np.zeros(num_features, np.float32), device=device))
-            self.register_buffer("running_var", Tensor(np.ones(num_features, np.float32), device=device))
-        else:
-            self.running_mean = self.running_var = None
+        self._norm_state(num_features, eps, affine, track_running_stats, device)
+        self.momentum = momentum
 
     def forward(self, x: Tensor) -> Tensor:
         batched = x.ndim == self.spatial + 2

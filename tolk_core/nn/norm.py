@@ -35,23 +35,36 @@ class LayerNorm(Module):
         return y + self.bias if self.bias is not None else y
 
 
-class _BatchNorm(Module):
-    """torch's _BatchNorm: see the module docstring. `dims`: the input ranks the subclass accepts."""
+class RunningNorm(Module):
+    """The state torch's batch and instance norms share (`_norm_state`): the affine weight (ones) and bias
+    (zeros), and the running mean (zeros) and variance (ones) as buffers when tracked (None otherwise)."""
 
-    dims: tuple[int, ...] = ()
-
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
-                 track_running_stats: bool = True, device: str | None = None):
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+    def _norm_state(self, num_features: int, eps: float, affine: bool, track_running_stats: bool,
+                    device: str | None) -> None:
+        self.num_features, self.eps = num_features, eps
         self.affine, self.track_running_stats = affine, track_running_stats
         self.weight = param(np.ones(num_features), device) if affine else None
         self.bias = param(np.zeros(num_features), device) if affine else None
         if track_running_stats:
             self.register_buffer("running_mean", Tensor(np.zeros(num_features, np.float32), device=device))
             self.register_buffer("running_var", Tensor(np.ones(num_features, np.float32), device=device))
+        else:
+            self.running_mean = self.running_var = None
+
+
+class _BatchNorm(RunningNorm):
+    """torch's _BatchNorm: see the module docstring. `dims`: the input ranks the subclass accepts."""
+
+    dims: tuple[int, ...] = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device: str | None = None):
+        self._norm_state(num_features, eps, affine, track_running_stats, device)
+        self.momentum = momentum
+        if track_running_stats:
             self.register_buffer("num_batches_tracked", Tensor(np.zeros((), np.int64), device=device))
         else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
+            self.num_batches_tracked = None
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in self.dims or x.shape[1] != self.num_features:
