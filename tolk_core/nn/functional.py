@@ -14,6 +14,7 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.nn.resample import interpolate  # noqa: F401  (torch's F.interpolate; docs/onnx.md)
 
 
 def _tensor_method(name: str):
