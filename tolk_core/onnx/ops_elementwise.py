@@ -72,8 +72,17 @@ def power(a: Tensor, b: Tensor) -> Tensor:
 
 
 def bitshift(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """BitShift. A shift count outside [0, bits) (C leaves it undefined; ONNX's reference defines it) gives 0,
+    except that a negative signed value shifted right that way gives -1 (its sign fills every bit)."""
     a, b = ctx.tensor(x[0]), ctx.tensor(x[1])  # type: ignore[arg-type]
-    return a << b if node.attr("direction") == b"LEFT" or node.attr("direction") == "LEFT" else a >> b
+    bits = 8 * a.dtype.itemsize
+    valid = (b >= 0).logical_and(b < bits)
+    safe = valid.where(b, 0)
+    if node.attr("direction") == "LEFT":
+        return valid.where(a << safe, 0)
+    if dtypes.is_unsigned(a.dtype):
+        return valid.where(a >> safe, 0)
+    return valid.where(a >> safe, (a < 0).where(-1, 0).cast(a.dtype))
 
 
 def clip(ctx: Ctx, node: Node, x: Inputs) -> Value:
@@ -149,7 +158,11 @@ def softplus(ctx: Ctx, node: Node, x: Inputs) -> Value:
 
 
 def prelu(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """PRelu. A 1-d slope of the channel count that does not broadcast numpy's way is per channel (axis 1):
+    the form before opset 7, which exporters still write."""
     t, w = ctx.tensor(x[0]), ctx.tensor(x[1])  # type: ignore[arg-type]
+    if w.ndim == 1 and t.ndim > 2 and w.shape[0] == t.shape[1] and w.shape[0] not in (1, t.shape[-1]):
+        w = w.reshape(-1, *([1] * (t.ndim - 2)))
     return (t < 0).where(t * w, t)
 
 

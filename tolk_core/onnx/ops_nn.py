@@ -127,19 +127,27 @@ def avg_pool(ctx: Ctx, node: Node, x: Inputs) -> Value:
     covers: the input's, plus the pads' when count_include_pad (never the ceil_mode extension)."""
     t = ctx.tensor(x[0])  # type: ignore[arg-type]
     kernel, strides, dil, pads, extra = _pool_geometry(node, t)
-    if any(d != 1 for d in dil):
-        raise UnsupportedError("AveragePool with dilations is not supported: the pools take dilation 1")
     full = [(a, c + e) for (a, c), e in zip(pads, extra, strict=True)]
-    k, s = tuple(kernel), tuple(strides)
-    sums = _pad_spatial(t, full, 0.0).avg_pool2d(k, stride=s, divisor_override=1)
+    sums = _window_sums(_pad_spatial(t, full, 0.0), kernel, strides, dil)
     if not any(a or b for a, b in full):
         return sums / math.prod(kernel)
     nd = len(kernel)
     ones = Tensor.ones(*t.shape[2:], dtype=t.dtype, device=ctx.device)
     inner = _pad_spatial(ones, pads, 1.0 if node.attr("count_include_pad", 0) else 0.0)
     mask = _pad_spatial(inner, [(0, e) for e in extra], 0.0)
-    counts = mask.reshape(1, 1, *mask.shape).avg_pool2d(k, stride=s, divisor_override=1)
+    counts = _window_sums(mask.reshape(1, 1, *mask.shape), kernel, strides, dil)
     return sums / counts.reshape(*counts.shape[-nd:])
+
+
+def _window_sums(t: Tensor, kernel: list[int], strides: list[int], dil: list[int]) -> Tensor:
+    """Sums over the (dilated) windows of the spatial axes of (N, C, *spatial): the average pool's sums, or,
+    with dilations (which the pools do not take), a convolution of each channel with a kernel of ones."""
+    if all(d == 1 for d in dil):
+        return t.avg_pool2d(tuple(kernel), stride=tuple(strides), divisor_override=1)
+    n, c = t.shape[:2]
+    ones = Tensor.ones(1, 1, *kernel, dtype=t.dtype, device=t.device)
+    out = t.reshape(n * c, 1, *t.shape[2:]).conv2d(ones, stride=strides, dilation=dil)
+    return out.reshape(n, c, *out.shape[2:])
 
 
 def global_pool(largest: bool):
