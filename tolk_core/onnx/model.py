@@ -20,6 +20,7 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.onnx import registry
 from tolk_core.onnx.context import Ctx, Node, Value
 from tolk_core.onnx.fold import HostEvaluator, host_inputs
+from tolk_core.onnx.narrow import NarrowTensor, narrow_kind, upload
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 HOST_COPY_LIMIT = 4096  # initializers and inputs up to this many elements keep a host copy for shape reads
@@ -67,7 +68,8 @@ def check_supported(model: Any, nodes: list[Node]) -> None:
 
 class OnnxModel:
     """A loaded ONNX model. `model(x=..., ...)`, `model({"x": ...})` or `model(a, b)` (graph input order)
-    take Tensors or numpy arrays and return {output name: Tensor} in the graph's output order."""
+    take Tensors or numpy arrays and return {output name: Tensor} in the graph's output order (a NarrowTensor for
+    an output of a narrow type: float8, float4, int4, int2; narrow.py)."""
 
     def __init__(self, proto: Any, device: str | None = None):
         from onnx import numpy_helper
@@ -110,6 +112,9 @@ class OnnxModel:
                 out[k] = v.to(self.device) if v.device != self.device else v
                 continue
             arr = np.asarray(v)
+            if narrow_kind(arr.dtype) is not None:
+                out[k] = upload(arr, self.device)  # type: ignore[assignment]
+                continue
             t = Tensor(np.asarray(arr, order="C"), device=self.device)
             if arr.size <= HOST_COPY_LIMIT:
                 self.ctx.remember(t, arr, constant=False)
@@ -137,7 +142,7 @@ class OnnxModel:
             self.ctx.remember(v, host, constant=True, persistent=True)
         return v
 
-    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Tensor]:
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Tensor | NarrowTensor]:
         self.ctx.per_call.clear()
         env: dict[str, Value | None] = {**self.weights, **self._static, **self._inputs(args, kwargs)}
         static = set(self.weights) | set(self._static)
@@ -153,7 +158,8 @@ class OnnxModel:
                 if keep:  # computed from constants only: kept for every later call
                     self._static[name] = self._keep(v)
                     static.add(name)
-        return {n: self.ctx.tensor(env[n]) for n in self.output_names}  # type: ignore[arg-type]
+        return {n: v if isinstance(v := env[n], NarrowTensor) else self.ctx.tensor(v)  # type: ignore[arg-type]
+                for n in self.output_names}
 
     def run(self, inputs: Sequence[Any] | dict[str, Any]) -> list[np.ndarray]:
         """Numpy in, numpy out (graph output order): the backend's form."""

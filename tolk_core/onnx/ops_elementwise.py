@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from tolk_core.errors import UnsupportedError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
-from tolk_core.onnx.context import Ctx, Node, Value, onnx_dtype, tensor_op
+from tolk_core.onnx import narrow
+from tolk_core.onnx.context import Ctx, Node, Value, tensor_op
+from tolk_core.onnx.narrow import NarrowTensor
 
 Inputs = list[Value | None]
 
@@ -100,17 +104,29 @@ def clip(ctx: Ctx, node: Node, x: Inputs) -> Value:
     return t
 
 
+def _cast_to(ctx: Ctx, v: Value | NarrowTensor, to: np.dtype, saturate: bool) -> Value | NarrowTensor:
+    """`v` converted to numpy dtype `to`; the narrow types (float8, float4, int4, int2) go through their
+    byte codes (narrow.py)."""
+    src = narrow.decode(v) if isinstance(v, NarrowTensor) else ctx.tensor(v)
+    if narrow.narrow_kind(to) is not None:
+        return narrow.encode(src, to, saturate)
+    dt = dtypes.from_np(to)
+    if dt == dtypes.bool:  # a float NaN is true in numpy's cast; compare instead of truncating
+        return src != 0
+    return src.cast(dt)
+
+
 def cast(ctx: Ctx, node: Node, x: Inputs) -> Value:
-    to = onnx_dtype(int(node.attr("to")))
-    if to == dtypes.bool:  # a float NaN is true in numpy's cast; compare instead of truncating
-        return ctx.tensor(x[0]) != 0  # type: ignore[arg-type]
-    return ctx.tensor(x[0]).cast(to)  # type: ignore[arg-type]
+    from onnx import helper
+    to = helper.tensor_dtype_to_np_dtype(int(node.attr("to")))
+    return _cast_to(ctx, x[0], to, bool(node.attr("saturate", 1)))  # type: ignore[arg-type, return-value]
 
 
 def cast_like(ctx: Ctx, node: Node, x: Inputs) -> Value:
-    to = ctx.tensor(x[1]).dtype  # type: ignore[arg-type]
-    src = ctx.tensor(x[0])  # type: ignore[arg-type]
-    return (src != 0) if to == dtypes.bool else src.cast(to)
+    like = x[1]
+    assert like is not None
+    to = like.dtype if isinstance(like, NarrowTensor) else dtypes.to_np(ctx.tensor(like).dtype)
+    return _cast_to(ctx, x[0], to, bool(node.attr("saturate", 1)))  # type: ignore[arg-type, return-value]
 
 
 def isinf(ctx: Ctx, node: Node, x: Inputs) -> Value:
