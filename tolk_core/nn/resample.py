@@ -76,16 +76,30 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
     return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
 
 
-def _stretched(n_in: int, src: np.ndarray, scale: float, mode: str, a: float) -> np.ndarray:
-    """Antialiased weights: the filter evaluated at (j - src) * scale for every input j, rows normalized."""
-    d = np.abs((np.arange(n_in)[None, :] - src[:, None]) * scale)
+def _stretched(n_in: int, src: np.ndarray, scale: float, mode: str, a: float,
+               exclude_outside: bool) -> np.ndarray:
+    """Antialiased weights: the filter (support 1 for linear, 2 for cubic) stretched by 1/scale, evaluated at
+    (j - src) * scale for the taps j around floor(src), normalized; taps past the edge read the edge element
+    (or, with exclude_outside, are dropped before normalizing)."""
+    support = 1 if mode == "linear" else 2
+    start = math.floor(-support / scale) + 1
+    offsets = np.arange(start, 1 + support - start)
+    base = np.floor(src)
+    d = np.abs((offsets[None, :] - (src - base)[:, None]) * scale)
     if mode == "linear":
-        w = np.maximum(1 - d, 0.0)
+        taps = np.maximum(1 - d, 0.0)
     else:
         near = ((a + 2) * d - (a + 3)) * d * d + 1
         far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-        w = np.where(d <= 1, near, np.where(d < 2, far, 0.0))
-    return w / w.sum(axis=1, keepdims=True)
+        taps = np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+    pos = base[:, None].astype(np.int64) + offsets[None, :]
+    if exclude_outside:
+        taps = np.where((pos >= 0) & (pos < n_in), taps, 0.0)
+    taps = taps / taps.sum(axis=1, keepdims=True)
+    w = np.zeros((len(src), n_in))
+    np.add.at(w, (np.repeat(np.arange(len(src)), len(offsets)), np.clip(pos, 0, n_in - 1).reshape(-1)),
+              taps.reshape(-1))
+    return w
 
 
 def axis_weights(n_in: int, n_out: int, scale: float, mode: str = "nearest", coord: str = "half_pixel",
@@ -98,7 +112,7 @@ def axis_weights(n_in: int, n_out: int, scale: float, mode: str = "nearest", coo
     src = source_coords(n_in, n_out, scale, coord, roi, length)
     outside = (src < 0) | (src > n_in - 1) if coord == "tf_crop_and_resize" else np.zeros(n_out, bool)
     if antialias and scale < 1 and mode in ("linear", "cubic"):
-        return _stretched(n_in, src, scale, mode, cubic_a), outside
+        return _stretched(n_in, src, scale, mode, cubic_a, exclude_outside), outside
     w = np.zeros((n_out, n_in))
     rows = np.arange(n_out)
     if mode == "nearest":

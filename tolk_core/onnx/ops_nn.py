@@ -76,7 +76,7 @@ def conv_transpose(ctx: Ctx, node: Node, x: Inputs) -> Value:
         for n, k, s, d, op, o in zip(ins, kernel, strides, dil, opad, want, strict=True):
             total = s * (n - 1) + op + (k - 1) * d + 1 - o
             small = total // 2
-            pads.append((total - small, small) if mode == "SAME_UPPER" else (small, total - small))
+            pads.append((small, total - small) if mode == "SAME_UPPER" else (total - small, small))
     else:
         pads = spatial_pads(node, tuple(t.shape[2:]), kernel, strides, dil)
     fn = tensor_op(F, f"conv_transpose{nd}d")
