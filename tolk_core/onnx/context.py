@@ -76,6 +76,9 @@ class Ctx:
         """`v` as a Tensor on the model's device (a host array is uploaded; a 0-d array stays 0-d)."""
         if isinstance(v, Tensor):
             return v
+        if isinstance(v, list):
+            raise UnsupportedError("a sequence reached an op that takes a tensor: only the Sequence* ops, "
+                                   "ConcatFromSequence and Identity take sequences")
         if not isinstance(v, np.ndarray):  # a NarrowTensor (narrow.py): only Cast and CastLike take one
             raise UnsupportedError(f"an input of narrow type {v.dtype} reached an op other than Cast/CastLike: "
                                    "Tolk holds float8/float4/int4/int2 values as codes; cast them first")

@@ -106,20 +106,21 @@ class OnnxModel:
         if unknown or missing:
             raise ArgumentError(f"the model's inputs are {', '.join(self.input_names)}; missing: "
                                 f"{', '.join(missing) or 'none'}; unknown: {', '.join(unknown) or 'none'}")
-        out: dict[str, Value] = {}
-        for k, v in given.items():
-            if isinstance(v, Tensor):
-                out[k] = v.to(self.device) if v.device != self.device else v
-                continue
-            arr = np.asarray(v)
-            if narrow_kind(arr.dtype) is not None:
-                out[k] = upload(arr, self.device)  # type: ignore[assignment]
-                continue
-            t = Tensor(np.asarray(arr, order="C"), device=self.device)
-            if arr.size <= HOST_COPY_LIMIT:
-                self.ctx.remember(t, arr, constant=False)
-            out[k] = t
-        return out
+        return {k: self._upload(v) for k, v in given.items()}
+
+    def _upload(self, v: Any) -> Any:
+        """One input on the model's device: a Tensor, a NarrowTensor (narrow.py) or a list (a sequence)."""
+        if isinstance(v, list):
+            return [self._upload(e) for e in v]
+        if isinstance(v, Tensor):
+            return v.to(self.device) if v.device != self.device else v
+        arr = np.asarray(v)
+        if narrow_kind(arr.dtype) is not None:
+            return upload(arr, self.device)
+        t = Tensor(np.asarray(arr, order="C"), device=self.device)
+        if arr.size <= HOST_COPY_LIMIT:
+            self.ctx.remember(t, arr, constant=False)
+        return t
 
     def _run_node(self, i: int, node: Node, env: dict[str, Value | None]) -> list[Value | None]:
         args = [env[n] if n else None for n in node.inputs]
@@ -158,13 +159,18 @@ class OnnxModel:
                 if keep:  # computed from constants only: kept for every later call
                     self._static[name] = self._keep(v)
                     static.add(name)
-        return {n: v if isinstance(v := env[n], NarrowTensor) else self.ctx.tensor(v)  # type: ignore[arg-type]
-                for n in self.output_names}
+        return {n: self._output(env[n]) for n in self.output_names}
 
-    def run(self, inputs: Sequence[Any] | dict[str, Any]) -> list[np.ndarray]:
-        """Numpy in, numpy out (graph output order): the backend's form."""
+    def _output(self, v: Any) -> Any:
+        """An output as the caller gets it: a Tensor, a NarrowTensor, or a list of them (a sequence)."""
+        if isinstance(v, list):
+            return [self._output(e) for e in v]
+        return v if isinstance(v, NarrowTensor) else self.ctx.tensor(v)
+
+    def run(self, inputs: Sequence[Any] | dict[str, Any]) -> list[Any]:
+        """Numpy in, numpy out (graph output order; a sequence output as a list of arrays): the backend's form."""
         res = self(dict(inputs)) if isinstance(inputs, dict) else self(*inputs)
-        return [t.numpy() for t in res.values()]
+        return [[e.numpy() for e in t] if isinstance(t, list) else t.numpy() for t in res.values()]
 
 
 def load(model_or_path: Any, device: str | None = None) -> OnnxModel:

@@ -200,9 +200,8 @@ def not_(ctx: Ctx, node: Node, x: Inputs) -> Value:
     return ctx.tensor(x[0]).logical_not()  # type: ignore[arg-type]
 
 
-def identity(ctx: Ctx, node: Node, x: Inputs) -> Value:
-    assert x[0] is not None
-    return x[0]
+def identity(ctx: Ctx, node: Node, x: Inputs) -> list[Value | None]:
+    return [x[0]]  # in a list: a sequence passes through as one output
 
 
 def dropout(ctx: Ctx, node: Node, x: Inputs) -> list[Value | None]:

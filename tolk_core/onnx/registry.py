@@ -14,6 +14,7 @@ from tolk_core.onnx import ops_index as I
 from tolk_core.onnx import ops_nn as N
 from tolk_core.onnx import ops_reduce as R
 from tolk_core.onnx import ops_resize as Z
+from tolk_core.onnx import ops_sequence as Q
 from tolk_core.onnx import ops_shape as S
 from tolk_core.onnx.context import Ctx, Node, Value
 
@@ -80,7 +81,11 @@ CONVERTERS: dict[str, tuple[tuple[int, Converter], ...]] = {
     "GlobalMaxPool": _one(N.global_pool(True)), "BatchNormalization": _one(N.batch_norm),
     "InstanceNormalization": _one(N.instance_norm), "LayerNormalization": _one(N.layer_norm, 17),
     "GroupNormalization": _forms(N.group_norm, 18, 21), "Gemm": _one(N.gemm), "MatMul": _one(N.matmul),
-    "LRN": _one(N.lrn), "Resize": _forms(Z.resize, 10, 11, 13, 18, 19),
+    "LRN": _one(N.lrn), "Resize": _forms(Z.resize, 10, 11, 13, 18, 19), "Shrink": _one(Q.shrink, 9),
+    "SequenceConstruct": _one(Q.construct, 11), "SequenceEmpty": _one(Q.empty, 11),
+    "SequenceInsert": _one(Q.insert, 11), "SequenceAt": _one(Q.at, 11), "SequenceErase": _one(Q.erase, 11),
+    "SequenceLength": _one(Q.length, 11), "ConcatFromSequence": _one(Q.concat_from_sequence, 11),
+    "SplitToSequence": _one(Q.split_to_sequence, 11),
 }
 
 
