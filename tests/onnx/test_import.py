@@ -131,6 +131,23 @@ def test_batch_sizes_compile_once_each():
     assert compiled[2:] == [0, 0]
 
 
+def test_symbolic_batch_compiles_once_for_every_size():
+    """An input whose batch dimension is a bound Variable: the kernels are compiled for the variable, so other
+    batch sizes run them again without compiling."""
+    model, ref = linear_model()
+    m = tolk_core.onnx.load(model)
+    full = np.random.default_rng(4).standard_normal((8, 3)).astype(np.float32)
+    storage = Tensor(full).realize()
+    batch = tolk_core.Variable("batch", 1, 8)
+    compiled = []
+    for b in (2, 5, 7):
+        before = GlobalCounters.kernels_compiled
+        y = m(x=storage.shrink(((0, batch.bind(b)), None)))["y"].numpy()
+        compiled.append(GlobalCounters.kernels_compiled - before)
+        np.testing.assert_allclose(y, ref(full[:b]), rtol=1e-6)
+    assert compiled[1:] == [0, 0]
+
+
 def test_runs_under_jit():
     model, ref = linear_model()
     m = tolk_core.onnx.load(model)
