@@ -54,6 +54,8 @@ class Ctx:
     device: str
     weights: dict[int, tuple[Tensor, np.ndarray]] = field(default_factory=dict)
     per_call: dict[int, tuple[Tensor, np.ndarray, bool]] = field(default_factory=dict)
+    # the values of the current call by name, for an op that names its operands by attribute (Gradient's y)
+    env: dict[str, Any] = field(default_factory=dict)
 
     def remember(self, t: Tensor, arr: np.ndarray, constant: bool, persistent: bool = False) -> None:
         if persistent:

@@ -37,7 +37,8 @@ def _decode(proto: Any, opsets: dict[str, int]) -> Node:
             v = v.decode()
         attrs[a.name] = v
     domain = "" if proto.domain in DEFAULT_DOMAINS else proto.domain
-    return Node(proto.op_type, tuple(proto.input), tuple(proto.output), attrs, opsets.get(domain, 0), proto.name)
+    op = f"{domain}.{proto.op_type}" if domain else proto.op_type  # another domain's ops go by qualified name
+    return Node(op, tuple(proto.input), tuple(proto.output), attrs, opsets.get(domain, 0), proto.name)
 
 
 def _opsets(model: Any) -> dict[str, int]:
@@ -54,10 +55,9 @@ def check_supported(model: Any, nodes: list[Node]) -> None:
             f"the ONNX model declares opset {opset}; tolk_core.onnx supports opsets {registry.MIN_OPSET} to "
             f"{registry.MAX_OPSET} (docs/onnx.md): convert it with onnx.version_converter.convert_version")
     missing: list[tuple[str, int]] = []
-    for n, p in zip(nodes, model.graph.node, strict=True):
-        op = n.op if p.domain in DEFAULT_DOMAINS else f"{p.domain}.{n.op}"
-        key = (op, n.opset)
-        if (p.domain not in DEFAULT_DOMAINS or registry.lookup(n.op, n.opset) is None) and key not in missing:
+    for n in nodes:
+        key = (n.op, n.opset)
+        if registry.lookup(n.op, n.opset) is None and key not in missing:
             missing.append(key)
     if missing:
         names = ", ".join(f"{op} (opset {v})" for op, v in missing)
@@ -146,6 +146,7 @@ class OnnxModel:
     def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Tensor | NarrowTensor]:
         self.ctx.per_call.clear()
         env: dict[str, Value | None] = {**self.weights, **self._static, **self._inputs(args, kwargs)}
+        self.ctx.env = env
         static = set(self.weights) | set(self._static)
         for i, node in enumerate(self.nodes):
             if node.outputs and all(o in self._static for o in node.outputs if o):

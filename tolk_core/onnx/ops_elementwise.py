@@ -215,3 +215,11 @@ def dropout(ctx: Ctx, node: Node, x: Inputs) -> list[Value | None]:
                                "inference; export the model for inference (training_mode false)")
     mask = Tensor.ones(*t.shape, dtype=dtypes.bool, device=ctx.device) if len(node.outputs) > 1 else None
     return [t, mask]
+
+
+def shrink(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """Shrink: x - bias above lambd, x + bias below -lambd, 0 between (in the input's dtype)."""
+    t = ctx.tensor(x[0])  # type: ignore[arg-type]
+    lambd, bias = float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
+    zero = t * 0
+    return (t < -lambd).where(t + bias, (t > lambd).where(t - bias, zero)).cast(t.dtype)

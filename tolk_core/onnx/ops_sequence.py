@@ -1,5 +1,5 @@
 """Converters of ONNX's sequence operators (SequenceConstruct/Empty/Insert/At/Erase/Length,
-ConcatFromSequence, SplitToSequence) and Shrink. A sequence is a Python list of values: its length and
+ConcatFromSequence, SplitToSequence). A sequence is a Python list of values: its length and
 positions are host numbers, so every op here only rearranges the list or calls Tensor operations. A converter
 returns its outputs as a list, so one producing a sequence returns it inside one."""
 from __future__ import annotations
@@ -68,11 +68,3 @@ def split_to_sequence(ctx: Ctx, node: Node, x: Inputs) -> Any:
         return [list(t.split(sizes, dim=axis))]
     parts = list(t.split(1, dim=axis))
     return [parts if node.attr("keepdims", 1) else [p.squeeze(axis) for p in parts]]
-
-
-def shrink(ctx: Ctx, node: Node, x: Inputs) -> Value:
-    """Shrink: x - bias above lambd, x + bias below -lambd, 0 between (in the input's dtype)."""
-    t = ctx.tensor(x[0])
-    lambd, bias = float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
-    zero = t * 0
-    return (t < -lambd).where(t + bias, (t > lambd).where(t - bias, zero)).cast(t.dtype)

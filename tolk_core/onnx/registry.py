@@ -4,7 +4,8 @@ a node whose opset lies before every form is unsupported. Where one function ser
 `node.opset` itself (Softmax's axis, Reduce*'s axes, Split/Squeeze/Unsqueeze/Clip/Pad/Slice inputs); the
 table still lists where each form begins, so `supported` answers for every version.
 
-The table is a literal: nothing registers itself at import."""
+An op of another domain than ONNX's default is keyed by its qualified name (`domain.Op`), its opset that
+domain's. The table is a literal: nothing registers itself at import."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from tolk_core.onnx import ops_reduce as R
 from tolk_core.onnx import ops_resize as Z
 from tolk_core.onnx import ops_sequence as Q
 from tolk_core.onnx import ops_shape as S
+from tolk_core.onnx import ops_training as T
 from tolk_core.onnx.context import Ctx, Node, Value
 
 Converter = Callable[[Ctx, Node, list[Value | None]], "Value | Sequence[Value | None]"]
@@ -81,11 +83,12 @@ CONVERTERS: dict[str, tuple[tuple[int, Converter], ...]] = {
     "GlobalMaxPool": _one(N.global_pool(True)), "BatchNormalization": _one(N.batch_norm),
     "InstanceNormalization": _one(N.instance_norm), "LayerNormalization": _one(N.layer_norm, 17),
     "GroupNormalization": _forms(N.group_norm, 18, 21), "Gemm": _one(N.gemm), "MatMul": _one(N.matmul),
-    "LRN": _one(N.lrn), "Resize": _forms(Z.resize, 10, 11, 13, 18, 19), "Shrink": _one(Q.shrink, 9),
+    "LRN": _one(N.lrn), "Resize": _forms(Z.resize, 10, 11, 13, 18, 19), "Shrink": _one(E.shrink, 9),
     "SequenceConstruct": _one(Q.construct, 11), "SequenceEmpty": _one(Q.empty, 11),
     "SequenceInsert": _one(Q.insert, 11), "SequenceAt": _one(Q.at, 11), "SequenceErase": _one(Q.erase, 11),
     "SequenceLength": _one(Q.length, 11), "ConcatFromSequence": _one(Q.concat_from_sequence, 11),
     "SplitToSequence": _one(Q.split_to_sequence, 11),
+    "ai.onnx.preview.training.Gradient": _one(T.gradient),
 }
 
 
