@@ -223,3 +223,8 @@ def shrink(ctx: Ctx, node: Node, x: Inputs) -> Value:
     lambd, bias = float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
     zero = t * 0
     return (t < -lambd).where(t + bias, (t > lambd).where(t - bias, zero)).cast(t.dtype)
+
+
+def swish(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    t = ctx.tensor(x[0])  # type: ignore[arg-type]
+    return t * (t * float(node.attr("alpha", 1.0))).sigmoid()

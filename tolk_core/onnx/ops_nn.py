@@ -235,3 +235,32 @@ def lrn(ctx: Ctx, node: Node, x: Inputs) -> Value:
     for i in range(1, size):
         total = total + sq[:, i:i + c]
     return t / (total * (alpha / size) + bias).pow(beta)
+
+
+def rms_norm(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """RMSNormalization over the axes from `axis` on: x / sqrt(mean(x^2) + epsilon) * scale, computed in
+    float32 for narrower floats (stash_type 1)."""
+    t = ctx.tensor(x[0])  # type: ignore[arg-type]
+    axis = int(node.attr("axis", -1)) % t.ndim
+    f = t.cast(dtypes.float32) if t.dtype in (dtypes.float16, dtypes.bfloat16) else t
+    ms = (f * f).mean(axis=tuple(range(axis, t.ndim)), keepdim=True)
+    y = (f * (ms + float(node.attr("epsilon", 1e-5))).rsqrt()).cast(t.dtype)
+    return y * ctx.tensor(x[1])  # type: ignore[arg-type]
+
+
+def lp_norm(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """LpNormalization: x divided by its L1 (p=1) or L2 (p=2, the default) norm along `axis`; a zero norm
+    gives 0."""
+    t = ctx.tensor(x[0])  # type: ignore[arg-type]
+    axis, p = int(node.attr("axis", -1)), int(node.attr("p", 2))
+    norm = t.abs().sum(axis=axis, keepdim=True) if p == 1 else (t * t).sum(axis=axis, keepdim=True).sqrt()
+    return (norm == 0).where(0.0, t / norm).cast(t.dtype)
+
+
+def mean_variance_norm(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """MeanVarianceNormalization over `axes` (default 0, 2, 3): (x - mean) / sqrt(variance + 1e-9), the
+    epsilon of ONNX's function definition."""
+    t = ctx.tensor(x[0])  # type: ignore[arg-type]
+    axes = tuple(a % t.ndim for a in (node.ints("axes") or [0, 2, 3]))
+    d = t - t.mean(axis=axes, keepdim=True)
+    return d / ((d * d).mean(axis=axes, keepdim=True) + 1e-9).sqrt()
