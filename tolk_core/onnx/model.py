@@ -109,9 +109,10 @@ class OnnxModel:
         return {k: self._upload(v) for k, v in given.items()}
 
     def _upload(self, v: Any) -> Any:
-        """One input on the model's device: a Tensor, a NarrowTensor (narrow.py) or a list (a sequence)."""
-        if isinstance(v, list):
-            return [self._upload(e) for e in v]
+        """One input on the model's device: a Tensor, a NarrowTensor (narrow.py), a list (a sequence) or None
+        (an empty optional)."""
+        if v is None or isinstance(v, list):  # an empty optional; a sequence
+            return None if v is None else [self._upload(e) for e in v]
         if isinstance(v, Tensor):
             return v.to(self.device) if v.device != self.device else v
         arr = np.asarray(v)
@@ -164,14 +165,15 @@ class OnnxModel:
 
     def _output(self, v: Any) -> Any:
         """An output as the caller gets it: a Tensor, a NarrowTensor, or a list of them (a sequence)."""
-        if isinstance(v, list):
-            return [self._output(e) for e in v]
+        if v is None or isinstance(v, list):
+            return None if v is None else [self._output(e) for e in v]
         return v if isinstance(v, NarrowTensor) else self.ctx.tensor(v)
 
     def run(self, inputs: Sequence[Any] | dict[str, Any]) -> list[Any]:
         """Numpy in, numpy out (graph output order; a sequence output as a list of arrays): the backend's form."""
         res = self(dict(inputs)) if isinstance(inputs, dict) else self(*inputs)
-        return [[e.numpy() for e in t] if isinstance(t, list) else t.numpy() for t in res.values()]
+        return [[e.numpy() for e in t] if isinstance(t, list) else None if t is None else t.numpy()
+                for t in res.values()]
 
 
 def load(model_or_path: Any, device: str | None = None) -> OnnxModel:

@@ -1,5 +1,6 @@
-"""Converters of ONNX's sequence operators (SequenceConstruct/Empty/Insert/At/Erase/Length,
-ConcatFromSequence, SplitToSequence). A sequence is a Python list of values: its length and
+"""Converters of ONNX's sequence and optional operators (SequenceConstruct/Empty/Insert/At/Erase/Length,
+ConcatFromSequence, SplitToSequence; Optional, OptionalHasElement, OptionalGetElement; an empty optional is
+None). A sequence is a Python list of values: its length and
 positions are host numbers, so every op here only rearranges the list or calls Tensor operations. A converter
 returns its outputs as a list, so one producing a sequence returns it inside one."""
 from __future__ import annotations
@@ -68,3 +69,16 @@ def split_to_sequence(ctx: Ctx, node: Node, x: Inputs) -> Any:
         return [list(t.split(sizes, dim=axis))]
     parts = list(t.split(1, dim=axis))
     return [parts if node.attr("keepdims", 1) else [p.squeeze(axis) for p in parts]]
+
+
+def optional(ctx: Ctx, node: Node, x: Inputs) -> Any:
+    """Optional: its input, or an empty optional (None) without one."""
+    return [x[0] if x else None]
+
+
+def optional_has_element(ctx: Ctx, node: Node, x: Inputs) -> Any:
+    return np.array(bool(x) and x[0] is not None)
+
+
+def optional_get_element(ctx: Ctx, node: Node, x: Inputs) -> Any:
+    return [x[0]]

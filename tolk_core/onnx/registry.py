@@ -89,7 +89,8 @@ CONVERTERS: dict[str, tuple[tuple[int, Converter], ...]] = {
     "SequenceConstruct": _one(Q.construct, 11), "SequenceEmpty": _one(Q.empty, 11),
     "SequenceInsert": _one(Q.insert, 11), "SequenceAt": _one(Q.at, 11), "SequenceErase": _one(Q.erase, 11),
     "SequenceLength": _one(Q.length, 11), "ConcatFromSequence": _one(Q.concat_from_sequence, 11),
-    "SplitToSequence": _one(Q.split_to_sequence, 11),
+    "SplitToSequence": _one(Q.split_to_sequence, 11), "Optional": _one(Q.optional, 15),
+    "OptionalHasElement": _one(Q.optional_has_element, 15), "OptionalGetElement": _one(Q.optional_get_element, 15),
     "ai.onnx.preview.training.Gradient": _one(T.gradient),
 }
 
