@@ -151,3 +151,25 @@ def einsum(ctx: Ctx, node: Node, x: Inputs) -> Value:
     eq = node.attr("equation")
     eq = eq.decode() if isinstance(eq, bytes) else str(eq)
     return tensor_op(Tensor, "einsum")(eq.replace(" ", ""), *[ctx.tensor(v) for v in x])  # type: ignore[arg-type]
+
+
+def reverse_sequence(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """ReverseSequence: for each batch entry b, the first sequence_lens[b] steps along time_axis reversed, the
+    rest kept, as a gather along the time axis."""
+    t = ctx.tensor(x[0])  # type: ignore[arg-type]
+    lens = ctx.tensor(x[1]).cast(dtypes.int64)  # type: ignore[arg-type]
+    bax, tax = int(node.attr("batch_axis", 1)), int(node.attr("time_axis", 0))
+    shape = [1] * t.ndim
+    shape[tax] = t.shape[tax]
+    step = Tensor.arange(t.shape[tax], dtype=dtypes.int64, device=ctx.device).reshape(*shape)
+    lshape = [1] * t.ndim
+    lshape[bax] = t.shape[bax]
+    n = lens.reshape(*lshape)
+    idx = (step < n).where(n - 1 - step, step).expand(*t.shape)
+    return tensor_op(t, "gather")(tax, idx)
+
+
+def nonzero(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """NonZero: the indices of the nonzero elements, (rank, count) int64. The count depends on the data, so
+    the input is read to the host (one device read; not capturable by jit)."""
+    return np.asarray(np.nonzero(ctx.host(x[0])), dtype=np.int64)  # type: ignore[arg-type]

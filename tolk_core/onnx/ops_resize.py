@@ -79,3 +79,18 @@ def resize(ctx: Ctx, node: Node, x: Inputs) -> Value:
                                   antialias=bool(node.attr("antialias", 0)))
         out = resample_axis(out, a, w, outside, fill)
     return out
+
+
+def upsample(ctx: Ctx, node: Node, x: Inputs) -> Value:
+    """Upsample (deprecated from opset 10 for Resize): sizes floor(size * scale), asymmetric coordinates,
+    nearest (floor) or linear; scales an attribute before opset 9, an input from 9."""
+    t = ctx.tensor(x[0])  # type: ignore[arg-type]
+    scales = [float(s) for s in (node.attr("scales") if node.opset < 9 else ctx.host(x[1]).reshape(-1))]  # type: ignore[arg-type]
+    mode = _text(node.attr("mode"), "nearest")
+    out = t
+    for a, (n_in, s) in enumerate(zip(t.shape, scales, strict=True)):
+        if s != 1.0:
+            w, _ = axis_weights(n_in, math.floor(n_in * s), s, "linear" if mode in ("linear", "bilinear") else
+                                "nearest", "asymmetric", "floor")
+            out = resample_axis(out, a, w)
+    return out
