@@ -5,7 +5,8 @@ Six workloads a PyTorch user writes, each written twice, once with Tolk's public
 as a user would) and once with torch:
 
 - cnn: conv3x3-batchnorm(batch statistics)-relu-maxpool2 twice + linear on the 8x8 digits, Adam: one train step
-- gpt: a char-level GPT (2 layers, 4 heads, d 128, context 64, batch 8), AdamW: one train step
+- gpt: a char-level GPT (2 layers, 4 heads, d 128, context 64, batch 8), AdamW: one train step on windows of
+  this repository's docs/*.md (`local_text_tokens`)
 - resnet: a stem conv to 16 channels and 4 basic blocks on 16x3x32x32, batch norm with fixed statistics: forward
 - attention: causal attention, forward + backward of a sum loss (torch twice: written out, and its fused
   `scaled_dot_product_attention`)
@@ -30,7 +31,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from bench.rounds import Child, ChildFailed, merge_rounds, serve
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = 0
@@ -99,6 +101,21 @@ def _digits_batch(batch: int, rng: np.random.Generator) -> tuple[np.ndarray, np.
     return x[idx].reshape(batch, 1, 8, 8), y[idx]
 
 
+def local_text_tokens(vocab: int) -> np.ndarray:
+    """The char GPT's training text: this repository's own documentation (docs/*.md, sorted by name), a text
+    every checkout has. Each character is a token: the `vocab - 1` most frequent characters in order of
+    frequency (ties by code point), every other character the last token. int32."""
+    docs = os.path.join(ROOT, "docs")
+    text = "".join(open(os.path.join(docs, f), encoding="utf-8").read() for f in sorted(os.listdir(docs))
+                   if f.endswith(".md"))
+    counts: dict[str, int] = {}
+    for ch in text:
+        counts[ch] = counts.get(ch, 0) + 1
+    common = sorted(counts, key=lambda ch: (-counts[ch], ch))[:vocab - 1]
+    ids = {ch: i for i, ch in enumerate(common)}
+    return np.fromiter((ids.get(ch, vocab - 1) for ch in text), np.int32, len(text))
+
+
 def make_data(name: str, cfg: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The step's inputs (in the order the step takes them): float32 data, int32 labels and tokens."""
     f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
@@ -106,7 +123,9 @@ def make_data(name: str, cfg: dict[str, int], rng: np.random.Generator) -> dict[
         x, y = _digits_batch(cfg["batch"], rng)
         return {"x": x, "y": y.astype(np.int32)}
     if name == "gpt":
-        tokens = rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["ctx"] + 1)).astype(np.int32)
+        text = local_text_tokens(cfg["vocab"])
+        starts = rng.integers(0, len(text) - cfg["ctx"] - 1, cfg["batch"])
+        tokens = np.stack([text[s:s + cfg["ctx"] + 1] for s in starts])
         return {"x": tokens[:, :-1].copy(), "y": tokens[:, 1:].copy()}
     if name == "resnet":
         return {"x": f32(cfg["batch"], cfg["cin"], cfg["hw"], cfg["hw"])}
@@ -184,7 +203,8 @@ def time_steps(call: Callable[[], Any], side: Side, t: Timing) -> dict[str, Any]
         call()
         times.append(time.perf_counter() - t0)
     per = {k: v / len(times) for k, v in _delta(side, before).items()}
-    return {"median_s": statistics.median(times), "best_s": min(times), "steps": len(times), "per_step": per}
+    return {"median_s": statistics.median(times), "best_s": min(times), "steps": len(times), "per_step": per,
+            "times": times}
 
 
 def max_rel_error(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[float, str]:
@@ -274,9 +294,19 @@ def torch_side() -> Side:
     return Side(lambda outs: None, lambda t: t.detach().numpy().copy())  # .numpy() shares the tensor's memory
 
 
-def tolk_child(name: str, size: str, device: str, workdir: str, timing: Timing) -> dict[str, Any]:
+def _timer(call: Callable[[], Any], side: Side) -> Callable[[int, float, float], dict[str, Any]]:
+    """One round of timed calls of `call`, as the rounds protocol asks for it (bench.rounds)."""
+    return lambda reps, min_s, budget_s: time_steps(call, side, Timing(reps, min_s, budget_s))
+
+
+def _peak_rss_mb() -> float:
+    import resource  # the child's peak resident memory: one library's, its own process (Linux: KiB)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def tolk_child(name: str, size: str, device: str, workdir: str) -> None:
     """Build the Tolk workload, write its seeded weights and data (state.npz, for the torch child), check two
-    steps (tolk.npz), then time eager and jitted steps."""
+    steps (tolk.npz), warm up and capture the jitted step, then serve timing rounds of "eager" and "jit"."""
     import tolk_core
     _say("build")
     job, inputs, numbers = tolk_setup(name, size, device)
@@ -284,28 +314,30 @@ def tolk_child(name: str, size: str, device: str, workdir: str, timing: Timing) 
     side = tolk_side(device)
     arrays, rec = check_steps(job.step, job.probe, inputs, side)
     np.savez(os.path.join(workdir, "tolk.npz"), **arrays)
-    _say("eager steps")
-    rec["eager"] = time_steps(lambda: side.finish(job.step(*inputs)), side, timing)
     jitted = tolk_core.jit(job.step)
     for phase in ("jit warm-up", "jit capture"):
         _say(phase)
         t0 = time.perf_counter()
         side.finish(jitted(*inputs))
         rec[phase.replace(" ", "_").replace("-", "_") + "_s"] = time.perf_counter() - t0
-    _say("jit replays")
-    rec["jit"] = time_steps(lambda: side.finish(jitted(*inputs)), side, timing)
-    if not job.probe():  # a forward (no state changes): the replay's outputs must be the first step's
-        outs = jitted(*inputs)
-        side.finish(outs)
-        rec["jit_max_rel_error"] = max_rel_error({f"out1.{i}": side.numpy(o) for i, o in enumerate(outs)},
-                                                 {k: v for k, v in arrays.items() if k.startswith("out1.")})[0]
-    rec["profile"] = profile_rows(lambda: side.finish(jitted(*inputs)))
-    rec["threads"] = tolk_threads(device)
-    return rec
+
+    def finish() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if not job.probe():  # a forward (no state changes): the replay's outputs must be the first step's
+            outs = jitted(*inputs)
+            side.finish(outs)
+            out["jit_max_rel_error"] = max_rel_error({f"out1.{i}": side.numpy(o) for i, o in enumerate(outs)},
+                                                     {k: v for k, v in arrays.items() if k.startswith("out1.")})[0]
+        out["profile"] = profile_rows(lambda: side.finish(jitted(*inputs)))
+        return out | {"threads": tolk_threads(device), "peak_rss_mb": _peak_rss_mb()}
+    _say("timing rounds")
+    serve(rec, {"eager": _timer(lambda: side.finish(job.step(*inputs)), side),
+                "jit": _timer(lambda: side.finish(jitted(*inputs)), side)}, finish)
 
 
-def torch_child(name: str, size: str, variant: str, workdir: str, timing: Timing, threads: int) -> dict[str, Any]:
-    """Build the torch workload from state.npz, check two steps (torch-VARIANT.npz), then time eager steps."""
+def torch_child(name: str, size: str, variant: str, workdir: str, threads: int) -> None:
+    """Build the torch workload from state.npz, check two steps (torch-VARIANT.npz), then serve timing rounds of
+    "eager"."""
     import torch
     torch.set_num_threads(threads)
     _say("build")
@@ -314,10 +346,9 @@ def torch_child(name: str, size: str, variant: str, workdir: str, timing: Timing
     side = torch_side()
     arrays, rec = check_steps(job.step, job.probe, inputs, side)
     np.savez(os.path.join(workdir, f"torch-{variant}.npz"), **arrays)
-    _say("eager steps")
-    rec["eager"] = time_steps(lambda: job.step(*inputs), side, timing)
-    rec["threads"] = torch.get_num_threads()
-    return rec
+    _say("timing rounds")
+    serve(rec, {"eager": _timer(lambda: job.step(*inputs), side)},
+          lambda: {"threads": torch.get_num_threads(), "peak_rss_mb": _peak_rss_mb()})
 
 
 # ---------------------------------------------------------------- the parent: children, comparison, table
@@ -327,26 +358,6 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def run_child(args: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run `python -m bench.models child ARGS`; its JSON record, or {"error": why} naming the phase it was in
-    when it failed or ran out of `timeout_s`."""
-    cmd = [sys.executable, "-m", "bench.models", "child", *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(), cwd=ROOT, timeout=timeout_s)
-    except subprocess.TimeoutExpired as e:
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
-        return {"error": f"timeout after {timeout_s:.0f} s in phase {_last_phase(err)!r}", "status": "timeout"}
-    if proc.returncode != 0:
-        last = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("phase: ")][-1:]  # the exception
-        return {"error": f"failed in phase {_last_phase(proc.stderr)!r}: " + "".join(last).strip(), "status": "failed"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _last_phase(stderr: str) -> str:
-    phases = [ln[7:] for ln in stderr.splitlines() if ln.startswith("phase: ")]
-    return phases[-1] if phases else "start"
-
-
 @dataclass
 class Settings:
     device: str
@@ -354,21 +365,63 @@ class Settings:
     timing: Timing
     timeout_s: float
     threads: int = 0
+    rounds: int = 5
+
+
+def _start(args: list[str], s: Settings) -> tuple[Child | None, dict[str, Any]]:
+    """A child (`python -m bench.models child ARGS`) that has built and checked its side: it and its ready
+    record, or None and its error record."""
+    child = Child("bench.models", args, _child_env(), ROOT, s.timeout_s)
+    try:
+        return child, child.read()["ready"]
+    except ChildFailed as e:
+        child.close()
+        return None, e.record
+
+
+def _time_in_rounds(sides: list[tuple[Child | None, dict[str, Any], tuple[str, ...]]], s: Settings) -> None:
+    """`s.rounds` rounds, each timing every side's modes (a round's share of `s.timing`) one after the other,
+    the order reversed every other round; each side's record gains one merged entry per mode and its closing
+    record. A side that fails becomes an error record; the others go on."""
+    t, n = s.timing, s.rounds
+    per_round = f"{max(1, -(-t.reps // n))} {t.min_s / n} {t.budget_s / n}"
+    got: list[dict[str, list[dict[str, Any]]]] = [{m: [] for m in modes} for _, _, modes in sides]
+    live = [child is not None for child, _, _ in sides]
+    for r in range(n):
+        order = [(i, m) for i, (_, _, modes) in enumerate(sides) for m in modes]
+        for i, mode in order if r % 2 == 0 else order[::-1]:
+            child, rec, _ = sides[i]
+            if not live[i] or child is None:
+                continue
+            try:
+                got[i][mode].append(child.ask(f"time {mode} {per_round}"))
+            except ChildFailed as e:
+                live[i] = False
+                rec.update(e.record)
+    for i, (child, rec, modes) in enumerate(sides):
+        if child is None or not live[i]:
+            continue
+        try:
+            rec.update({m: merge_rounds(got[i][m]) for m in modes}, **child.ask("finish"))
+        except ChildFailed as e:
+            rec.update(e.record)
+        finally:
+            child.close()
 
 
 def run_workload(name: str, s: Settings) -> list[dict[str, Any]]:
-    """One row per torch variant of workload `name`: Tolk's child, then torch's, their numbers compared."""
-    rows = []
+    """One row per torch variant of workload `name`: Tolk's child and one torch child per variant, built and
+    checked, then timed in alternating rounds; their numbers compared."""
     with tempfile.TemporaryDirectory(prefix="tolk-models-") as work:
-        tolk = run_child(["tolk", name, s.size, s.device, work, s.timing.arg()], s.timeout_s)
+        tolk_proc, tolk = _start(["tolk", name, s.size, s.device, work], s)
         have_state = os.path.exists(os.path.join(work, "state.npz"))
+        variants = TORCH_VARIANTS.get(name, ("eager",))
+        torches = [_start(["torch", name, s.size, v, work, str(s.threads)], s) if have_state and tolk_proc
+                   else (None, {"error": "no weights written"}) for v in variants]
+        _time_in_rounds([(tolk_proc, tolk, ("eager", "jit")), *((c, r, ("eager",)) for c, r in torches)], s)
         got = _load(os.path.join(work, "tolk.npz"))
-        for variant in TORCH_VARIANTS.get(name, ("eager",)):
-            torch_rec = run_child(["torch", name, s.size, variant, work, s.timing.arg(),
-                                   str(s.threads)], s.timeout_s) if have_state else {"error": "no weights written"}
-            want = _load(os.path.join(work, f"torch-{variant}.npz"))
-            rows.append(_row(name, variant, s, tolk, torch_rec, got, want))
-    return rows
+        return [_row(name, v, s, tolk, rec, got, _load(os.path.join(work, f"torch-{v}.npz")))
+                for v, (_, rec) in zip(variants, torches, strict=True)]
 
 
 def _load(path: str) -> dict[str, np.ndarray] | None:
@@ -506,17 +559,13 @@ def run_models(device: str, quick: bool, json_path: str | None, only: str | None
 
 
 def _child_main(argv: list[str]) -> int:
-    """`python -m bench.models child tolk NAME SIZE DEVICE WORKDIR TIMING` or
-    `... child torch NAME SIZE VARIANT WORKDIR TIMING THREADS` (TIMING: `Timing.arg()`):
-    one side; its record as JSON on stdout."""
-    who, name, size, where, workdir, timing = argv[:6]
+    """`python -m bench.models child tolk NAME SIZE DEVICE WORKDIR` or
+    `... child torch NAME SIZE VARIANT WORKDIR THREADS`: one side, speaking bench.rounds' protocol."""
+    who, name, size, where, workdir = argv[:5]
     if who == "tolk":
-        rec = tolk_child(name, size, where, workdir, Timing.parse(timing))
+        tolk_child(name, size, where, workdir)
     else:
-        rec = torch_child(name, size, where, workdir, Timing.parse(timing), int(argv[6]))
-    import resource  # the child's peak resident memory: one library's, its own process (Linux: KiB)
-    rec["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps(rec))
+        torch_child(name, size, where, workdir, int(argv[5]))
     return 0
 
 

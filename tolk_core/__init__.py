@@ -26,7 +26,8 @@ _LAZY = {"Tensor": ("tolk_core.frontend.tensor", "Tensor"), "jit": ("tolk_core.f
          "function": ("tolk_core.frontend.function", "function"),
          "custom_kernel": ("tolk_core.frontend.function", "custom_kernel"),
          "dtypes": ("tolk_core.ir.dtype", "dtypes"), "Variable": ("tolk_core.ir.uop", "Variable"),
-         "profile": ("tolk_core.engine.profile", "profile"), "no_grad": ("tolk_core.frontend.autograd", "no_grad")}
+         "profile": ("tolk_core.engine.profile", "profile"), "no_grad": ("tolk_core.frontend.autograd", "no_grad"),
+         "einsum": ("tolk_core.frontend.einsum", "einsum")}
 
 
 def __getattr__(name: str) -> Any:

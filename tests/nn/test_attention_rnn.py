@@ -133,3 +133,32 @@ def test_lstm_cell(device, batched) -> None:
             state = cell(xs[i], state)
         return state
     check(device, lambda xs: run(ours, xs), lambda xs: run(theirs, xs), [xs], what="sequence")
+
+
+@pytest.mark.parametrize("kind", ["kdim_vdim", "bias_kv", "zero_attn", "all"])
+def test_multihead_attention_key_value_options(device, kind) -> None:
+    """kdim/vdim (separate q/k/v projection weights), add_bias_kv and add_zero_attn, with a padding mask and
+    an attention mask, so the appended key positions' mask columns are tested too."""
+    torch.manual_seed(3)
+    e, h, n, lq, s = 8, 2, 2, 3, 4
+    kdim, vdim = (5, 6) if kind in ("kdim_vdim", "all") else (None, None)
+    kw = dict(kdim=kdim, vdim=vdim, add_bias_kv=kind in ("bias_kv", "all"), add_zero_attn=kind in ("zero_attn", "all"))
+    theirs = torch.nn.MultiheadAttention(e, h, batch_first=True, **kw)
+    with torch.no_grad():
+        theirs.in_proj_bias.normal_()
+    ours = nn.MultiheadAttention(e, h, batch_first=True, device=device, **kw)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == \
+        {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+    params = copy_params(ours, theirs)
+    rng = np.random.default_rng(4)
+    q, k, v = _n(rng, n, lq, e), _n(rng, n, s, kdim or e), _n(rng, n, s, vdim or e)
+    pad = np.zeros((n, s), bool)
+    pad[1, 2:] = True
+    attn = rng.random((lq, s)) > 0.8
+
+    def t(a, ours_side):
+        return Tensor(a, device=device) if ours_side else torch.tensor(a)
+    check(device, lambda x, y, z: ours(x, y, z, key_padding_mask=t(pad, True), attn_mask=t(attn, True)),
+          lambda x, y, z: theirs(x, y, z, key_padding_mask=t(pad, False), attn_mask=t(attn, False)),
+          [q, k, v], params, what=kind)

@@ -62,9 +62,36 @@ def test_pool1d(device, shape, kw) -> None:
     check(device, nn.AvgPool1d(**avg), torch.nn.AvgPool1d(**avg), [_x(*shape)], what="avg")
 
 
-def test_max_pool_return_indices_is_refused() -> None:
-    with pytest.raises(NotImplementedError, match="return_indices"):
-        F.max_pool2d(nn.Tensor.zeros(1, 1, 4, 4), 2, return_indices=True)
+@pytest.mark.parametrize(("shape", "kw"), [
+    ((2, 3, 6, 7), {"kernel_size": 2}),
+    ((1, 2, 7, 7), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    ((2, 1, 9, 8), {"kernel_size": (3, 2), "stride": (2, 3), "dilation": (2, 1), "ceil_mode": True}),
+    ((3, 5, 5), {"kernel_size": 2, "stride": 1}),
+])
+def test_max_pool2d_return_indices(device, shape, kw) -> None:
+    """The indices equal torch's (flattened h * W + w of the input), and the values still carry the gradient.
+    Integer-valued input with ties, so the first-maximum rule is tested too (torch's CPU kernel keeps the
+    first strict maximum)."""
+    x = np.random.default_rng(5).integers(-3, 4, shape).astype(np.float32)
+    ours, idx = F.max_pool2d(nn.Tensor(x, device=device), return_indices=True, **kw)
+    theirs, tidx = torch.nn.functional.max_pool2d(torch.tensor(x), return_indices=True, **kw)
+    assert idx.dtype.name == "int64"
+    np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    mod, tmod = nn.MaxPool2d(return_indices=True, **kw), torch.nn.MaxPool2d(return_indices=True, **kw)
+    np.testing.assert_array_equal(mod(nn.Tensor(x, device=device))[1].numpy(), tmod(torch.tensor(x))[1].numpy())
+
+
+def test_max_pool1d_return_indices() -> None:
+    x = np.random.default_rng(6).standard_normal((2, 3, 10)).astype(np.float32)
+    _, idx = F.max_pool1d(nn.Tensor(x), 3, 2, 1, return_indices=True)
+    np.testing.assert_array_equal(idx.numpy(), torch.nn.functional.max_pool1d(torch.tensor(x), 3, 2, 1,
+                                                                              return_indices=True)[1].numpy())
+
+
+def test_conv_padding_mode_other_than_zeros_is_refused() -> None:
+    with pytest.raises(NotImplementedError, match="padding_mode"):
+        nn.Conv2d(3, 8, 3, padding=1, padding_mode="reflect")
 
 
 @pytest.mark.parametrize(("cls", "tcls", "shape", "kw"), [

@@ -1,16 +1,21 @@
-"""Indexing: `Tensor.__getitem__`, numpy indexing with ints, slices (any step), None, Ellipsis and integer
-tensors, and writing through them: `t[i] = v` and `index_put_` (basic indices: a view, then `assign`; integer
-tensors: a scatter, the last write winning where an element is selected twice, or with `accumulate` adding).
+"""Indexing: `Tensor.__getitem__`, numpy indexing with ints, slices (any step), None, Ellipsis, integer
+tensors and host data (lists, tuples, integer and boolean ndarrays), and writing through them: `t[i] = v` and
+`index_put_` (basic indices: a view, then `assign`; advanced indices: a scatter, the last write winning where an
+element is selected twice, or with `accumulate` adding).
 
 An op belongs here when it selects elements by index values given by the caller.
 
 Basic indices (ints, slices, None) are movement ops: shrink, flip, a strided reshape, reshape. Integer tensors
-(also lists and integer numpy arrays) gather with numpy's advanced-indexing rules: the index tensors broadcast
-together to a shape B; B replaces the indexed axes in place when they are adjacent, else it goes first. A gather
-is a one-hot comparison of each index with an arange over its axis, a select and a sum over the axis, so it fuses
-with its producers and consumers into one kernel. Negative indices count from the end; indices outside
-[-size, size) select nothing and give 0 (nothing reads out of bounds). Boolean masks are not supported (their
-result shape depends on the data).
+(also lists, tuples and integer numpy arrays, in any position) gather with numpy's advanced-indexing rules: the
+index tensors broadcast together to a shape B; B replaces the indexed axes in place when they are adjacent (an
+int counting as an advanced index), else it goes first. A gather is a one-hot comparison of each index with an
+arange over its axis, a select and a sum over the axis, so it fuses with its producers and consumers into one
+kernel. Negative indices count from the end. Host data is bounds-checked (IndexError, as numpy); a Tensor's
+values are not known before it is computed, so a Tensor index outside [-size, size) selects nothing: it
+gathers 0 and writes nothing (nothing reads or writes out of bounds). A host boolean mask over k axes (its
+shape must be theirs) is the k integer arrays of its true positions, as numpy's `nonzero`; a boolean Tensor
+mask is an UnsupportedError (the result's shape would depend on its values): `where` / `masked_fill` keep the
+shape, `x[mask.numpy()]` reads the mask first.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tolk_core.errors import DTypeError, ShapeError
+from tolk_core.errors import DTypeError, ShapeError, UnsupportedError
 from tolk_core.frontend.arguments import check_devices
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import DType, dtypes
@@ -30,11 +35,10 @@ if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
 
 
-def _require_int_index(dt: DType) -> None:
-    """Index tensors hold integers: DTypeError otherwise."""
+def require_int_index(dt: DType) -> None:
+    """Index tensors hold integers: DTypeError otherwise (also for gather / scatter's index)."""
     if not dtypes.is_int(dt):
-        raise DTypeError(f"tensors used as indices must hold integers, got {dt.name}"
-                         + (" (boolean masks are not supported)" if dtypes.is_bool(dt) else ""))
+        raise DTypeError(f"tensors used as indices must hold integers, got {dt.name}")
 
 
 class IndexingMixin:
@@ -92,15 +96,14 @@ class IndexingMixin:
             v = v.permute(list(range(at, at + nb)) + list(range(at)) + list(range(at + nb, v.ndim)))
         v = v.reshape(bshape + (1,) * k + tuple(sel))
         x = self.permute(axes + rest)  # (n_1..n_k, R...)
-        if not (count := math.prod(bshape)):
+        if not math.prod(bshape):
             return self
         baxes = tuple(range(nb))
         if accumulate:
             new = mask.any(axis=baxes).where(x + mask.where(v, 0).sum(axis=baxes).cast(x.dtype), x)
         else:
-            order = type(self).arange(1, count + 1, device=self.device).reshape(bshape + (1,) * x.ndim)
-            last = mask.where(order, 0).max(axis=baxes)  # 1 + the last position writing each element, 0: none
-            new = (last > 0).where(_pick(order == last, v, baxes), x)
+            written, value = last_writes(mask, v, baxes)
+            new = written.where(value, x)
         perm = axes + rest
         return new.permute([perm.index(a) for a in range(self.ndim)])
 
@@ -129,12 +132,14 @@ class IndexingMixin:
 
     def _entries(self: Tensor, index: Any) -> list[Any]:
         """`index` as one entry per axis of this tensor (None entries add axes): Ellipsis and missing trailing
-        entries become full slices, host integer data becomes integer arrays."""
+        entries become full slices, host integer data becomes integer arrays, and a host boolean mask over k
+        axes becomes the k integer arrays of its true positions (numpy's `nonzero`)."""
         entries = list(index) if isinstance(index, tuple) else [index]
-        entries = [self._index_tensor(i) if isinstance(i, (list, np.ndarray, type(self))) else i for i in entries]
+        entries = [self._index_tensor(i) if isinstance(i, (list, tuple, np.ndarray, type(self))) else i
+                   for i in entries]
         if sum(i is Ellipsis for i in entries) > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
-        consumed = sum(i is not None and i is not Ellipsis for i in entries)
+        consumed = sum(_width(i) for i in entries)
         if consumed > self.ndim:
             raise ShapeError(f"too many indices ({consumed}) for a tensor of shape {self.shape}")
         fill = [slice(None)] * (self.ndim - consumed)
@@ -142,20 +147,49 @@ class IndexingMixin:
             entries = entries[:at] + fill + entries[at + 1:]
         else:
             entries += fill
-        return entries
+        return self._masks_expanded(entries)
+
+    def _masks_expanded(self: Tensor, entries: list[Any]) -> list[Any]:
+        """Each host boolean mask among `entries` replaced by the integer arrays of its true positions, after
+        checking that its shape is that of the axes it covers (IndexError, as numpy)."""
+        out: list[Any] = []
+        axis = 0
+        for i in entries:
+            if isinstance(i, np.ndarray) and i.dtype == np.bool_:
+                covered = self.shape[axis:axis + i.ndim]
+                if i.shape != covered:
+                    raise IndexError(f"boolean index of shape {i.shape} does not match axis {axis} of size "
+                                     f"{covered[0] if covered else 0} (the axes it covers have shape {covered})")
+                out += [p.astype(np.int64) for p in np.nonzero(i)]
+            else:
+                out.append(i)
+            axis += _width(i)
+        return out
 
     def _index_tensor(self: Tensor, idx: Any) -> Tensor | np.ndarray:
         """An index of integers: a Tensor as it is (its values are not known before it is computed: an index out
-        of range selects nothing, giving 0), host data (list, ndarray) as an integer ndarray, bounds-checked
-        against its axis by `_basic_index` (IndexError, as numpy)."""
+        of range selects nothing, giving 0), host data (list, tuple, ndarray) as an integer ndarray,
+        bounds-checked against its axis by `_basic_index` (IndexError, as numpy), or a boolean ndarray (a mask,
+        expanded by `_masks_expanded`). A boolean Tensor is an UnsupportedError: its result's shape would depend
+        on its values."""
         if isinstance(idx, type(self)):
-            _require_int_index(idx.dtype)
+            if dtypes.is_bool(idx.dtype):
+                raise UnsupportedError(
+                    f"indexing with a boolean Tensor mask (shape {idx.shape}) is not supported: the result's shape "
+                    "depends on the mask's values, which are not known before they are computed. Keep the shape "
+                    "with mask.where(x, 0) or x.masked_fill(mask.logical_not(), 0) (and x.masked_fill(mask, v) for "
+                    "writes), or index with host data: x[mask.numpy()]")
+            require_int_index(idx.dtype)
             check_devices("indexing", (self, idx))
             return idx
         arr = np.asarray(idx)
-        if not arr.size:  # an empty list has numpy's float dtype: it selects nothing, as integers
+        if not arr.size and arr.dtype != np.bool_:  # an empty list has numpy's float dtype: as integers
             return arr.astype(np.int64)
-        _require_int_index(dtypes.from_np(arr.dtype))
+        if arr.dtype == np.bool_:
+            if not arr.ndim:
+                raise TypeError("a boolean scalar index is not supported: use None to add an axis")
+            return arr
+        require_int_index(dtypes.from_np(arr.dtype))
         return arr
 
     def _basic_index(self: Tensor, entries: list[Any]) -> tuple[Tensor, list[tuple[int, Tensor]], int | None]:
@@ -227,16 +261,37 @@ class IndexingMixin:
         rest = [a for a in range(self.ndim) if a not in axes]
         nb, k = len(bshape), len(axes)
         x = self.permute(axes + rest)  # (n_1..n_k, R...)
-        out = _pick(mask, x.reshape((1,) * nb + x.shape), tuple(range(nb, nb + k)))
+        out = pick(mask, x.reshape((1,) * nb + x.shape), tuple(range(nb, nb + k)))
         if insert_at:
             out = out.permute(list(range(nb, nb + insert_at)) + list(range(nb)) + list(range(nb + insert_at, out.ndim)))
         return out
 
 
+def _width(entry: Any) -> int:
+    """How many axes of the indexed tensor an index entry covers: none for None and Ellipsis, a boolean mask's
+    rank, else one."""
+    if entry is None or entry is Ellipsis:
+        return 0
+    return entry.ndim if isinstance(entry, np.ndarray) and entry.dtype == np.bool_ else 1
+
+
 _BITS = {2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
-def _pick(mask: Tensor, x: Tensor, axes: tuple[int, ...]) -> Tensor:
+def last_writes(mask: Tensor, v: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """For writes of `v` (broadcast against `mask`) where `mask` holds, the write positions being `axes` of
+    `mask`: (whether each element, `axes` reduced away, is written at all; the value of its last write in
+    row-major order of those positions, 0 where none). `axes` are adjacent and not empty. Numbers the positions
+    1.. and keeps the largest that hits (so a hit of the largest number is the last write)."""
+    count = math.prod(mask.shape[a] for a in axes)
+    shape = tuple(mask.shape[a] if a in axes else 1 for a in range(mask.ndim))
+    order = type(mask).arange(1, count + 1, device=mask.device).reshape(shape)
+    last = mask.where(order, 0).max(axis=axes, keepdim=True)  # 1 + the last position writing, 0: none
+    written = last.reshape(tuple(s for a, s in enumerate(last.shape) if a not in axes)) > 0
+    return written, pick(order == last, v, axes)
+
+
+def pick(mask: Tensor, x: Tensor, axes: tuple[int, ...]) -> Tensor:
     """The element of `x` where `mask` holds along `axes` (at most one per output), 0 where none does; bit for
     bit, so -0.0 and NaN payloads survive. Integers and bools sum exactly. A float sum would not: its
     accumulator starts at +0.0 and +0.0 + -0.0 is +0.0, so floats are summed as their unsigned bits (one term

@@ -1,5 +1,6 @@
 """Movement: ops that rearrange a tensor's elements without computing new values: `reshape`, `permute`,
-`expand`, `transpose`, `T`, `flip`, `pad`, `shrink`, `squeeze`, `unsqueeze`, `flatten`, `cat`, `stack`.
+`expand`, `transpose`, `T`, `flip`, `pad`, `shrink`, `squeeze`, `unsqueeze`, `flatten`, `cat`, `stack`,
+`repeat` / `tile` / `repeat_interleave`, `split`, `chunk`.
 
 An op belongs here when every output element is an input element (or a constant pad value) chosen by index
 arithmetic alone. Each builds the IR's movement UOps (RESHAPE, PERMUTE, EXPAND, PAD, SHRINK, FLIP), validated by
@@ -14,7 +15,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tolk_core.errors import ShapeError
+from tolk_core.errors import ArgumentTypeError, ShapeError
+from tolk_core.frontend import padding as padding_modes
 from tolk_core.frontend.arguments import as_axis, as_size, check_devices
 from tolk_core.ir.dtype import dtypes, least_upper_dtype
 from tolk_core.ir.ops import Op
@@ -127,8 +129,27 @@ class MovementMixin:
         axes = {normalize_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
         return self._mop(Op.FLIP, tuple(i in axes for i in range(self.ndim))) if axes else self
 
-    def pad(self: Tensor, padding: Sequence[tuple[int, int]], value: Scalar = 0) -> Tensor:
-        """Pad each axis by (before, after); `padding` has one pair per axis (torch's flat form also accepted)."""
+    def pad(self: Tensor, padding: Sequence[Any], value: Scalar = 0, mode: str = "constant") -> Tensor:
+        """Pad each axis by (before, after); `padding` has one pair per axis (torch's flat form also accepted:
+        pairs from the last axis back). Negative pads crop. `mode`: "constant" (with `value`), or "reflect",
+        "replicate", "circular", which copy the tensor's own elements (frontend/padding.py has their rules)."""
+        padding_modes.check_mode(mode, value)
+        padding = self._pad_pairs(padding)
+        if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops, before any mode pads
+            x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, self.shape, strict=True)))
+            return x.pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value, mode)
+        if all(p == (0, 0) for p in padding):
+            return self
+        if mode != "constant":
+            return padding_modes.pad_copying(self, padding, mode)
+        out = self._mop(Op.PAD, padding)
+        if value == 0:
+            return out
+        mask = type(self).full(self.shape, True, dtypes.bool, self.device)._mop(Op.PAD, padding)
+        return mask.where(out, value)
+
+    def _pad_pairs(self: Tensor, padding: Sequence[Any]) -> tuple[tuple[sint, sint], ...]:
+        """`padding` as one (before, after) pair per axis, from pairs or torch's flat form."""
         padding = tuple(padding)
         if padding and not isinstance(padding[0], (tuple, list)):  # torch style: last axis first, flat pairs
             flat = padding
@@ -138,17 +159,7 @@ class MovementMixin:
             pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             padding = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
         padding = _pairs("pad", padding, self.shape)
-        padding = tuple((_sint(b), _sint(a)) for b, a in padding)
-        if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops
-            x = self.shrink(tuple((-min(b, 0), s + min(a, 0)) for (b, a), s in zip(padding, self.shape, strict=True)))
-            return x.pad(tuple((max(b, 0), max(a, 0)) for b, a in padding), value)
-        if all(p == (0, 0) for p in padding):
-            return self
-        out = self._mop(Op.PAD, padding)
-        if value == 0:
-            return out
-        mask = type(self).full(self.shape, True, dtypes.bool, self.device)._mop(Op.PAD, padding)
-        return mask.where(out, value)
+        return tuple((_sint(b), _sint(a)) for b, a in padding)
 
     def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
         arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1]))
@@ -223,6 +234,46 @@ class MovementMixin:
         if not -self.ndim - 1 <= dim <= self.ndim:
             raise ShapeError(f"stack axis {dim} is out of range for tensors of {self.ndim} dimension(s)")
         return ts[0].unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in ts[1:]), dim=dim)
+
+    def repeat(self: Tensor, *sizes: Any) -> Tensor:
+        """torch's Tensor.repeat (ONNX's Tile): the whole tensor tiled sizes[a] times along axis a; `sizes` has
+        at least one entry per axis, extra leading ones adding axes. Each axis becomes (copies, size) by an
+        expand of a new axis, flattened: movement ops only."""
+        reps = self._shape_arg(sizes, "repeat sizes")
+        if len(reps) < self.ndim or any(r < 0 for r in reps):
+            raise ShapeError(f"repeat sizes {reps} must be non-negative, at least one per axis of {self.shape}")
+        x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
+        spread = x.reshape(tuple(v for s in x.shape for v in (1, s)))
+        tiled = spread.expand(tuple(v for r, s in zip(reps, x.shape, strict=True) for v in (r, s)))
+        return tiled.reshape(tuple(r * s for r, s in zip(reps, x.shape, strict=True)))
+
+    def tile(self: Tensor, dims: int | Sequence[int]) -> Tensor:
+        """torch.tile: `repeat`, with fewer `dims` than axes padded by leading 1s."""
+        reps = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+        return self.repeat((1,) * (self.ndim - len(reps)) + reps)
+
+    def repeat_interleave(self: Tensor, repeats: int | Sequence[int], dim: int | None = None) -> Tensor:
+        """torch.repeat_interleave: each element repeated `repeats` times in place along `dim` (None: of the
+        flattened tensor). `repeats` an int (an expand of a new axis after `dim`, flattened) or host ints, one
+        per element of the axis (a gather of the repeated positions); a Tensor of repeats would make the shape
+        depend on data: ArgumentTypeError."""
+        if dim is None:
+            return self.flatten().repeat_interleave(repeats, 0)
+        axis = normalize_axis(dim, self.ndim)
+        if isinstance(repeats, int) and not isinstance(repeats, bool):
+            if repeats < 0:
+                raise ShapeError(f"repeat_interleave repeats must be non-negative, got {repeats}")
+            x = self.unsqueeze(axis + 1)
+            x = x.expand(x.shape[:axis + 1] + (repeats,) + x.shape[axis + 2:])
+            return x.reshape(self.shape[:axis] + (self.shape[axis] * repeats,) + self.shape[axis + 1:])
+        if not isinstance(repeats, (list, tuple)) or not all(isinstance(r, int) and r >= 0 for r in repeats):
+            raise ArgumentTypeError(f"repeat_interleave repeats must be a non-negative int or a list of them (host "
+                                    f"values: the result's length depends on them), got {type(repeats).__name__}")
+        if len(repeats) != self.shape[axis]:
+            raise ShapeError(f"repeat_interleave: {len(repeats)} repeats for axis {axis} of size "
+                             f"{self.shape[axis]} in shape {self.shape}")
+        positions = [i for i, r in enumerate(repeats) for _ in range(r)]
+        return self[(slice(None),) * axis + (positions,)]
 
     def split(self: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """torch.split: pieces of `split_size_or_sections` elements along `dim` (an int: that size each, the last

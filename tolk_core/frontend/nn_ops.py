@@ -23,6 +23,7 @@ from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.movement import broadcast_shape
 from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.uop import prod
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -225,6 +226,26 @@ class NNMixin:
         win, _ = self._pool_windows(kernel_size, stride, padding, dilation, ceil_mode, float("-inf"))
         nd = win.ndim - self.ndim
         return win.max(axis=tuple(range(-nd, 0)))
+
+    def max_pool2d_with_indices(self: Tensor, kernel_size: int | Sequence[int] = 2,
+                                stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
+                                dilation: int | Sequence[int] = 1, ceil_mode: bool = False) -> tuple[Tensor, Tensor]:
+        """max_pool2d and where each maximum is, as torch's return_indices: an int64 index into the flattened
+        spatial axes of the input (h * W + w in 2-d), of the first maximum of the window (the first NaN where
+        the window holds one; torch's CPU kernel takes the last). The indices are windows of an index grid
+        taken as the values' windows are, and the window's argmax selects one."""
+        win, _ = self._pool_windows(kernel_size, stride, padding, dilation, ceil_mode, float("-inf"))
+        nd = win.ndim - self.ndim
+        spatial, size = self.shape[-nd:], prod(self.shape[-nd:])
+        if not isinstance(size, int):
+            raise ShapeError(f"max pooling with indices needs concrete spatial sizes, got {spatial}")
+        grid = type(self).arange(size, dtype=dtypes.int64, device=self.device).reshape(spatial)
+        iwin, _ = grid._pool_windows(kernel_size, stride, padding, dilation, ceil_mode, -1)
+        flat = win.flatten(-nd)
+        k = flat.shape[-1]
+        pick = type(self).arange(k, device=self.device) == flat.argmax(-1).unsqueeze(-1)
+        index = pick.where(iwin.flatten(-nd), 0).sum(-1)
+        return flat.max(-1), index.expand(flat.shape[:-1]).cast(dtypes.int64)
 
     def avg_pool2d(self: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                    padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,

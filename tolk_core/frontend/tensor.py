@@ -17,6 +17,9 @@ module whose docstring describes it:
 - elementwise.py: one element from the elements at the same index (arithmetic, comparisons, maths, casts)
 - reductions.py: combining along axes (`sum`, `max`, `mean`, `argmax`, ...)
 - indexing.py: `t[index]`
+- gather_scatter.py: gathers and scatters along one axis (`gather`, `scatter`, `scatter_reduce`)
+- sorting.py: ordering along an axis (`sort`, `argsort`, `topk`)
+- einsum.py: Einstein summation (`Tensor.einsum`)
 - nn_ops.py: model-level composites (`matmul`, `softmax`, `conv2d`, ...)
 - random.py: seeded random tensors
 
@@ -38,12 +41,15 @@ from tolk_core.engine import realize as engine
 from tolk_core.engine.run import capturing
 from tolk_core.errors import JitError, ShapeError
 from tolk_core.frontend.construction import ConstructionMixin, as_const, resolve_device
+from tolk_core.frontend.einsum import EinsumMixin
 from tolk_core.frontend.elementwise import ElementwiseMixin
+from tolk_core.frontend.gather_scatter import GatherScatterMixin
 from tolk_core.frontend.indexing import IndexingMixin
 from tolk_core.frontend.movement import MovementMixin
 from tolk_core.frontend.nn_ops import NNMixin
 from tolk_core.frontend.random import RandomMixin
 from tolk_core.frontend.reductions import ReductionMixin
+from tolk_core.frontend.sorting import SortingMixin
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp, prod, sint
@@ -153,7 +159,8 @@ def _python_data_dtype(arr: np.ndarray, dt: DType | None) -> DType:
     return dt
 
 
-class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, NNMixin, RandomMixin):
+class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, GatherScatterMixin,
+             SortingMixin, EinsumMixin, NNMixin, RandomMixin):
     """A lazily evaluated n-dimensional array on one device. Its state, data access and storage writes live
     here; its ops come from the mixins, one module per subject (see the module docstring)."""
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from tolk_core.errors import UnsupportedError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
 from tolk_core.nn import schedule, utils
 from tolk_core.nn.attention import MultiheadAttention
+from tolk_core.nn.conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from tolk_core.nn.module import RNG, Module, manual_seed, param, uniform_init
 from tolk_core.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from tolk_core.nn.pool import AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
@@ -30,6 +32,7 @@ __all__ = ["Module", "Linear", "Conv1d", "Conv2d", "Conv3d", "LayerNorm", "Batch
            "RMSNorm", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "MultiheadAttention", "GRUCell",
            "LSTMCell", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Sequential", "F",
            "schedule", "utils", "manual_seed", "get_parameters", "get_state_dict", "load_state_dict"]
+__all__ += ["ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
 
 _rng = RNG  # the initialisation generator's slot, for callers that draw from it (the kernel corpus)
 
@@ -54,7 +57,11 @@ class _ConvNd(Module):
     nd = 0
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: Any = 1,
-                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True, device: str | None = None):
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: str | None = None):
+        if padding_mode != "zeros":
+            raise UnsupportedError(f"Conv{self.nd}d(padding_mode={padding_mode!r}) is not supported: only 'zeros'; "
+                                   "pad the input with Tensor.pad first and use padding=0")
         kernel = (kernel_size,) * self.nd if isinstance(kernel_size, int) else tuple(kernel_size)
         bound = 1 / math.sqrt(in_channels // groups * math.prod(kernel))
         self.weight = param(uniform_init(bound, out_channels, in_channels // groups, *kernel), device)

@@ -8,12 +8,15 @@ tensor graph of differentiable UOps, so autograd needs nothing op-specific.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from tolk_core.errors import ArgumentError, ShapeError, UnsupportedError
+from tolk_core.errors import ArgumentError, ShapeError
+from tolk_core.frontend.padding import pad  # noqa: F401  (torch's F.pad)
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.nn.conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: F401
 from tolk_core.nn.resample import interpolate  # noqa: F401  (torch's F.interpolate; docs/onnx.md)
 
 
@@ -170,11 +173,12 @@ def max_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequen
 
 def _max_pool(nd: int, x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
               padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool,
-              return_indices: bool) -> Tensor:
+              return_indices: bool) -> Any:
+    """The pooled values, or (values, int64 indices) with `return_indices` (Tensor.max_pool2d_with_indices)."""
     _pool_check(x, nd, f"max_pool{nd}d")
     if return_indices:
-        raise UnsupportedError(f"max_pool{nd}d(return_indices=True) is not supported: pool values only (argmax "
-                                  "of the windows is not built yet)")
+        return x.max_pool2d_with_indices(_sizes(kernel_size, nd), _stride(stride, nd), _sizes(padding, nd),
+                                         _sizes(dilation, nd), ceil_mode)
     return x.max_pool2d(_sizes(kernel_size, nd), _stride(stride, nd), _sizes(padding, nd), _sizes(dilation, nd),
                         ceil_mode)
 
