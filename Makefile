@@ -6,10 +6,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tolk-installed
 DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
-.PHONY: test demo bench install opencl lint clean conformance example-conformance spec-test gpu-bundle \
-	gpu-bundle-size fuzz
+.PHONY: test demo bench install opencl viz viz-docs lint clean conformance example-conformance spec-test gpu-bundle \
+	gpu-bundle-size fuzz dist
 
-test: install opencl lint conformance spec-test
+test: install opencl viz lint conformance spec-test
 	$(BIN)/pytest --durations=20
 
 # the scheduler's, codegen's and the engine's tests with SPEC=1: the output of every stage (prepare_rangeify,
@@ -85,6 +85,31 @@ opencl: install
 	  echo "      Until then OPENCL is unavailable and its tests are skipped."; \
 	fi
 
+# `tolk viz` lays graphs out with Graphviz's dot and its browser test drives headless Chromium: Debian's packages
+# graphviz and chromium, installed where missing (docs/viz.md; without them the view has no graphs and its
+# browser test is skipped, saying why).
+VIZ_PACKAGES := graphviz chromium
+viz: install
+	@if command -v dot >/dev/null && command -v chromium >/dev/null; then \
+	  true; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "tolk: installing Debian's $(VIZ_PACKAGES) for tolk viz"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VIZ_PACKAGES); \
+	elif command -v apt-get >/dev/null && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
+	  echo "tolk: installing Debian's $(VIZ_PACKAGES) for tolk viz with sudo"; \
+	  sudo DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VIZ_PACKAGES); \
+	else \
+	  echo "tolk: Graphviz (dot) or Chromium missing and cannot install them (needs root or sudo with apt-get):"; \
+	  echo "      tolk viz pages will have no graphs, and the viz browser test is skipped."; \
+	fi
+
+# docs/viz.md's screenshots: the command the browser test runs (tests/viz), into docs/images/viz
+viz-docs: viz
+	$(BIN)/tolk viz --example softmax --device CPU -o build/viz/softmax.html --screenshots docs/images/viz
+	$(BIN)/tolk viz --example mlp --device CPU -o build/viz/mlp.html --screenshots docs/images/viz
+
 # The conformance suite (tolk_core.testing) on every shipped device, CUDA's render tier (it needs no GPU), and
 # the worked out-of-tree plugin installed into a fresh venv. Each prints its `tolk conformance NAME: ...` line.
 # The fresh venv installs from a local wheelhouse: dependencies are fetched once (keyed on the pyproject files)
@@ -111,6 +136,13 @@ example-conformance: $(WHEELS)/.deps
 	cd $(CONF) && ../$(EXVENV)/bin/tolk devices --check && ../$(EXVENV)/bin/pytest -q -p no:cacheprovider \
 	  --pyargs tolk_core.testing --tolk-device EXAMPLE --tolk-device PYTHON --tolk-report example.json
 
+# Wheels and sdists of tolk-core and the three shipped plugins in dist/ (scripts/dist.py; `build` comes with the
+# `dist` extra). Install them as docs/plugins.md section 8 shows: pip install "dist/tolk_core-0.1.0-py3-none-any.whl[conformance]" ...
+dist: install
+	$(BIN)/pip install -q -e '.[dist]'
+	rm -rf dist
+	$(BIN)/python scripts/dist.py dist
+
 # The GPU check's bundle (docs/gpu.md): what the device machine's image lacks, fetched here, since that machine
 # reaches no registry. Its image already has numpy, setuptools, wheel, pytest, markupsafe, typing-extensions and
 # Tolk's own dependencies, so only pycuda's sdist (built there against its CUDA 13.0) and the four pure or cp312
@@ -135,4 +167,4 @@ gpu-bundle-size:
 	sh scripts/gpu_bundle_size.sh $(GPU_BUNDLE) $(GPU_BUNDLE_MAX_MIB)
 
 clean:
-	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(EXVENV) $(WHEELS) $(CONF) dist .pytest_cache .ruff_cache .mypy_cache

@@ -169,6 +169,85 @@ def schedule_times(device: str, peers: dict[str, bool]) -> list[dict[str, Any]]:
     return out
 
 
+_CHILD_FRONTEND = """
+import json, sys, time, numpy as np
+who, device, iters = sys.argv[1], sys.argv[2], int(sys.argv[3])
+a = np.ones((4, 4), np.float32)
+if who == "tolk":
+    from tolk_core.frontend.tensor import Tensor
+    x, w = Tensor(a, device=device).realize(), Tensor(a, device=device).realize()
+elif who == "tinygrad":
+    from tinygrad import Tensor
+    from bench.rows import tiny_device
+    x, w = Tensor(a, device=tiny_device(device)).realize(), Tensor(a, device=tiny_device(device)).realize()
+else:
+    import torch
+    torch.set_num_threads(1)
+    x, w = torch.from_numpy(a), torch.from_numpy(a.copy())
+def build(n):
+    y = x
+    for _ in range(n):
+        y = (y * 2 + w).relu() @ w
+    return y
+build(20)
+times = []
+for _ in range(5):
+    st = time.perf_counter()
+    build(iters)
+    times.append((time.perf_counter() - st) / (4 * iters))
+print(json.dumps({"us_per_op": sorted(times)[2] * 1e6}))
+"""
+
+
+def frontend_times(device: str, peers: dict[str, bool]) -> list[dict[str, Any]]:
+    """The eager front end's cost per Tensor op: `y = (y * 2 + w).relu() @ w` on 4x4 tensors, four ops a step,
+    median of 5 runs of 500 steps, each library in a child process. Tolk and tinygrad only build the graph
+    (nothing is realized: what a user pays per op before any kernel); torch computes each op eagerly."""
+    out = []
+    for who in ["tolk"] + [p for p in ("tinygrad", "torch") if peers[p]]:
+        proc = subprocess.run([sys.executable, "-c", _CHILD_FRONTEND, who, device, "500"],
+                              capture_output=True, text=True, env=_peer_env(), cwd=ROOT)
+        rec = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
+            {"error": proc.stderr[-300:]}
+        out.append({"row": "front end per Tensor op", "who": who, **rec})
+
+
+_CHILD_REGISTRY = """
+import json, time
+t0 = time.perf_counter()
+import tolk_core.plugins as plugins
+t1 = time.perf_counter()
+reg = plugins.get_registry()
+rows = {}
+for b in reg.backends:
+    s = time.perf_counter()
+    b.state
+    rows[b.name] = {"dist": b.plugin.dist, "import_s": b.plugin.import_s, "probe_s": time.perf_counter() - s}
+print(json.dumps({"core_import_s": t1 - t0, "backends": rows}))
+"""
+
+
+def registry_costs() -> list[dict[str, Any]]:
+    """Each shipped plugin's entry-point import plus probe in fresh processes (the median of WARM_RUNS), what
+    every process resolving the default device pays; docs/plugins.md section 7 keeps it under 50 ms each."""
+    runs = []
+    for _ in range(WARM_RUNS):
+        proc = subprocess.run([sys.executable, "-c", _CHILD_REGISTRY], capture_output=True, text=True,
+                              env=_peer_env(), cwd=ROOT)
+        if proc.returncode != 0:
+            return [{"row": "plugin import + probe", "who": "tolk", "error": proc.stderr[-300:]}]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    out = [{"row": "import tolk_core.plugins", "who": "tolk",
+            "seconds_s": statistics.median(r["core_import_s"] for r in runs)}]
+    for name in runs[0]["backends"]:
+        per = [r["backends"][name] for r in runs]
+        out.append({"row": f"plugin import + probe {name}", "who": per[0]["dist"],
+                    "import_s": statistics.median(p["import_s"] for p in per),
+                    "probe_s": statistics.median(p["probe_s"] for p in per),
+                    "total_s": statistics.median(p["import_s"] + p["probe_s"] for p in per)})
+    return out
+
+
 def jit_replay(device: str, reps: int, peers: dict[str, bool]) -> dict[str, Any]:
     """The demo MLP through each JIT: best replay time. Tolk's row needs `tolk_core.jit`."""
     from bench.rows import _mlp, mlp_inputs
@@ -267,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(jr)
         print("jitted MLP replay (ms): " + (jr.get("tolk") or "") +
               "  ".join(f"{k}={v * 1e3:.3f}" for k, v in jr["times"].items()), flush=True)
-        for rec in first_calls(args.device, peers) + schedule_times(args.device, peers):
+        for rec in first_calls(args.device, peers) + schedule_times(args.device, peers) + \
+                frontend_times(args.device, peers) + registry_costs():
             results.append(rec)
             print(f"{rec['row']:32s} {rec['who']:9s} " +
                   "  ".join(f"{k}={v * 1e3:.1f}ms" if k.endswith("_s") else f"{k}={v}" for k, v in rec.items()

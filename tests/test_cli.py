@@ -39,8 +39,10 @@ def test_devices_json(tolk_env):
 
 def test_devices_shows_fixture_plugins(fixture_plugins):
     rc, out, _ = tolk("devices", "--check")
-    assert rc == 0
-    assert "PASS" in row(out, "FIXTURE") and "tolk-fixture-device 0.1.0" in row(out, "FIXTURE")
+    assert rc == 1  # FIXTURE passes its self-test but declares no renderer: --check fails it, naming the contract
+    fixture = row(out, "FIXTURE")
+    assert "FAIL: check_generated_kernel" in fixture and "contract tolk_renderers broken" in fixture
+    assert "tolk-fixture-device 0.1.0" in fixture and "PASS" in row(out, "CPU")
     assert "yes (tolk-fixture-graph 0.2.0)" in row(out, "CPU")
     assert "incompatible" in row(out, "FUTURE")
     assert out.count("conflict") >= 2

@@ -164,7 +164,7 @@ def test_unbalanced_quote_in_cflags(tolk_env, monkeypatch):
 
 @pytest.mark.parametrize("name, bad, good", [("REDUCEOP_SPLIT_SIZE", -1, 0), ("REDUCEOP_SPLIT_SIZE", 63, 62),
                                              ("JIT_BATCH_SIZE", -2, 0), ("DEBUG", -1, 0),
-                                             ("REDUCEOP_SPLIT_THRESHOLD", -5, 0), ("PROBE_TIMEOUT", -1.0, 0.5)])
+                                             ("REDUCEOP_SPLIT_THRESHOLD", -5, 0)])
 def test_settings_out_of_range(tolk_env, monkeypatch, name, bad, good):
     path = write(tolk_env / "tolk.toml", f"{name.lower()} = {bad}\n")
     with pytest.raises(ConfigError, match=rf"{path}: key {name.lower()}: {name} = {bad} must be at least 0"):

@@ -1,4 +1,5 @@
-"""The ``tolk`` console script: ``tolk devices [--json] [--check] [-v]``, ``tolk config``, ``tolk doctor``."""
+"""The ``tolk`` console script: ``tolk devices [--json] [--check] [-v]``, ``tolk config``, ``tolk doctor``,
+``tolk new-plugin NAME [--graph]``."""
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,10 @@ def devices_data(reg: Registry) -> dict[str, Any]:
     res, err = _default()
     rows = []
     for b in reg.backends:
+        state, reason = Device.state(b.name) if reg.get(b.name) is b else (b.state, b.reason)  # `lost` if opened
         rows.append({
             "name": b.name, "dist": b.plugin.dist, "version": b.plugin.version, "entry_point": b.plugin.name,
-            "state": b.state, "reason": b.reason, "hint": b.hint, "priority": b.priority,
+            "state": state, "reason": reason, "hint": b.hint, "priority": b.priority,
             "devices": b.device_count, "aliases": list(b.spec.aliases),
             "renderer": b.renderer.spec.name if b.renderer else None,
             "renderer_ref": ref_name(b.renderer.spec.renderer) if b.renderer else None,
@@ -154,6 +156,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_new_plugin(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tolk_core.scaffold import new_plugin
+    files = new_plugin(args.name, Path(args.dir), graph=args.graph)
+    root = files[0].parent
+    print(f"wrote {root} ({len(files)} files): pip install -e '{root}[test]' && pytest {root / 'tests'}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from tolk_core import demo
     return demo.train_main(args.device, args.steps, args.quick, infer=args.infer)
@@ -169,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_devices)
     sub.add_parser("config", help="each effective setting and where it came from").set_defaults(fn=cmd_config)
     sub.add_parser("doctor", help="versions, registry and config sources for bug reports").set_defaults(fn=cmd_doctor)
+    p = sub.add_parser("new-plugin", help="write a device plugin distribution that passes the conformance suite")
+    p.add_argument("name", help="plugin name: lower case (mydev -> distribution tolk-mydev, device MYDEV)")
+    p.add_argument("--graph", action="store_true", help="also supply a Graph (batched replay) for the device")
+    p.add_argument("--dir", default=".", help="directory to write tolk-NAME/ into (default: here)")
+    p.set_defaults(fn=cmd_new_plugin)
     p = sub.add_parser("demo", help="the main job: train a digits classifier (--infer: MLP and attention inference)")
     p.add_argument("--device", default=None, help="device to run on (default: the configured default)")
     # training demo flags
@@ -176,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="a short run that does not require 95%% accuracy")
     p.add_argument("--infer", action="store_true", help="run the inference demo instead of training")
     p.set_defaults(fn=cmd_demo)
+    from tolk_core.viz.command import add_parser as add_viz  # the viz command's own module (docs/viz.md)
+    add_viz(sub)
     args = parser.parse_args(argv)
     import warnings
     warnings.filterwarnings("ignore", category=PluginWarning)  # the table shows broken plugins itself

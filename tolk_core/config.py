@@ -44,6 +44,13 @@ def in_range(low: float, high: float = math.inf) -> Callable[[Any], str | None]:
     return check
 
 
+def seconds(v: Any) -> str | None:
+    """A `Setting.check`: a time limit, a finite number of seconds above 0."""
+    if math.isfinite(v) and v > 0:
+        return None
+    return "must be a finite number of seconds above 0 (e.g. 10)"
+
+
 def shell_words(v: str) -> str | None:
     """A `Setting.check`: the value splits into shell words (as the C backend splits CFLAGS)."""
     import shlex
@@ -69,8 +76,8 @@ class Setting:
 
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("DEBUG", int, 0, "1 device opens and kernel counts, 2 one line per kernel, 3 scheduled graph, "
-            "4 rendered source, 5+ rewrites", check=in_range(0)),
+    Setting("DEBUG", int, 0, "1 device opens and kernel counts, 2 one line per kernel and per batched graph replay, "
+            "3 scheduled graph, 4 rendered source, 5+ rewrites", check=in_range(0)),
     Setting("SPEC", int, 0, "validate each stage's graph against its spec", check=in_range(0)),
     Setting("JIT", int, 1, "0 runs jitted functions eagerly; 2 captures but never batches into graphs",
             check=in_range(0)),
@@ -94,6 +101,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("KERNEL_MAX_BUFFERS", int, 64, "buffers one fused kernel may read before the scheduler splits it; "
             "<= 0: no budget"),
     Setting("COMPILE_WARN_SECONDS", float, 10.0, "a compile taking longer warns, naming its largest kernels"),
+    Setting("VIZ", int, 0, "1 records every schedule (graphs, placements, kernels, rewrites, sources, launches) "
+            "and writes the HTML view at exit (docs/viz.md)", check=in_range(0)),
+    Setting("VIZ_PATH", str, None, "where VIZ=1 writes its page (default viz/index.html in the cache directory)",
+            env="TOLK_VIZ_PATH"),
+    Setting("PROGRESS_SECONDS", float, 2.0, "seconds a schedule's compile runs before a one-line progress display "
+            "shows on a terminal (stderr a TTY); <= 0: never", env="TOLK_PROGRESS_SECONDS"),
     Setting("COMPILE_TIMEOUT", float, 300.0, "seconds one compiler call may take before it is stopped and the "
             "compile fails with CompileTimeoutError; <= 0: no limit", env="TOLK_COMPILE_TIMEOUT"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)", check=in_range(0)),
@@ -108,7 +121,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("CUDA_ARCH", str, "sm_90", "CUDA target architecture the CUDA compiler emits a cubin for",
             env="TOLK_CUDA_ARCH"),
     Setting("PROBE_TIMEOUT", float, 10.0, "seconds a backend probe may take before it counts as unavailable",
-            env="TOLK_PROBE_TIMEOUT", check=in_range(0)),
+            env="TOLK_PROBE_TIMEOUT", check=seconds),
+    Setting("PLUGIN_IMPORT_TIMEOUT", float, 10.0, "seconds a plugin's entry-point module may take to import before "
+            "the plugin counts as broken (the other plugins load meanwhile)", env="TOLK_PLUGIN_IMPORT_TIMEOUT",
+            check=seconds),
     Setting("PLUGINS", str, None, "allow-list of plugins (entry-point or distribution names, comma separated)",
             env="TOLK_PLUGINS"),
     Setting("DISABLE_PLUGINS", str, None, "deny-list of plugins (entry-point or distribution names)",
@@ -164,7 +180,9 @@ def _convert(setting: Setting, raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {setting.name}={raw!r} is not a valid {setting.type.__name__} "
                           f"(got a {type(raw).__name__})") from None
     if setting.type is float and math.isnan(value):
-        raise ConfigError(f"{where}: {setting.name} = {raw!r} must be a number, not NaN")
+        problem = setting.check(value) if setting.check is not None else None
+        raise ConfigError(f"{where}: {setting.name} = {raw!r} must be a number, not NaN"
+                          + (f"; it {problem}" if problem else ""))
     if setting.check is not None and (problem := setting.check(value)) is not None:
         raise ConfigError(f"{where}: {setting.name} = {raw!r} {problem}")
     return value

@@ -43,6 +43,12 @@ class DeviceUnavailableError(DeviceError):
     """A device that was demanded (argument or TOLK_DEVICE) but cannot be used here."""
 
 
+class DeviceLostError(DeviceError):
+    """An opened device that lost its context, driver connection or worker process: nothing more runs on it.
+    The registry reports it ``lost`` and the next ``Device[name]`` opens it again (docs/plugins.md, section 7);
+    buffers made on the lost device are gone with it."""
+
+
 class DeviceMismatchError(TolkError, ValueError):
     """Operands of one operation live on different devices. Names the operation and both devices; the fix is
     to move one operand with `.to(device)`."""
@@ -92,6 +98,11 @@ class StageSpecError(SpecError):
 
 class BufferSizeError(TolkError, ValueError):
     """A copy or view whose byte size does not match the buffer's."""
+
+
+class CopyRequiredError(TolkError, ValueError):
+    """A share of memory asked for without a copy (`copy=False`: `np.asarray(t, copy=False)`, `__dlpack__`,
+    `Tensor.from_dlpack`) where one is needed. Names why (docs/interop.md)."""
 
 
 class DiskError(TolkError, ValueError):

@@ -3,6 +3,7 @@ fails the tier that should catch it, naming the contract; the report is JSON; th
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -38,6 +39,7 @@ BROKEN = [  # (variant, tier that must catch it, the failing test, the contract 
     ("graph", "graph", "test_replay_equals_sequential_launches", "Graph.__call__"),
     ("probe", "registration", "test_probe_never_raises_and_gives_a_reason", "BackendSpec.probe"),
     ("import", "registration", "test_entry_point_is_import_light", "entry point is import-light"),
+    ("numpy", "registration", "test_entry_point_is_import_light", "entry point is import-light"),
 ]
 
 
@@ -78,3 +80,22 @@ def test_suite_is_inert_without_a_device(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "skipped" in proc.stdout and "tolk conformance" not in proc.stdout
     assert not (tmp_path / "tolk-conformance.json").exists()
+
+
+def test_hanging_probe_fails_its_check_within_the_liveness_limit(tmp_path):
+    """A probe that spins forever: the suite's probe check names it after PROBE_CHECK_S instead of hanging, and
+    the suite ends within 30 s (the registry itself gives up after TOLK_PROBE_TIMEOUT, and the tests that
+    need the device skip with that reason)."""
+    import time
+
+    from tolk_core.testing.checks import PROBE_CHECK_S
+    t0 = time.perf_counter()
+    # every tier but render, which compiles the example's dialect without the device (cold caches: 15 s here)
+    proc = run_suite("HANG_PROBE", "-m", "not render", paths=(FIXTURES / "hang_probe", EXAMPLE), cwd=tmp_path,
+                     env={"TOLK_PROBE_TIMEOUT": "2"})
+    took = time.perf_counter() - t0
+    assert took < 30, f"the suite took {took:.1f} s"
+    line = summary(proc, "HANG_PROBE")
+    assert proc.returncode == 1 and line.endswith("contracts broken: BackendSpec.probe"), line
+    assert f"the probe did not return within {PROBE_CHECK_S:g} s" in proc.stdout
+    assert re.search(r"'HANG_PROBE is unavailable: probe timed out after 2s \(cancelled\)': \d+", line)  # whole

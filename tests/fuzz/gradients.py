@@ -15,7 +15,11 @@ _ELEMENTWISE = {"neg": lambda t: -t[0], "square": lambda t: t[0] * t[0], "recipr
                 "mul": lambda t: t[0] * t[1], "div": lambda t: t[0] / t[1], "exp": lambda t: t[0].exp(),
                 "log": lambda t: t[0].log(), "exp2": lambda t: t[0].exp2(), "log2": lambda t: t[0].log2(),
                 "sin": lambda t: t[0].sin(), "cos": lambda t: t[0].cos(), "tanh": lambda t: t[0].tanh(),
-                "sigmoid": lambda t: t[0].sigmoid(), "rsqrt": lambda t: t[0].rsqrt()}
+                "sigmoid": lambda t: t[0].sigmoid(), "rsqrt": lambda t: t[0].rsqrt(),
+                # the new transcendental functions defined on the whole line (asin, acos, atanh, acosh and tan
+                # have poles or domain ends a composite of [0.5, 2) inputs can reach)
+                "atan": lambda t: t[0].atan(), "sinh": lambda t: t[0].sinh(), "cosh": lambda t: t[0].cosh(),
+                "asinh": lambda t: t[0].asinh()}
 _MOVES = ("flip", "permute", "reshape", "expand", "pad", "index", "slice")
 _REDUCE = ("sum", "mean")
 

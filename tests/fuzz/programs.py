@@ -6,8 +6,9 @@ basic and integer-array indexing, reductions), so every draw type-checks by cons
 values with each dtype's edge values (NaN, +-inf, +-0.0, denormals, integer minimum and maximum).
 
 `reference(program)` evaluates the tree with numpy in Tolk's dtypes (bfloat16 through ml_dtypes) and carries a
-*defined* mask: elements whose value C leaves undefined (signed overflow, out-of-range float -> int casts,
-shifts by the bit width or more) and everything computed from them are not compared (docs/dtypes.md).
+*defined* mask: elements whose value C leaves undefined (out-of-range float -> int casts, shifts by the bit
+width or more) and everything computed from them are not compared (docs/dtypes.md). Signed integer overflow is
+compared: it wraps as numpy's on every device.
 
 The whole tree is *exact* (results must match bit for bit) except an optional *inexact root*: a float sum,
 mean or product, or a transcendental function, compared within a bound (tests/fuzz/compare.py).
@@ -126,17 +127,6 @@ def _wrapping(fn):
     return run
 
 
-def _signed_overflow(exact: Callable) -> Callable:
-    """An undef rule for + - * of signed ints: the exact (Python int) result outside the dtype's range."""
-    def undef(xs, arg, out):
-        if out.dtype.name not in SIGNED:
-            return None
-        info = np.iinfo(out.dtype)
-        wide = exact(*(np.broadcast_to(x, out.shape).astype(object) for x in xs))
-        return (wide < info.min) | (wide > info.max) if out.size else np.zeros(out.shape, bool)
-    return undef
-
-
 def _int_range(t: np.ndarray, name: str) -> np.ndarray:
     """Where float64 values `t` (already integers) lie in the range of integer dtype `name`."""
     bits = 8 * np.dtype(name).itemsize
@@ -197,12 +187,29 @@ def _by_nonzero(fn: Callable) -> Callable:
 _floordiv_ref, _mod_ref = _by_nonzero(np.floor_divide), _by_nonzero(np.mod)
 
 
+def _exact_in_float64(fn: Callable) -> Callable:
+    """numpy's `fn` of floats computed in float64 and cast back (exact: round, sign and fmod results are
+    representable in the input's dtype; ml_dtypes' bfloat16 lacks some of these loops); integers as they are."""
+    def ref(*xs):
+        with np.errstate(all="ignore"):
+            if not is_float(xs[0].dtype):
+                return fn(*xs)
+            return fn(*(x.astype(np.float64) for x in xs)).astype(xs[0].dtype)
+    return ref
+
+
+def _fmod_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's fmod; integer x fmod 0 is 0 (numpy's result, without numpy dividing by the zero)."""
+    if a.dtype.kind in "iu":
+        with np.errstate(all="ignore"):
+            return np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+    return _exact_in_float64(np.fmod)(a, b)
+
+
 UNARY = {
-    "neg": OpDef(lambda t, a: -t[0], lambda xs, a: _wrapping(np.negative)(xs[0]),
-                 _signed_overflow(lambda x: -x)),
-    "abs": OpDef(lambda t, a: t[0].abs(), lambda xs, a: _wrapping(np.abs)(xs[0]), _signed_overflow(abs)),
-    "square": OpDef(lambda t, a: t[0].square(), lambda xs, a: _wrapping(np.multiply)(xs[0], xs[0]),
-                    _signed_overflow(lambda x: x * x)),
+    "neg": OpDef(lambda t, a: -t[0], lambda xs, a: _wrapping(np.negative)(xs[0])),
+    "abs": OpDef(lambda t, a: t[0].abs(), lambda xs, a: _wrapping(np.abs)(xs[0])),
+    "square": OpDef(lambda t, a: t[0].square(), lambda xs, a: _wrapping(np.multiply)(xs[0], xs[0])),
     "relu": OpDef(lambda t, a: t[0].relu(), lambda xs, a: np.maximum(xs[0], xs[0].dtype.type(0)), _zero_sign_undef),
     "trunc": OpDef(lambda t, a: t[0].trunc(), lambda xs, a: np.trunc(xs[0])),
     "floor": OpDef(lambda t, a: t[0].floor(), lambda xs, a: np.floor(xs[0])),
@@ -211,26 +218,23 @@ UNARY = {
     "sqrt": OpDef(lambda t, a: t[0].sqrt(), lambda xs, a: _wrapping(np.sqrt)(xs[0])),
     "invert": OpDef(lambda t, a: ~t[0], lambda xs, a: np.invert(xs[0])),
     "logical_not": OpDef(lambda t, a: t[0].logical_not(), lambda xs, a: np.logical_not(xs[0])),
+    "round": OpDef(lambda t, a: t[0].round(), lambda xs, a: _exact_in_float64(np.round)(xs[0])),
+    "sign": OpDef(lambda t, a: t[0].sign(), lambda xs, a: _exact_in_float64(np.sign)(xs[0])),
 }
 BINARY = {
-    "add": OpDef(lambda t, a: t[0] + t[1], lambda xs, a: _wrapping(np.add)(*xs), _signed_overflow(lambda x, y: x + y)),
-    "sub": OpDef(lambda t, a: t[0] - t[1], lambda xs, a: _wrapping(np.subtract)(*xs),
-                 _signed_overflow(lambda x, y: x - y)),
-    "mul": OpDef(lambda t, a: t[0] * t[1], lambda xs, a: _wrapping(np.multiply)(*xs),
-                 _signed_overflow(lambda x, y: x * y)),
+    "add": OpDef(lambda t, a: t[0] + t[1], lambda xs, a: _wrapping(np.add)(*xs)),
+    "sub": OpDef(lambda t, a: t[0] - t[1], lambda xs, a: _wrapping(np.subtract)(*xs)),
+    "mul": OpDef(lambda t, a: t[0] * t[1], lambda xs, a: _wrapping(np.multiply)(*xs)),
     "div": OpDef(lambda t, a: t[0] / t[1], lambda xs, a: _wrapping(np.divide)(*xs)),
     "maximum": OpDef(lambda t, a: t[0].maximum(t[1]), lambda xs, a: np.maximum(*xs), _zero_sign_undef),
     "minimum": OpDef(lambda t, a: t[0].minimum(t[1]), lambda xs, a: np.minimum(*xs), _zero_sign_undef),
-    "floordiv": OpDef(lambda t, a: t[0] // t[1], lambda xs, a: _floordiv_ref(*xs),
-                      lambda xs, a, out: np.broadcast_to((xs[1] == -1) & (xs[0] == np.iinfo(out.dtype).min),
-                                                         out.shape) if out.dtype.name in SIGNED else None),
+    "floordiv": OpDef(lambda t, a: t[0] // t[1], lambda xs, a: _floordiv_ref(*xs)),
     "mod": OpDef(lambda t, a: t[0] % t[1], lambda xs, a: _mod_ref(*xs)),
+    "fmod": OpDef(lambda t, a: t[0].fmod(t[1]), lambda xs, a: _fmod_ref(*xs)),
     "and": OpDef(lambda t, a: t[0] & t[1], lambda xs, a: np.bitwise_and(*xs)),
     "or": OpDef(lambda t, a: t[0] | t[1], lambda xs, a: np.bitwise_or(*xs)),
     "xor": OpDef(lambda t, a: t[0] ^ t[1], lambda xs, a: np.bitwise_xor(*xs)),
-    "shl": OpDef(lambda t, a: t[0] << t[1], lambda xs, a: _wrapping(np.left_shift)(*xs),
-                 lambda xs, a, out: _shift_undef(xs, a, out) | (_signed_overflow(lambda x, y: x << y)(
-                     [xs[0], np.clip(xs[1], 0, 63)], a, out) if out.dtype.name in SIGNED else False)),
+    "shl": OpDef(lambda t, a: t[0] << t[1], lambda xs, a: _wrapping(np.left_shift)(*xs), _shift_undef),
     "shr": OpDef(lambda t, a: t[0] >> t[1], lambda xs, a: _wrapping(np.right_shift)(*xs), _shift_undef),
 }
 COMPARE = {
@@ -244,11 +248,12 @@ COMPARE = {
 # which dtypes each elementwise op is drawn for
 UNARY_DTYPES = {"neg": INTS + FLOATS, "abs": SIGNED + FLOATS, "square": INTS + FLOATS, "relu": SIGNED + FLOATS,
                 "trunc": FLOATS, "floor": FLOATS, "ceil": FLOATS, "reciprocal": FLOATS, "sqrt": FLOATS,
-                "invert": ("bool", *INTS), "logical_not": ("bool",)}
+                "invert": ("bool", *INTS), "logical_not": ("bool",), "round": FLOATS + SIGNED,
+                "sign": INTS + FLOATS}
 BINARY_DTYPES = {"add": INTS + FLOATS, "sub": INTS + FLOATS, "mul": INTS + FLOATS, "div": FLOATS,
                  "maximum": INTS + FLOATS, "minimum": INTS + FLOATS, "floordiv": INTS + FLOATS,
-                 "mod": INTS + FLOATS, "and": ("bool", *INTS), "or": ("bool", *INTS), "xor": ("bool", *INTS),
-                 "shl": INTS, "shr": INTS}
+                 "mod": INTS + FLOATS, "fmod": INTS + FLOATS, "and": ("bool", *INTS), "or": ("bool", *INTS),
+                 "xor": ("bool", *INTS), "shl": INTS, "shr": INTS}
 TRANSCENDENTAL = {
     "exp": (lambda t: t.exp(), np.exp), "log": (lambda t: t.log(), np.log),
     "exp2": (lambda t: t.exp2(), np.exp2), "log2": (lambda t: t.log2(), np.log2),
@@ -256,6 +261,9 @@ TRANSCENDENTAL = {
     "tanh": (lambda t: t.tanh(), np.tanh), "sigmoid": (lambda t: t.sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
     "rsqrt": (lambda t: t.rsqrt(), lambda x: 1 / np.sqrt(x)),
     "pow": (lambda t: t.pow(t.flip(-1) if t.ndim else t), lambda x: np.power(x, np.flip(x, -1) if x.ndim else x)),
+    **{name: (lambda t, name=name: getattr(t, name)(), ref) for name, ref in (
+        ("asin", np.arcsin), ("acos", np.arccos), ("atan", np.arctan), ("sinh", np.sinh), ("cosh", np.cosh),
+        ("tan", np.tan), ("asinh", np.arcsinh), ("acosh", np.arccosh), ("atanh", np.arctanh))},
 }
 INEXACT_REDUCE = ("sum", "mean", "prod")
 
@@ -521,8 +529,8 @@ _EXACT_REDUCE = ("max", "min", "any", "all", "argmax", "argmin", "sum")
 
 
 def _reduce_ref(node: Node, x: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A reduction's value and defined mask: undefined where any reduced element is, or where a signed
-    integer sum leaves its dtype's range."""
+    """A reduction's value and defined mask: undefined where any reduced element is (an integer sum past its
+    dtype's range wraps as numpy's, and is compared)."""
     axis, keep = node.arg
     with np.errstate(all="ignore"):
         out = _np_reduce(node.op, x, axis, keep, "float64" if is_inexact(node) else node.dtype)
@@ -530,8 +538,4 @@ def _reduce_ref(node: Node, x: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray
     if node.op in ("max", "min") and is_float(x.dtype) and x.size:  # which zero: see _zero_sign_undef
         x64 = x.astype(np.float64)
         mask = mask & ~(np.any((x64 == 0) & np.signbit(x64), axis=axis, keepdims=keep) & (out == 0))
-    if node.op == "sum" and node.dtype in SIGNED and x.size:
-        wide = x.astype(object).sum(axis=axis, keepdims=keep)
-        info = np.iinfo(node.dtype)
-        mask = mask & np.asarray((wide >= info.min) & (wide <= info.max), bool)
     return out, mask

@@ -89,9 +89,25 @@ def test_max_pool1d_return_indices() -> None:
                                                                               return_indices=True)[1].numpy())
 
 
-def test_conv_padding_mode_other_than_zeros_is_refused() -> None:
-    with pytest.raises(NotImplementedError, match="padding_mode"):
-        nn.Conv2d(3, 8, 3, padding=1, padding_mode="reflect")
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+@pytest.mark.parametrize(("cls", "tcls", "shape", "kw"), [
+    (nn.Conv1d, torch.nn.Conv1d, (2, 3, 9), {"kernel_size": 3, "padding": 2}),
+    (nn.Conv2d, torch.nn.Conv2d, (2, 3, 6, 7), {"kernel_size": 3, "padding": (1, 2), "stride": 2}),
+    (nn.Conv2d, torch.nn.Conv2d, (3, 5, 6), {"kernel_size": (3, 4), "padding": "same"}),  # unbatched
+])
+def test_conv_padding_modes(device, mode, cls, tcls, shape, kw) -> None:
+    """torch's padding modes: the input padded by the mode, then convolved without padding."""
+    torch.manual_seed(7)
+    cin = shape[-cls.nd - 1]
+    theirs = tcls(cin, 4, padding_mode=mode, **kw)
+    ours = cls(cin, 4, padding_mode=mode, device=device, **kw)
+    params = copy_params(ours, theirs)
+    check(device, ours, theirs, [_x(*shape)], params, what=mode)
+
+
+def test_conv_padding_mode_is_checked() -> None:
+    with pytest.raises(ValueError, match="padding_mode must be"):
+        nn.Conv2d(3, 8, 3, padding=1, padding_mode="mirror")
 
 
 @pytest.mark.parametrize(("cls", "tcls", "shape", "kw"), [

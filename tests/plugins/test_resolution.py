@@ -11,9 +11,30 @@ from tolk_core.plugins import Availability, BackendSpec, Device, hookimpl, regis
 from tolk_core.runtime import Allocator, CompiledDevice, Compiler, Program
 
 
+class FakeAllocator(Allocator):
+    def _alloc(self, nbytes):
+        return bytearray(nbytes)
+
+    def copyin(self, handle, src):
+        handle[:] = src
+
+    def copyout(self, dest, handle):
+        dest[:] = handle
+
+
+class FakeCompiler(Compiler):
+    def compile(self, src):
+        return src.encode()
+
+
+class FakeProgram(Program):
+    def __call__(self, *bufs, global_size=(1, 1, 1), local_size=None, vals=(), wait=False):
+        return None
+
+
 class FakeDevice(CompiledDevice):
     def __init__(self, name):
-        super().__init__(name, Allocator(), Compiler(), Program)
+        super().__init__(name, FakeAllocator(), FakeCompiler(), FakeProgram)
 
 
 def fake_backends():

@@ -42,9 +42,21 @@ class CountingAllocator(Allocator):
         return handle[byte_offset:byte_offset + nbytes]
 
 
+class NoKernels(Compiler):
+    """A memory-only device's compiler (the device contract requires one, docs/plugins.md section 4)."""
+
+    def compile(self, src):
+        raise CompileError("MEM runs no kernels", src, "")
+
+
+class NoLaunch(Program):
+    def __call__(self, *bufs, global_size=(1, 1, 1), local_size=None, vals=(), wait=False):
+        raise RuntimeError("MEM runs no kernels")
+
+
 class MemDevice(CompiledDevice):
     def __init__(self, name):
-        super().__init__(name, CountingAllocator(), Compiler(), Program)
+        super().__init__(name, CountingAllocator(), NoKernels(), NoLaunch)
 
 
 @pytest.fixture

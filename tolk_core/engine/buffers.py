@@ -56,6 +56,27 @@ def base_buffer(u: UOp) -> UOp | None:
     return base if base.op is Op.BUFFER else None
 
 
+def host_memory(u: UOp) -> tuple[memoryview, Buffer] | None:
+    """The host memory of realized value `u` (its BUFFER read whole and in order) and the runtime Buffer
+    holding it, where the device computes on host memory (`Allocator.host_memory`); None otherwise."""
+    if (buf := base_buffer(u)) is None:
+        return None
+    rb = runtime_buffer(buf)
+    mv = rb.allocator.host_memory(rb.handle)
+    return None if mv is None else (mv, rb)
+
+
+def adopt_host(arr: np.ndarray, dtype: DType, device: str) -> UOp | None:
+    """New storage on `device` that is `arr`'s own memory (C-contiguous, writable, aligned), viewed in its
+    shape, where the device's allocator can compute on host memory (`Allocator.adopt`); None where it cannot."""
+    rb = Buffer(device, arr.size, dtype)
+    if (handle := rb.allocator.adopt(arr)) is None:
+        return None
+    buf = new_buffer(device, arr.size, dtype)
+    _buffers[buf] = rb.adopt(handle)
+    return view_as(buf, arr.shape)
+
+
 def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
     """Copy a realized value (a BUFFER viewed by reshapes) out to a new numpy array."""
     buf = base_buffer(u)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tolk_core import config
 from tolk_core.codegen import KernelSource, generate
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine import buffers
+from tolk_core.engine import buffers, progress
 from tolk_core.engine.source_cache import generate_cached
 from tolk_core.errors import CompileError, IndexWidthError, TolkError
 from tolk_core.ir.calls import KernelCode
@@ -60,12 +60,17 @@ def arg_device(u: UOp) -> str:
     return u.arg[2] if u.op is Op.PARAM else buffers.buffer_device(u)
 
 
-def render_together(asts: Sequence[UOp], renderer: Renderer, cached: bool = True) -> tuple[str, list[KernelSource]]:
+def render_together(asts: Sequence[UOp], renderer: Renderer, cached: bool = True,
+                    each: Callable[[], None] | None = None) -> tuple[str, list[KernelSource]]:
     """The module text holding every distinct kernel of `asts` once, and each AST's KernelSource, in
     `renderer`'s dialect. `cached=False` generates every source anew (the conformance suite checks exactly
-    what codegen makes)."""
+    what codegen makes); `each()`, when given, is called after each kernel is rendered (progress)."""
     make = generate_cached if cached else generate
-    sources = [_code_source(ast.arg) if isinstance(ast.arg, KernelCode) else make(ast, renderer) for ast in asts]
+    sources = []
+    for ast in asts:
+        sources.append(_code_source(ast.arg) if isinstance(ast.arg, KernelCode) else make(ast, renderer))
+        if each is not None:
+            each()
     unique = {ks.name: ks.source for ks in sources}
     return renderer.render_module(list(unique.values())), sources
 
@@ -83,8 +88,9 @@ def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
         dev = arg_device(call.src[1])
         if (Device[dev], call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
             missing.setdefault(dev, []).append(call.src[0])
-    for dev, asts in missing.items():
-        _compile_together(dev, asts)
+    with progress.showing(sum(len(asts) for asts in missing.values())) as shown:
+        for dev, asts in missing.items():
+            _compile_together(dev, asts, shown)
     return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src]
 
 
@@ -97,11 +103,15 @@ def to_program(ast: UOp, device: str) -> UOp:
     return UOp(Op.PROGRAM, dtypes.void, (ast,), CompiledKernel(device, prg, ks))
 
 
-def _compile_together(name: str, asts: list[UOp]) -> None:
+def _compile_together(name: str, asts: list[UOp], shown: progress.Progress | None = None) -> None:
     device = Device[name]
-    module, sources = render_together(asts, device.renderer)
+    if shown is not None:
+        shown.rendering(name)
+    module, sources = render_together(asts, device.renderer, each=shown.kernel_rendered if shown else None)
     if config.get("DEBUG") >= 4:
         print(module)
+    if shown is not None:
+        shown.compiler_running()
     start = time.perf_counter()
     GlobalCounters.kernels_compiled += len({ks.name for ks in sources})
     lib = _compile_named(device, name, module, sources)

@@ -172,6 +172,10 @@ class _GraphStep:
         self._update(inputs, var_vals)
         self.graph(wait=wait)
         GlobalCounters.kernels_launched += self.n
+        GlobalCounters.graph_replays += 1
+        GlobalCounters.graph_kernels += self.n
+        if config.get("DEBUG") >= 2:  # one line per batched replay (docs/jit.md, seeing the batching)
+            print(f"graph {self.device}: replayed {self.n} kernels in one batch ({type(self.graph).__name__})")
 
     def profiled(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
         """Launch the batch's kernels one by one (the Graph contract: the same results), each waited for and

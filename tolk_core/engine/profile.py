@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tolk_core.codegen.linearize import range_deps
+from tolk_core.engine import viz
 from tolk_core.engine.scoped import Scopes
 from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.dtype import PtrDType, dtypes
@@ -223,12 +225,27 @@ class ProfileRow:
         return self.executed / self.nominal if self.nominal else 1.0
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a profile kept launch by launch (`profile(trace=...)`): its kernel, device, end on the
+    host clock (`time.perf_counter()` when the launch returned) and duration in seconds, and its cost."""
+    name: str
+    device: str
+    end_s: float
+    seconds: float
+    cost: LaunchCost
+
+
 @dataclass
 class Profile:
-    """What one `profile()` block recorded (module docstring). `rows`: per kernel, the most time first."""
+    """What one `profile()` block recorded (module docstring). `rows`: per kernel, the most time first;
+    `launches`: each launch in order, kept when the profile was opened with a trace (else None)."""
     _rows: dict[tuple[str, str], ProfileRow] = field(default_factory=dict)
+    launches: list[Launch] | None = None
 
     def add(self, device: str, name: str, seconds: float, call: UOp, cost: LaunchCost) -> None:
+        if self.launches is not None:
+            self.launches.append(Launch(name, device, time.perf_counter(), seconds, cost))
         if (row := self._rows.get((device, name))) is None:
             info = call.arg if isinstance(call.arg, KernelInfo) else _NO_INFO
             row = self._rows[(device, name)] = ProfileRow(name, device, ops=info.ops_text())
@@ -265,22 +282,33 @@ _profiles: Scopes[Profile] = Scopes("tolk_profiles")
 
 
 def profiling() -> bool:
-    """Whether a profile is open (launches wait and are recorded)."""
-    return bool(_profiles.open())
+    """Whether a profile is open or VIZ records (launches wait and are recorded)."""
+    return bool(_profiles.open()) or viz.timing()
 
 
-def profile() -> contextlib.AbstractContextManager[Profile]:
-    """Record every kernel launched inside the block; the yielded Profile's `rows` hold them afterwards."""
-    return _profiles.enter(Profile())
+@contextlib.contextmanager
+def profile(trace: str | os.PathLike[str] | None = None) -> Iterator[Profile]:
+    """Record every kernel launched inside the block; the yielded Profile's `rows` hold them afterwards. With
+    `trace`, each launch is kept too, and written to that file when the block ends as a Chrome / Perfetto
+    trace (`engine/trace.py`; open it in ui.perfetto.dev or chrome://tracing)."""
+    prof = Profile(launches=[] if trace is not None else None)
+    with _profiles.enter(prof):
+        try:
+            yield prof
+        finally:
+            if trace is not None:
+                from tolk_core.engine.trace import write_trace  # deferred: only a traced profile needs it
+                write_trace(prof, trace)
 
 
 def record(device: str, name: str, seconds: float, call: UOp, var_vals: dict[str, int],
            cost: LaunchCost | None = None) -> None:
     """Record one launch of kernel CALL `call` in every open profile (`cost`: its launch_cost, if known)."""
-    if profs := _profiles.open():
+    if (profs := _profiles.open()) or viz.timing():
         cost = cost if cost is not None else launch_cost(call, var_vals)
         for p in profs:
             p.add(device, name, seconds, call, cost)
+        viz.note_launch(call, seconds, cost)
 
 
 def timed(launch: Callable[..., float | None], *args, **kwargs) -> float:

@@ -9,7 +9,7 @@ variable values, scheduling settings and placements (the digest of the current l
 graph position, `placements.digest`), reuses that LINEAR with this call's buffers and fresh storage for its
 outputs and intermediates, so a repeated realize skips scheduling; the placement decisions the cached compile
 made are replayed onto this graph's nodes in the current lineage. With DEBUG>=3 (placement dumps) every call
-schedules anew.
+schedules anew, and so does every call while VIZ records (engine/viz.py).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine import buffers
+from tolk_core.engine import buffers, viz
 from tolk_core.engine.target import reading
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -54,6 +54,11 @@ def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp], nodes: Se
     each intermediate the scheduler stores. `nodes`, when given, are the graph's nodes that can name another
     device (a caller that walked the graph already passes them: a walk of a deep graph is not free)."""
     target = reading(target, sink.toposort() if nodes is None else nodes)
+    if viz.active():  # recorded for the HTML view (docs/viz.md)
+        def both(nb: Callable[[UOp], UOp]) -> tuple[UOp, UOp]:
+            prepared = prepare_rangeify(sink, target)
+            return prepared, create_linear(prepared, nb, target)
+        return viz.note_lower(target.device, sink, both, new_buffer, lambda: structure(sink))
     return create_linear(prepare_rangeify(sink, target), new_buffer, target)
 
 
@@ -63,10 +68,10 @@ def schedule(target: Target, values: Sequence[UOp]) -> Schedule:
     nodes = sink.toposort()
     inputs = [u for u in nodes if u.op is Op.BUFFER]
     lineage = placements.current()
-    key = (target.device, _structure(sink), tuple(sorted(var_vals.items())),
+    key = (target.device, structure(sink), tuple(sorted(var_vals.items())),
            tuple(config.get(k) for k in _SCHEDULE_SETTINGS),
            placements.digest(sink, lineage.placements, lineage.inline_preferences)) \
-        if config.get("DEBUG") < 3 else None
+        if config.get("DEBUG") < 3 and not viz.active() else None
     if key is not None and (hit := _schedules.get(key)) is not None:
         template, fresh, n_out, decisions = hit
         placements.replay(nodes, decisions)
@@ -109,7 +114,7 @@ def schedule_stores(target: Target, sink: UOp) -> Schedule:
     return Schedule(lower(target, sink, new_buffer), [], var_vals)
 
 
-def _structure(sink: UOp) -> tuple:
+def structure(sink: UOp) -> tuple:
     """`sink`'s graph as plain data, BUFFERs numbered in order of appearance: equal for structurally equal
     graphs, and holding no node of the graph (a key that held the user's nodes would keep their computed
     results alive in the value cache)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tolk_core.errors import PluginError
 from tolk_core.ir.ops import Op
 from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp
@@ -41,6 +42,12 @@ def target_for(name: str) -> Target:
 
 def _read(dev: Any) -> Target:
     alloc, renderer = dev.allocator, dev.renderer
+    if renderer is None:  # the registry attached no RendererSpec: nothing can generate this device's kernels
+        raise PluginError(f"device {dev.name} ({Device.provider(dev.name)}) has no renderer: no installed plugin "
+                          f"supplies a RendererSpec for {dev.name.partition(':')[0]}, so Tolk cannot generate its "
+                          "kernels (contract tolk_renderers). Fix: yield RendererSpec(device="
+                          f"{dev.name.partition(':')[0]!r}, ...) from a tolk_renderers hook (docs/plugins.md, "
+                          "section 2)")
     makes_views = type(alloc).offset is not Allocator.offset
     return Target(dev.name, is_disk=False, view_alignment=int(alloc.offset_alignment) if makes_views else None,
                   local_arrays=renderer is None or renderer.local_arrays, renderer=renderer)

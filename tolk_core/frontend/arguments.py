@@ -26,7 +26,7 @@ def is_integer(x: Any) -> bool:
 
 def as_size(x: Any, what: str = "a size") -> sint:
     """`x` as a size: an int (numpy integers converted) or a symbolic size; else ArgumentTypeError."""
-    if isinstance(x, UOp):
+    if type(x) is int or isinstance(x, UOp):
         return x
     if not is_integer(x):
         raise ArgumentTypeError(f"{what} must be an integer, got {type(x).__name__} {x!r}: pass an int "

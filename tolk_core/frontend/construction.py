@@ -27,10 +27,24 @@ if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Scalar, Tensor
 
 
+# canonical names already resolved under one registry snapshot (the registry object itself is kept, so a rebuilt
+# registry is seen by identity): every op's new Tensor resolves its device, almost always an already canonical
+# name, and canonicalization is a pure function of the snapshot
+_resolved: tuple[object, dict[str, str]] = (None, {})
+
+
 def resolve_device(device: str | None) -> str:
     """The canonical name of `device` (e.g. "cpu:0" -> "CPU"), or the default device when None."""
-    from tolk_core.plugins import Device
-    return Device.canonicalize(device) if device is not None else Device.DEFAULT
+    from tolk_core.plugins import Device  # (the plugins load at first use, not when the front end is imported)
+    if device is None:
+        return Device.DEFAULT
+    global _resolved
+    registry, names = _resolved
+    if registry is not (current := Device.registry):
+        registry, names = _resolved = (current, {})
+    if (canon := names.get(device)) is None:
+        canon = names[device] = Device.canonicalize(device)
+    return canon
 
 
 def as_const(value: Scalar, dt: DType) -> Scalar:

@@ -1,6 +1,8 @@
 """Elementwise ops: one output element from the elements at the same index of the (broadcast) inputs.
-Arithmetic, comparisons, `where`, casts and bitcast, floor division and modulo, powers, transcendental and
-activation functions, clipping, logical and bitwise operators.
+Arithmetic, comparisons, `where`, casts and bitcast, rounding (`round` half to even), classification (`isnan`,
+`isinf`, `isfinite`), `sign`, floor division and modulo (`fmod` too), powers, exp/log/trig and activation
+functions, clipping, logical and bitwise operators. The inverse trigonometric and hyperbolic functions live in
+transcendental.py and torch's further activations in activations.py; their mixins are bases of this one.
 
 An op belongs here when it maps elements one to one (after broadcasting). Every method composes the IR's
 primitive ALU ops through `_alu`; `_coerce` gives two operands one dtype and one shape first, with numpy/torch
@@ -29,9 +31,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tolk_core.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+from tolk_core.frontend.activations import ActivationMixin
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape
+from tolk_core.frontend.transcendental import TranscendentalMixin, sign_bit
 from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
@@ -48,7 +52,7 @@ _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.278
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 
-class ElementwiseMixin:
+class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
     """Elementwise operations; mixed into `Tensor` (see the module docstring for semantics)."""
 
     __slots__ = ()
@@ -69,7 +73,7 @@ class ElementwiseMixin:
                                         "Tensor, a scalar or an ndarray (make it one, e.g. Tensor(np.asarray(x)))")
             other = other.item() if isinstance(other, np.generic) else other
             dt = weak_promote(self.dtype, other)  # as_const refuses an int that dt cannot hold
-            a, b = self, type(self)(UOp.const(dt, as_const(other, dt)), self.device)
+            a, b = self, self._wrap(UOp.const(dt, as_const(other, dt)))
         a, b = a.cast(dt), b.cast(dt)
         shape = broadcast_shape(a.shape, b.shape)
         a, b = a._broadcast_to(shape), b._broadcast_to(shape)
@@ -78,13 +82,19 @@ class ElementwiseMixin:
     def _alu(self: Tensor, op: Op, *others: Tensor, dtype: DType | None = None) -> Tensor:
         if others:
             check_devices(op.name.lower(), (self, *others))
-        return type(self)(UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others))), self.device)
+        u = UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others)))
+        shape = self.shape
+        if not hasattr(u, "_shape") and all(o.shape == shape for o in others):  # else UOp.shape names the mismatch
+            object.__setattr__(u, "_shape", shape)
+        return self._wrap(u)
 
     def _binary(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
         a, b = self._coerce(other, reflected)
         return a._alu(op, b)
 
     def cast(self: Tensor, dtype: Any) -> Tensor:
+        if dtype is self.dtype:
+            return self
         dt = dtypes.parse(dtype)
         return self if dt == self.dtype else self._alu(Op.CAST, dtype=dt)
 
@@ -203,6 +213,62 @@ class ElementwiseMixin:
             return self
         t = self.trunc()
         return (t < self).where(t + 1, t)
+
+    def round(self: Tensor) -> Tensor:
+        """Round half to even (numpy's `round`, torch's `round`); integers and bools are unchanged. A zero
+        result keeps the input's sign (round(-0.4) = -0.0); values from 2^(mantissa bits) on are integers already,
+        and +-inf and NaN stay. Half floats round in float32 (their results are exact there)."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        if self.dtype.itemsize == 2:
+            return self.cast(dtypes.float32).round().cast(self.dtype)
+        whole = 2.0 ** (23 if self.dtype.itemsize == 4 else 52)
+        fl = self.floor()
+        frac = self - fl  # exact: x and floor(x) share their leading bits
+        odd = (fl - (fl * 0.5).floor() * 2) == 1
+        up = (frac > 0.5) | ((frac == 0.5) & odd)
+        r = up.where(fl + 1, fl)
+        r = (r == 0).where(_signed_zero(self), r)
+        return (self.abs() < whole).where(r, self.detach())  # NaN and inf: not below `whole`
+
+    def isnan(self: Tensor) -> Tensor:
+        """True where the element is NaN (never for integers and bools)."""
+        return self != self if dtypes.is_float(self.dtype) else self.full_like(False, dtypes.bool)
+
+    def isinf(self: Tensor) -> Tensor:
+        """True where the element is +inf or -inf (never for integers and bools)."""
+        if not dtypes.is_float(self.dtype):
+            return self.full_like(False, dtypes.bool)
+        return (self == math.inf) | (self == -math.inf)
+
+    def isfinite(self: Tensor) -> Tensor:
+        """True where the element is neither infinite nor NaN (always for integers and bools)."""
+        if not dtypes.is_float(self.dtype):
+            return self.full_like(True, dtypes.bool)
+        return (self < math.inf) & (self > -math.inf)
+
+    def sign(self: Tensor) -> Tensor:
+        """-1, 0 or 1 in this dtype (numpy's `sign`): sign(-0.0) = 0.0, NaN gives NaN (torch gives 0 there); bools
+        are unchanged, unsigned integers give 0 or 1."""
+        if dtypes.is_bool(self.dtype):
+            return self
+        if dtypes.is_float(self.dtype):
+            return (self > 0).where(1.0, (self < 0).where(-1.0, (self == 0).where(0.0, self)))
+        pos = (self > 0).cast(self.dtype)
+        return pos if dtypes.is_unsigned(self.dtype) else pos - (self < 0).cast(self.dtype)
+
+    def fmod(self: Tensor, other: Any) -> Tensor:
+        """C's fmod (numpy's `fmod`, torch's `fmod`): the remainder of division truncated toward zero, with the
+        dividend's sign (`%` takes the divisor's). Floats: fmod(x, 0), fmod(+-inf, y) and NaN give NaN,
+        fmod(x, +-inf) = x, signed zeros kept. Integers: x fmod 0 is 0, as numpy gives (and `%` does), and
+        INT_MIN fmod -1 is 0."""
+        a, b = self._coerce(other)
+        if dtypes.is_bool(a.dtype):
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        if dtypes.is_float(a.dtype):
+            return a._alu(Op.MOD, b)
+        trap = (b == 0) | (b == -1) if not dtypes.is_unsigned(a.dtype) else b == 0  # C traps at x/0 and INT_MIN/-1
+        return trap.where(0, a._alu(Op.MOD, trap.where(1, b)))
 
     # ---- floor division and modulo ----
     def _divmod(self: Tensor, other: Any, reflected: bool) -> tuple[Tensor, Tensor]:
@@ -481,14 +547,9 @@ class ElementwiseMixin:
         return self if dt == self.dtype else type(self)(UOp(Op.BITCAST, dt, (self.uop,)), self.device)
 
 
-def _sign_bit(x: Tensor) -> Tensor:
-    """C's signbit(x) for floats other than NaN: True for negative x, -0.0 and -inf."""
-    return (x < 0) | ((x == 0) & (x.reciprocal() < 0))
-
-
 def _signed_zero(x: Tensor) -> Tensor:
     """0.0 carrying the sign of `x` (C's copysign(0, x)): -0.0 for negative x and for -0.0 itself."""
-    return _sign_bit(x).where(-0.0, 0.0).cast(x.dtype)
+    return sign_bit(x).where(-0.0, 0.0).cast(x.dtype)
 
 
 def _float_pow(a: Tensor, b: Tensor) -> Tensor:
@@ -501,7 +562,7 @@ def _float_pow(a: Tensor, b: Tensor) -> Tensor:
     odd = integral & ((b - (b * 0.5).floor() * 2) == 1)  # inf - inf is NaN: an infinite exponent is even
     one = (b == 0) | (a == 1) | ((a == -1) & (b.abs() == math.inf))
     undefined = (a < 0) & (a != -math.inf) & integral.logical_not()
-    signed = (odd & _sign_bit(a)).where(-mag, mag)
+    signed = (odd & sign_bit(a)).where(-mag, mag)
     return one.where(1.0, undefined.where(math.nan, signed))
 
 

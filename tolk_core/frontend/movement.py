@@ -76,8 +76,11 @@ class MovementMixin:
     __slots__ = ()
 
     def _mop(self: Tensor, op: Op, arg: Any) -> Tensor:
-        movement_shape(op, self.shape, arg)  # validates, raising ShapeError
-        return type(self)(UOp(op, self.dtype, (self.uop,), arg), self.device)
+        shape = movement_shape(op, self.shape, arg)  # validates, raising ShapeError
+        u = UOp(op, self.dtype, (self.uop,), arg)
+        if not hasattr(u, "_shape"):  # known now: the node need not work it out again (UOp.shape)
+            object.__setattr__(u, "_shape", shape)
+        return self._wrap(u)
 
     def reshape(self: Tensor, *shape: Any) -> Tensor:
         shape = self._shape_arg(shape)
@@ -113,7 +116,12 @@ class MovementMixin:
         return x if new == x.shape else x._mop(Op.EXPAND, new)
 
     def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
-        return self if self.shape == shape else self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+        """This tensor broadcast to `shape`, which `broadcast_shape` gave (so valid: no checks again)."""
+        own = self.shape
+        if own == shape:
+            return self
+        x = self._mop(Op.RESHAPE, (1,) * (len(shape) - len(own)) + own) if len(own) < len(shape) else self
+        return x if x.shape == shape else x._mop(Op.EXPAND, shape)
 
     def transpose(self: Tensor, d0: int = -2, d1: int = -1) -> Tensor:
         order = list(range(self.ndim))

@@ -22,7 +22,8 @@ import numpy as np
 from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.movement import broadcast_shape
-from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.dtype import dtypes, promote_types
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import prod
 
 if TYPE_CHECKING:
@@ -89,9 +90,15 @@ class NNMixin:
                              f"{b.shape[-2]} differ")
         batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
         n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
-        a = a._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
-        b = b._broadcast_to(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
-        prod = a * b
+        dt = promote_types(a.dtype, b.dtype)
+        # the product as movements the checks above have made valid: built with the internal ops directly (the
+        # public reshape/expand would validate each again; this is the front end's most used composite)
+        nb = len(batch)
+        a = a.cast(dt)._broadcast_to(batch + (n, k))._mop(Op.RESHAPE, batch + (n, 1, k))
+        b = b.cast(dt)._broadcast_to(batch + (k, m))._mop(Op.PERMUTE, tuple(range(nb)) + (nb + 1, nb))
+        b = b._mop(Op.RESHAPE, batch + (1, m, k))
+        full = batch + (n, m, k)
+        prod = a._broadcast_to(full)._alu(Op.MUL, b._broadcast_to(full))
         # numpy's matmul keeps the operands' dtype: integers accumulate in it (a sum would widen to int64), bools
         # are an OR of ANDs
         kind = prod.dtype.kind

@@ -1,5 +1,5 @@
 """Reductions: ops that combine the elements along axes into one: `sum`, `max`, `min`, `mean`, `prod`, `var`,
-`std`, `argmax`, `argmin`, `any`, `all`.
+`std`, `argmax`, `argmin`, `any`, `all`, `logsumexp` (the scans `cumsum`/`cumprod` come from scans.py).
 
 An op belongs here when its output drops (or keeps as size 1, with `keepdim`) the axes it combines. Each is
 one REDUCE_AXIS (ADD, MUL or MAX) over elementwise ops, through `_reduce`; `axis` is an int, a sequence of ints
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tolk_core.errors import ShapeError
 from tolk_core.frontend.movement import normalize_axis
+from tolk_core.frontend.scans import ScanMixin
 from tolk_core.ir.dtype import DType, dtypes, sum_acc_dtype
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod, resolve
@@ -34,7 +35,7 @@ def is_half(dt: DType) -> bool:
     return dtypes.is_float(dt) and dt.itemsize == 2
 
 
-class ReductionMixin:
+class ReductionMixin(ScanMixin):
     """Reductions; mixed into `Tensor`."""
 
     __slots__ = ()
@@ -57,7 +58,7 @@ class ReductionMixin:
         out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
         if op is Op.MAX and not empty_ok and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
             raise ShapeError(f"cannot take {op.name.lower()} over an empty axis of shape {self.shape}")
-        ret = type(self)(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes)), self.device) if axes else x
+        ret = x._wrap(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes))) if axes else x
         return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
@@ -91,6 +92,22 @@ class ReductionMixin:
         x = self._as_float()
         out = x.sum(axis, keepdim, dtype=dtypes.float32 if is_half(x.dtype) else None)  # numpy: float32 inside
         return (out / n if n else out * float("nan")).cast(x.dtype)
+
+    def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(x))) over `axis`, stable: the maximum m is subtracted first (log(sum(exp(x - m))) + m), so
+        no exp overflows. A row of -inf gives -inf, one holding +inf gives inf, NaN propagates; an empty axis
+        gives -inf (torch's). The gradient is softmax's (m is held constant: its share cancels exactly).
+        Integers and bools compute in the default float; float16/bfloat16 in float32, returned in their dtype."""
+        x = self._as_float()
+        if is_half(x.dtype):
+            return x.cast(dtypes.float32).logsumexp(axis, keepdim).cast(x.dtype)
+        axes = self._axes(axis)
+        if any(x.shape[a] == 0 for a in axes) if x.ndim else False:
+            return x.sum(axis, keepdim) + -math.inf
+        m = x.max(axis, keepdim=True).detach()
+        m = (m.isfinite()).where(m, 0.0)  # +-inf or NaN: exp(x - 0) gives the answer (inf, 0 -> -inf, NaN)
+        out = (x - m).exp().sum(axis, keepdim=True).log() + m
+        return out if keepdim else out.reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))
 
     def any(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         return self.cast(dtypes.bool)._reduce(Op.MAX, axis, keepdim, empty_ok=True)

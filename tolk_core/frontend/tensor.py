@@ -22,6 +22,7 @@ module whose docstring describes it:
 - einsum.py: Einstein summation (`Tensor.einsum`)
 - nn_ops.py: model-level composites (`matmul`, `softmax`, `conv2d`, ...)
 - random.py: seeded random tensors
+- interop.py: memory shared with numpy, torch and DLPack (`__array__`, `__dlpack__`, `from_dlpack`)
 
 The mixins build new tensors with `type(self)(uop, device)` and never import this module at run time. Their
 underscore methods (`_alu`, `_coerce`, `_mop`, `_reduce`, `_axes`, `_broadcast_to`, `_as_float`, ...) are the
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,7 @@ from tolk_core.frontend.einsum import EinsumMixin
 from tolk_core.frontend.elementwise import ElementwiseMixin
 from tolk_core.frontend.gather_scatter import GatherScatterMixin
 from tolk_core.frontend.indexing import IndexingMixin
+from tolk_core.frontend.interop import InteropMixin
 from tolk_core.frontend.movement import MovementMixin
 from tolk_core.frontend.nn_ops import NNMixin
 from tolk_core.frontend.random import RandomMixin
@@ -160,7 +162,7 @@ def _python_data_dtype(arr: np.ndarray, dt: DType | None) -> DType:
 
 
 class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, GatherScatterMixin,
-             SortingMixin, EinsumMixin, NNMixin, RandomMixin):
+             SortingMixin, EinsumMixin, NNMixin, RandomMixin, InteropMixin):
     """A lazily evaluated n-dimensional array on one device. Its state, data access and storage writes live
     here; its ops come from the mixins, one module per subject (see the module docstring)."""
 
@@ -172,11 +174,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
     def __init__(self, data: Any, device: str | None = None, dtype: Any = None):
         self.device = resolve_device(device)
         if isinstance(data, UOp):
-            self.uop = data
-            if data.op is Op.CONST:
-                placements.seed_constant(data)
-            elif not views_storage(data):
-                _lazy[id(self)] = self
+            self._adopt(data)
             return
         if isinstance(data, Tensor):
             data = data.numpy()
@@ -200,12 +198,32 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         for hook in upload_hooks:
             hook(data, buf)
 
+    def _adopt(self, u: UOp) -> None:
+        self.uop = u
+        if u.op is Op.CONST:
+            placements.seed_constant(u)
+        elif not views_storage(u):
+            _lazy[id(self)] = self
+
+    def _wrap(self, u: UOp) -> Tensor:
+        """A new tensor of node `u` on this tensor's device, which is canonical already: the ops' fast path (a
+        Tensor built from a UOp and a device name resolves the name first)."""
+        t = object.__new__(type(self))
+        t.device = self.device
+        t._adopt(u)
+        return t
+
     # ---- properties ----
     @property
     def shape(self) -> tuple[int, ...]:
         # typed as ints, which every size is but a bound Variable's (a UOp): the shape arithmetic of the front end
         # treats sizes as ints, and symbolic sizes pass through it unchanged
-        return tuple(self.uop.tensor_shape)  # type: ignore[arg-type]  # a bound Variable's size is a UOp
+        # the front end asks for shapes dozens of times per op: the node's cached shape first
+        try:
+            shape = self.uop._shape
+        except AttributeError:
+            shape = self.uop.tensor_shape
+        return shape if shape is not None else self.uop.tensor_shape  # type: ignore[return-value]
 
     @property
     def dtype(self) -> DType:
@@ -248,6 +266,14 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         return Tensor(out, self.device)
 
     def numpy(self) -> np.ndarray:
+        """A copy of the data (`np.asarray(t)` shares it where it can: frontend/interop.py)."""
+        with self._reading():
+            return storage.to_numpy(self.uop, self.shape, self.dtype)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """The checks of a read of the data, then the realize; the read happens inside (under the read guard's
+        lock, so no jitted call overwrites the data mid-read)."""
         if capturing():
             raise JitError("cannot read tensor data while a JIT captures: the value would be baked into every "
                            "replay. Return the tensor from the jitted function and read it outside")
@@ -259,11 +285,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
                 check(self)
             placements.seed_observed(self.uop)
             realize_tensors([self])
-            return storage.to_numpy(self.uop, self.shape, self.dtype)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self.numpy()
-        return out.astype(dtype) if dtype is not None else out
+            yield
 
     def tolist(self) -> Any:
         return self.numpy().tolist()

@@ -251,6 +251,10 @@ class RewriteStats:
 
 
 rewrite_stats = RewriteStats()
+# Called as observer(pass name, names of the rules that fired, in order) after each graph_rewrite while any is
+# registered; empty otherwise, and then no rule names are collected. Filled only while VIZ records
+# (engine/viz.py), never at import.
+rewrite_observers: list[Callable[[str, list[str]], None]] = []
 
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
@@ -265,7 +269,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
     rewritten sources (the same op, dtype and argument), so side tables keyed by nodes can follow them.
     """
     debug = config.get("DEBUG") >= 5
-    fired: list[str] | None = [] if debug else None
+    fired: list[str] | None = [] if debug or rewrite_observers else None
     replace: dict[UOp, UOp] = {}
     visited = rewrites = 0
     pm_rewrite = pm.rewrite
@@ -276,7 +280,8 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
         r = pm_rewrite(u, ctx, fired)
         if r is not None:
             rewrites += 1
-            if fired is not None:  # given exactly when debug is on
+            if debug:
+                assert fired is not None
                 print(f"[{name or 'rewrite'}] {fired[-1]}: {u.op.name} -> {r.op.name}")
         return r
 
@@ -323,4 +328,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
     rewrite_stats.visited += visited
     rewrite_stats.rewrites += rewrites
     rewrite_stats.calls += 1
+    if fired is not None:
+        for observe in rewrite_observers:
+            observe(name or "rewrite", fired)
     return replace[sink]

@@ -58,7 +58,8 @@ def _key(op: Op, dtype: DType, src: tuple, arg: Any) -> tuple:
 
 class UOp:
     """An IR node. Never mutate the four fields; build a new node with `replace`."""
-    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_topo", "_shape", "_device", "_vmin", "_vmax")
+    __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_topo", "_shape", "_device", "_vmin", "_vmax",
+                 "_simple")
     op: Op
     dtype: DType
     src: tuple[UOp, ...]
@@ -71,6 +72,8 @@ class UOp:
     # on the dtype, which a checker does not follow, so the slots are Any and `vmin`/`vmax` say int | float
     _vmin: Any
     _vmax: Any
+    # the simplifier's result for this node; None where this node is its own (a simplified node)
+    _simple: UOp | None
 
     def __new__(cls, op: Op, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         if type(src) is not tuple:
@@ -174,10 +177,21 @@ class UOp:
         return memo[self]
 
     def simplify(self) -> UOp:
-        """This expression rewritten by the symbolic simplifier (`ir.symbolic.symbolic`)."""
+        """This expression rewritten by the symbolic simplifier (`ir.symbolic.symbolic`). The simplifier is a
+        pure function of the node, so the result is remembered on it (and the result marked as simplified):
+        index expressions are simplified again at every movement they pass through, mostly unchanged."""
+        try:
+            hit = self._simple
+            return self if hit is None else hit
+        except AttributeError:
+            pass
         from tolk_core.ir.pattern import graph_rewrite
         from tolk_core.ir.symbolic import symbolic
-        return graph_rewrite(self, symbolic, name="simplify")
+        out = graph_rewrite(self, symbolic, name="simplify")
+        object.__setattr__(self, "_simple", None if out is self else out)
+        if out is not self:
+            object.__setattr__(out, "_simple", None)
+        return out
 
     # ---------------------------------------------------------------- derived facts
     @property

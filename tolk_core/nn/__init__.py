@@ -15,13 +15,28 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.errors import UnsupportedError
+from tolk_core.errors import ArgumentError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
 from tolk_core.nn import schedule, utils
+from tolk_core.nn.activation import (
+    CELU,
+    ELU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
+    LeakyReLU,
+    Mish,
+    PReLU,
+    ReLU6,
+    Softplus,
+    Softsign,
+)
 from tolk_core.nn.attention import MultiheadAttention
 from tolk_core.nn.conv_transpose import ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
+from tolk_core.nn.instance_norm import InstanceNorm1d, InstanceNorm2d
 from tolk_core.nn.module import RNG, Module, manual_seed, param, uniform_init
 from tolk_core.nn.norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
 from tolk_core.nn.pool import AvgPool1d, AvgPool2d, MaxPool1d, MaxPool2d
@@ -33,6 +48,8 @@ __all__ = ["Module", "Linear", "Conv1d", "Conv2d", "Conv3d", "LayerNorm", "Batch
            "LSTMCell", "Embedding", "Dropout", "ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Sequential", "F",
            "schedule", "utils", "manual_seed", "get_parameters", "get_state_dict", "load_state_dict"]
 __all__ += ["ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
+__all__ += ["ELU", "SELU", "CELU", "LeakyReLU", "Hardsigmoid", "Hardswish", "Hardtanh", "ReLU6", "Softplus", "Softsign",
+            "Mish", "PReLU", "InstanceNorm1d", "InstanceNorm2d"]
 
 _rng = RNG  # the initialisation generator's slot, for callers that draw from it (the kernel corpus)
 
@@ -59,18 +76,28 @@ class _ConvNd(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: Any = 1,
                  padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
                  device: str | None = None):
-        if padding_mode != "zeros":
-            raise UnsupportedError(f"Conv{self.nd}d(padding_mode={padding_mode!r}) is not supported: only 'zeros'; "
-                                   "pad the input with Tensor.pad first and use padding=0")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ArgumentError(f"Conv{self.nd}d(padding_mode={padding_mode!r}): padding_mode must be 'zeros', "
+                                "'reflect', 'replicate' or 'circular'")
         kernel = (kernel_size,) * self.nd if isinstance(kernel_size, int) else tuple(kernel_size)
         bound = 1 / math.sqrt(in_channels // groups * math.prod(kernel))
         self.weight = param(uniform_init(bound, out_channels, in_channels // groups, *kernel), device)
         self.bias = param(uniform_init(bound, out_channels), device) if bias else None
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.padding_mode = padding_mode
 
     def forward(self, x: Tensor) -> Tensor:
         conv = (F.conv1d, F.conv2d, F.conv3d)[self.nd - 1]
-        return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        if self.padding_mode == "zeros":
+            return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        # torch's other modes: the input padded by that mode first, then a convolution without padding
+        p = self.padding
+        if isinstance(p, str):
+            flat = F.named_padding(p, self.nd, tuple(self.weight.shape[2:]), self.stride, self.dilation)
+        else:
+            flat = tuple(q for v in reversed((p,) * self.nd if isinstance(p, int) else tuple(p)) for q in (v, v))
+        return conv(F.pad(x, flat, self.padding_mode), self.weight, self.bias, self.stride, 0, self.dilation,
+                    self.groups)
 
 
 class Conv1d(_ConvNd):

@@ -16,7 +16,22 @@ from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.nn.activation import (  # noqa: F401  (re-exported: the functional forms live there)
+    celu,
+    elu,
+    hardsigmoid,
+    hardswish,
+    hardtanh,
+    leaky_relu,
+    mish,
+    prelu,
+    relu6,
+    selu,
+    softplus,
+    softsign,
+)
 from tolk_core.nn.conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: F401
+from tolk_core.nn.instance_norm import instance_norm  # noqa: F401  (re-exported)
 from tolk_core.nn.resample import interpolate  # noqa: F401  (torch's F.interpolate; docs/onnx.md)
 
 
@@ -102,13 +117,13 @@ def _conv(nd: int, x: Tensor, weight: Tensor, bias: Tensor | None, stride: int |
     if weight.ndim != nd + 2:
         raise ShapeError(f"conv{nd}d needs a {nd + 2}-d weight (C_out, C_in/groups, *kernel), got {weight.shape}")
     if isinstance(padding, str):
-        padding = _named_padding(padding, nd, weight.shape[2:], stride, dilation)
+        padding = named_padding(padding, nd, weight.shape[2:], stride, dilation)
     elif not isinstance(padding, int) and len(padding) != nd:
         raise ShapeError(f"conv{nd}d padding must be an int, {nd} ints, 'valid' or 'same', got {padding!r}")
     return x.conv2d(weight, bias, groups=groups, stride=stride, dilation=dilation, padding=padding)
 
 
-def _named_padding(name: str, nd: int, kernel: tuple[int, ...], stride: int | Sequence[int],
+def named_padding(name: str, nd: int, kernel: tuple[int, ...], stride: int | Sequence[int],
                    dilation: int | Sequence[int]) -> tuple[int, ...]:
     """torch's padding="valid" / "same" as flat (before, after) pairs from the last axis back."""
     if name == "valid":

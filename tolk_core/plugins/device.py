@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import difflib
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from tolk_core import config
 from tolk_core.errors import ConfigError, DeviceUnavailableError, PluginError, UnknownDeviceError
-from tolk_core.plugins.registry import BackendRecord, Registry, get_registry
+from tolk_core.plugins import contract
+from tolk_core.plugins.registry import BackendRecord, PluginWarning, Registry, get_registry
 from tolk_core.plugins.specs import Capabilities, RendererSpec, resolve_ref
 from tolk_core.runtime import disk
 from tolk_core.runtime.compiler import Compiler
@@ -58,8 +60,24 @@ def _unknown(name: str, reg: Registry) -> UnknownDeviceError:
     msg += f" Available devices: {', '.join(usable) or 'none'}."
     if unusable:
         msg += f" Installed but unavailable: {'; '.join(unusable)}."
+    broken = [p for p in reg.plugins if p.state == "broken"]
+    likely = [p for p in broken if base.lower() in _plugin_words(p)]
+    for p in likely:  # its devices are unknown because it never registered: say so instead of "install it"
+        return UnknownDeviceError(
+            f"device {name!r} is not registered because the plugin {p.provider} (entry point {p.name!r}), which "
+            f"looks like its provider, is broken: {p.reason}. Fix: `tolk devices -v` shows the traceback; fix or "
+            f"reinstall the plugin, or disable it with TOLK_DISABLE_PLUGINS={p.dist}. {msg}")
+    if broken:
+        msg += (" Broken plugins (the devices they declare are unknown): "
+                + "; ".join(f"{p.provider} ({p.name}): {p.reason}" for p in broken) + ".")
     msg += f" A device plugin for {base} may need installing (e.g. pip install tolk-{base.lower()})."
     return UnknownDeviceError(msg)
+
+
+def _plugin_words(p: Any) -> set[str]:
+    """The names a plugin goes by, lower case: its entry point, its distribution with and without ``tolk-``."""
+    dist = p.dist.lower().replace("-", "_")
+    return {p.name.lower(), dist, dist.removeprefix("tolk_")}
 
 
 def _record(name: str, reg: Registry) -> tuple[BackendRecord, int | None]:
@@ -85,6 +103,14 @@ def _why_unusable(rec: BackendRecord, idx: int | None) -> str | None:
     if rec.spec.indexed and (idx or 0) >= rec.device_count:
         return f"index {idx} out of range: {rec.name} has {rec.device_count} device(s)"
     return None
+
+
+def _lost(dev: CompiledDevice) -> str | None:
+    """Why an opened device is lost, or None; a `lost` property that raises counts as lost, with that reason."""
+    try:
+        return getattr(dev, "lost", None)
+    except Exception as e:  # noqa: BLE001 - asking a dead worker may fail: that is the answer
+        return f"its lost check raised {type(e).__name__}: {e}"
 
 
 def _demand_error(name: str, rec: BackendRecord, why: str) -> DeviceUnavailableError:
@@ -129,22 +155,50 @@ class DeviceFace:
         canon = self.check(name)
         with self._lock:
             if (dev := self._opened.get(canon)) is not None:
-                return dev
+                if (why := _lost(dev)) is None:
+                    return dev
+                self._drop(canon, dev, why)
             if disk.is_disk_name(canon):  # core's file device, opened per path outside the registry
                 dev = self._opened[canon] = disk.DiskDevice(canon)
                 return dev
-            rec = self.registry.get(canon.partition(":")[0])
-            assert rec is not None
-            try:
-                dev = resolve_ref(rec.spec.device)(canon)
-            except Exception as e:
-                raise DeviceUnavailableError(f"device {canon} (plugin {rec.plugin.provider}) failed to open: "
-                                             f"{type(e).__name__}: {e}") from e
-            dev.attach(rec.renderer.spec if rec.renderer else None, rec.graph.spec if rec.graph else None)
+            dev = self._open(canon)
             self._opened[canon] = dev
-            if config.get("DEBUG") >= 1:
-                print(f"opened device {canon} from {rec.plugin.provider} ({type(dev).__name__})")
             return dev
+
+    def _open(self, canon: str) -> CompiledDevice:
+        rec = self.registry.get(canon.partition(":")[0])
+        assert rec is not None
+        who = f"{canon} (plugin {rec.plugin.provider}, entry point {rec.plugin.name!r})"
+        try:
+            dev = resolve_ref(rec.spec.device)(canon)
+        except Exception as e:
+            raise DeviceUnavailableError(f"device {who} failed to open: {type(e).__name__}: {e}") from e
+        contract.check_device(dev, who)
+        dev.attach(rec.renderer.spec if rec.renderer else None, rec.graph.spec if rec.graph else None)
+        if config.get("DEBUG") >= 1:
+            print(f"opened device {canon} from {rec.plugin.provider} ({type(dev).__name__})")
+        return dev
+
+    def _drop(self, canon: str, dev: CompiledDevice, why: str) -> None:
+        """Forget a lost device and close it; `close` failing on a dead device is reported, never raised."""
+        del self._opened[canon]
+        try:
+            dev.close()
+        except Exception as e:  # noqa: BLE001 - the device is gone either way
+            warnings.warn(f"tolk: closing lost device {canon} raised {type(e).__name__}: {e}", PluginWarning,
+                          stacklevel=3)
+        if config.get("DEBUG") >= 1:
+            print(f"device {canon} was lost ({why}); opening it again")
+
+    def state(self, name: str) -> tuple[str, str]:
+        """The state and reason of device `name`: its backend's (``available``, ``unavailable``, ...), or
+        ``lost`` while the device opened in this process can no longer run anything (the next ``Device[name]``
+        opens it again)."""
+        rec, idx = _record(name, self.registry)
+        canon = _canonical(rec, idx, name)
+        if (dev := self._opened.get(canon)) is not None and (why := _lost(dev)) is not None:
+            return "lost", why
+        return rec.state, rec.reason
 
     def capabilities(self, name: str) -> Capabilities:
         """The capability flags of device `name` (its backend's spec; a disk's own)."""

@@ -10,14 +10,15 @@ for (naming a device probes that backend only; the default device, `tolk devices
   incompatible  the spec targets another plugin-API major version (both versions named)
   disabled      deny-listed (TOLK_DISABLE_PLUGINS) or not allow-listed (TOLK_PLUGINS); plugin-level
   conflict      two providers claim the same device name (both listed)
-  broken        import, hook or validation error (traceback kept); plugin-level
+  broken        import, hook or validation error (traceback kept), or an import past PLUGIN_IMPORT_TIMEOUT;
+                plugin-level
+  lost          (a device opened in this process, `Device.state`) its context or worker died; reopened on demand
 """
 from __future__ import annotations
 
 import difflib
 import os
 import threading
-import time
 import traceback
 import warnings
 from collections.abc import Iterable, Mapping
@@ -29,7 +30,7 @@ import pluggy
 
 from tolk_core import config
 from tolk_core.errors import ConfigError, PluginError
-from tolk_core.plugins import builtin, entry_points
+from tolk_core.plugins import builtin, entry_points, guard
 from tolk_core.plugins.hookspecs import PROJECT, TolkHookSpecs
 from tolk_core.plugins.specs import (
     API_VERSION,
@@ -38,6 +39,7 @@ from tolk_core.plugins.specs import (
     BackendSpec,
     GraphSpec,
     RendererSpec,
+    ref_name,
     resolve_ref,
 )
 
@@ -48,7 +50,7 @@ _BUILTIN_IDS = frozenset({builtin.ENTRY_POINT, "tolk-core"})
 class PluginWarning(UserWarning):
     """Emitted once per snapshot for each broken plugin (the rest of Tolk keeps working)."""
 
-STATES = ("available", "unavailable", "incompatible", "disabled", "conflict", "broken")
+STATES = ("available", "unavailable", "incompatible", "disabled", "conflict", "broken", "lost")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,10 @@ class _Status:
             with self._lock:
                 if self._fixed is None:
                     a = run_probe(self._probe, self._timeout)
+                    if a.ok and not (isinstance(a.device_count, int) and a.device_count >= 1):
+                        a = Availability(False, f"the probe said ok with device_count={a.device_count!r}: there is "
+                                         "no device to open", 0, hint="the probe must answer ok only with "
+                                         "device_count >= 1 (else ok=False and the reason): a bug in the plugin")
                     self._fixed = (("available", a.reason, "", a) if a.ok else
                                    ("unavailable", a.reason or "probe said not available",
                                     a.hint or self._install_hint, a))
@@ -255,6 +261,7 @@ def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tu
     if allow is None and os.environ.get("TOLK_PLUGINS") == "":  # set but empty: no plugins (config ignores "")
         allow = []
     deny = _split(config.get("DISABLE_PLUGINS")) or []
+    import_timeout = float(config.get("PLUGIN_IMPORT_TIMEOUT"))
     if allow is not None:
         _check_gate_names(allow, known, "TOLK_PLUGINS")
     _check_gate_names(deny, known, "TOLK_DISABLE_PLUGINS")
@@ -277,17 +284,18 @@ def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tu
             records.append(PluginRecord(ep.name, dist, version, ep.value, "disabled",
                                         f"not in TOLK_PLUGINS={config.get('PLUGINS') or ''}"))
             continue
-        t0 = time.perf_counter()
-        try:
-            obj = ep.load()
-        except BaseException as e:  # noqa: BLE001 - a plugin's import must never take tolk down
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            records.append(PluginRecord(ep.name, dist, version, ep.value, "broken",
-                                        f"import failed: {type(e).__name__}: {e}", traceback.format_exc(),
-                                        time.perf_counter() - t0))
+        out = guard.call(ep.load, import_timeout, "tolk-import")
+        if not out.done or out.error is not None:
+            if isinstance(out.error, KeyboardInterrupt):
+                raise out.error
+            why = (f"import did not finish within {import_timeout:g}s (TOLK_PLUGIN_IMPORT_TIMEOUT); an entry-point "
+                   "module must be import-light (docs/plugins.md, section 1)" if not out.done else
+                   f"import failed: {type(out.error).__name__}: {out.error}")
+            tb = "".join(traceback.format_exception(out.error)) if out.error is not None else out.stack
+            records.append(PluginRecord(ep.name, dist, version, ep.value, "broken", why, tb, out.seconds))
             continue
-        rec = PluginRecord(ep.name, dist, version, ep.value, "loaded", import_s=time.perf_counter() - t0)
+        obj = out.value
+        rec = PluginRecord(ep.name, dist, version, ep.value, "loaded", import_s=out.seconds)
         records.append(rec)
         loaded.append((rec, obj))
     from tolk_core.version import __version__
@@ -338,30 +346,94 @@ def _incompatible(api: tuple[int, int]) -> str | None:
     return None
 
 
+PROBE_SLOW_S = 1.0
+"""A probe taking longer works, but warns: every process resolving the default device waits for it (the same
+second the conformance suite's probe check allows; the shipped plugins' take under 50 ms, docs/plugins.md)."""
+
+
 def run_probe(ref: Any, timeout: float) -> Availability:
-    """Run a probe in a thread with a timeout. Never raises: failures become ``ok=False`` with the reason."""
+    """Run a probe in a thread with a time limit (`guard.call`: one that overruns is cancelled). Never raises:
+    failures become ``ok=False`` with the reason."""
     if ref is None:
         return Availability(True, "no probe (always available)")
-    box: list[Any] = []
-
-    def target() -> None:
-        try:
-            box.append(resolve_ref(ref)())
-        except BaseException as e:  # noqa: BLE001
-            box.append(e)
-
-    th = threading.Thread(target=target, daemon=True, name="tolk-probe")
-    th.start()
-    th.join(timeout)
-    if not box:
-        return Availability(False, f"probe timed out after {timeout:g}s", 0,
-                            hint="raise TOLK_PROBE_TIMEOUT or check the driver")
-    res = box[0]
+    out = guard.call(lambda: resolve_ref(ref)(), timeout, "tolk-probe")
+    if not out.done:
+        return Availability(False, f"probe timed out after {timeout:g}s (cancelled)", 0,
+                            hint="the plugin's probe must answer quickly: fix or disable the plugin, or raise "
+                                 "TOLK_PROBE_TIMEOUT if the driver is just slow")
+    res = out.error if out.error is not None else out.value
     if isinstance(res, BaseException):
-        return Availability(False, f"probe raised {type(res).__name__}: {res}", 0)
+        why = f"{type(res).__name__}: {res}".strip().rstrip(":")
+        return Availability(False, f"probe raised {why} (a probe must return Availability, never raise)", 0,
+                            hint="the probe is a bug in the plugin: report it to its authors, or disable it "
+                                 "with TOLK_DISABLE_PLUGINS")
     if not isinstance(res, Availability):
-        return Availability(False, f"probe returned {type(res).__name__}, expected Availability", 0)
+        return Availability(False, f"probe returned {type(res).__name__}, expected Availability", 0,
+                            hint="the probe is a bug in the plugin: report it to its authors")
+    if out.seconds > PROBE_SLOW_S:
+        warnings.warn(f"tolk: the probe {ref_name(ref)} took {out.seconds:.2f} s (more than {PROBE_SLOW_S} s): every "
+                      "process that resolves the default device waits for it; make the probe cheap (no device "
+                      "context) or name a device with TOLK_DEVICE", PluginWarning, stacklevel=2)
     return res
+
+
+SHIPPED = frozenset({"tolk-cpu", "tolk-opencl", "tolk-cuda"})
+"""The distributions shipped with tolk-core: a third-party claim on one of their device names never takes the name
+from them (docs/plugins.md, section 7: name claims)."""
+
+
+def _claimed(name: str, claimants: list[tuple[BackendSpec, PluginRecord]], graph: ProvidedSpec | None,
+             rs: tuple[ProvidedSpec, ...], timeout: float) -> list[BackendRecord]:
+    """The records of device `name`: one per claimant. A single claimant is probed (or incompatible). Several:
+    a shipped claimant keeps the name and the others are `conflict`; without one, all are `conflict`. Each
+    conflict says how to choose."""
+    shipped = [(s, rec) for s, rec in claimants if rec.dist in SHIPPED]
+    if len(claimants) > 1 and len(shipped) != 1:
+        who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
+        choose = " or ".join(f"TOLK_DISABLE_PLUGINS={rec.dist}" for _, rec in claimants)
+        return [BackendRecord(name, s, rec, _Status("conflict", f"{name} is claimed by {who}",
+                                                    f"choose one: uninstall the others or set {choose}"),
+                              graph=graph, renderers=rs) for s, rec in claimants]
+    out: list[BackendRecord] = []
+    keeper = shipped[0] if shipped else claimants[0]
+    for s, rec in claimants:
+        if s is keeper[0] and rec is keeper[1]:
+            continue
+        out.append(BackendRecord(name, s, rec, _Status(
+            "conflict", f"{name} is also claimed by {keeper[1].provider}, shipped with tolk-core, which keeps the name",
+            f"to use {rec.provider}'s {name}, set TOLK_DISABLE_PLUGINS={keeper[1].dist} (or rename its device)"),
+            graph=graph, renderers=rs))
+    s, rec = keeper
+    if (why := _incompatible(s.api_version)) is not None:
+        status = _Status("incompatible", why, f"install a version of {rec.dist} built for tolk plugin API "
+                                              f"{API_VERSION[0]}.x")
+    else:
+        status = _Status(probe=s.probe, timeout=timeout, install_hint=s.install_hint)
+    return [BackendRecord(name, s, rec, status, graph=graph, renderers=rs), *out]
+
+
+def _orphans(provided: list[ProvidedSpec], claims: Mapping[str, Any]) -> list[ProvidedSpec]:
+    """Graph and renderer specs for a device no loaded plugin declares: kept, listed as `orphaned`."""
+    return [ProvidedSpec(p.spec, p.plugin, "orphaned", f"no loaded plugin declares the device {p.spec.device.upper()} "
+                         "(is its plugin installed, enabled and not broken? see `tolk devices -v`)")
+            for p in provided if p.spec.device.upper() not in claims]
+
+
+def _unique_renderer_names(renderers: list[ProvidedSpec]) -> tuple[list[ProvidedSpec], list[ProvidedSpec]]:
+    """Renderers of one device must have distinct names: the highest priority one (ties: a shipped provider, then
+    by provider name) keeps a name, the others are rejected as `conflict`, naming both providers."""
+    keep: dict[tuple[str, str], ProvidedSpec] = {}
+    clashes: list[ProvidedSpec] = []
+    for r in sorted(renderers, key=lambda x: (-x.spec.priority, x.plugin.dist not in SHIPPED, x.plugin.dist,
+                                              x.plugin.name)):
+        key = (r.spec.device.upper(), r.spec.name)
+        if (first := keep.get(key)) is None:
+            keep[key] = r
+            continue
+        clashes.append(ProvidedSpec(r.spec, r.plugin, "conflict", f"renderer name {r.spec.name!r} for {key[0]} is "
+                                    f"already supplied by {first.plugin.provider} (entry point {first.plugin.name!r}); "
+                                    "rename the renderer (RendererSpec.name) or disable one plugin"))
+    return [r for r in renderers if r in keep.values()], clashes
 
 
 def build_registry(fresh: bool = False) -> Registry:
@@ -405,30 +477,17 @@ def build_registry(fresh: bool = False) -> Registry:
     claims: dict[str, list[tuple[BackendSpec, PluginRecord]]] = {}
     for s, rec in backends:
         claims.setdefault(s.name, []).append((s, rec))
+    rejected += _orphans(graphs, claims) + _orphans(renderers, claims)
+    renderers, clashes = _unique_renderer_names(renderers)
+    rejected += clashes
     timeout = float(config.get("PROBE_TIMEOUT"))
     out: list[BackendRecord] = []
     for name, claimants in sorted(claims.items()):
         gs = sorted((x for x in graphs if x.spec.device.upper() == name),
                     key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name))
-        graph = gs[0] if gs else None
         rs = tuple(sorted((x for x in renderers if x.spec.device.upper() == name),
                           key=lambda x: (-x.spec.priority, x.plugin.dist, x.plugin.name)))
-        if len(claimants) > 1:
-            who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
-            for s, rec in claimants:
-                out.append(BackendRecord(name, s, rec, _Status(
-                    "conflict", f"{name} is claimed by {who}",
-                    "uninstall one of them or disable one with TOLK_DISABLE_PLUGINS=<name>"),
-                    graph=graph, renderers=rs))
-            continue
-        s, rec = claimants[0]
-        if (why := _incompatible(s.api_version)) is not None:
-            out.append(BackendRecord(name, s, rec, _Status(
-                "incompatible", why, f"install a version of {rec.dist} built for tolk plugin API {API_VERSION[0]}.x"),
-                graph=graph, renderers=rs))
-            continue
-        out.append(BackendRecord(name, s, rec, _Status(probe=s.probe, timeout=timeout, install_hint=s.install_hint),
-                                 graph=graph, renderers=rs))
+        out += _claimed(name, claimants, gs[0] if gs else None, rs, timeout)
     by_name: dict[str, list[BackendRecord]] = {}
     for record in out:
         by_name.setdefault(record.name, []).append(record)

@@ -13,8 +13,10 @@ from typing import Any
 
 from tolk_core.errors import PluginError
 
-API_VERSION: tuple[int, int] = (1, 0)
-"""The plugin API this tolk-core speaks. A spec whose major differs is reported ``incompatible``."""
+API_VERSION: tuple[int, int] = (1, 1)
+"""The plugin API this tolk-core speaks (docs/plugins.md, section 11: compatibility policy). A spec whose major
+differs is reported ``incompatible``; any minor of the same major loads. 1.1 added the device lifecycle
+(``CompiledDevice.lost``, ``lost_error``, ``close``; DeviceLostError; the ``lost`` state)."""
 
 Ref = str | Callable[..., Any] | type
 NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")

@@ -41,6 +41,8 @@ def compile_c(src: str, cc: str, flags: list[str]) -> bytes:
             raise CompileError(f"{cc} exited 0 but wrote no shared object ({' '.join(args)} -o kernel.so): is {cc!r} "
                                "a C compiler? Set CC in the tolk config (TOLK_CC) to gcc or clang", src,
                                proc.stderr + proc.stdout)
+        if proc.stderr:  # warnings of a compile that succeeded, on the descriptor the compiler would have used:
+            os.write(2, proc.stderr.encode())  # what runtime/quiet.py holds back unless DEBUG>=2
         with open(so_path, "rb") as so:
             return so.read()
 

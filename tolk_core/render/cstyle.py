@@ -63,6 +63,11 @@ static inline float tolk_bf16_round(float f) { return tolk_bf16_float(tolk_bf16_
 
 # ops whose result is one of their (already exact) operands: no rounding needed for emulated dtypes
 _SELECTING = frozenset({Op.MAX, Op.NEG, Op.WHERE, Op.TRUNC})
+# signed integer ops whose overflow C, OpenCL C and CUDA leave undefined: rendered in the unsigned type of the
+# same width (where it wraps modulo 2^n) and converted back (docs/dtypes.md: integer arithmetic wraps as numpy's)
+_WRAPPED = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.SHL})
+_SIGNED = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64})
+_SYMBOLS = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.SHL: "<<"}
 
 
 class CStyleRenderer(Renderer):
@@ -196,6 +201,37 @@ class CStyleRenderer(Renderer):
             x = f"(({self.type_name(out)})({x}))" if ints else self.reinterpret(x, src, out)
         return self.from_bits(dt, x) if dt in self.emulated else x
 
+    def as_unsigned(self, x: str, dt: DType, in_vector: bool) -> str:
+        """Signed integer value `x` of `dt` viewed as an unsigned integer that wraps. A vector is reinterpreted as
+        the unsigned vector of the same lanes (vector lanes are not promoted), a scalar operand of a vector op
+        converted to the unsigned type of its width; any other scalar to `unsigned int` (at least int's width,
+        so no promotion to signed int follows) or `unsigned long long`."""
+        if dt.count > 1:
+            return f"(({self.vector_type_name(self.unsigned_of(dt))}){x})"
+        wide = self.unsigned_of(dt) if in_vector else (dtypes.uint64 if dt.itemsize == 8 else dtypes.uint32)
+        return f"(({self.type_name(wide)}){x})"  # x is a name or a parenthesized constant
+
+    def from_unsigned(self, x: str, dt: DType) -> str:
+        """The wrapped unsigned result `x` converted back to signed `dt` (its low bits: modulo 2^n)."""
+        return f"(({self.type_name(dt)}){x})"  # x is parenthesized
+
+    @staticmethod
+    def unsigned_of(dt: DType) -> DType:
+        """The unsigned integer dtype of `dt`'s size, with `dt`'s lane count."""
+        base = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dt.itemsize]
+        return base.vec(dt.count) if dt.count > 1 else base
+
+    def wrapping(self, op: Op, args: Sequence[str], dt: DType, srcs: Sequence[DType] | None = None) -> str:
+        """`op` (in _WRAPPED) on signed `dt` through the unsigned view, so overflow wraps as in numpy; `srcs`
+        are the operands' dtypes (default: all `dt`; a scalar operand of a vector op is viewed at its width)."""
+        srcs = srcs or [dt] * len(args)
+        view = [self.as_unsigned(a, s, dt.count > 1) if s.scalar() in _SIGNED else a
+                for a, s in zip(args, srcs, strict=True)]
+        if op is Op.SHL:  # only the shifted value is viewed: the count stays what it is
+            view[1] = args[1]
+        expr = f"(-{view[0]})" if op is Op.NEG else f"({view[0]}{_SYMBOLS[op]}{view[1]})"
+        return self.from_unsigned(expr, dt)
+
     def render_special(self, u: UOp) -> str:
         raise NotImplementedError(f"{type(self).__name__} has no GPU index specials")
 
@@ -239,6 +275,8 @@ class CStyleRenderer(Renderer):
             expr = f"({args[0]}?{args[1]}:{args[2]})"
         elif op is Op.MOD and dtypes.is_float(dt):
             expr = self.float_mod(args[0], args[1], dt)
+        elif op in _WRAPPED and dt.scalar() in _SIGNED:
+            expr = self.wrapping(op, args, dt)
         elif op in self.binops:
             expr = self.binops[op](*args)
         else:
@@ -272,6 +310,8 @@ class CStyleRenderer(Renderer):
             vec = f"(*(const {tname}*)(&{buf}[{idx}]))"
             return f"({gate}?{vec}:({tname}){{0}})" if gate else vec
         if u.op in _VECTOR_NATIVE and all(s.dtype in (u.dtype, u.dtype.scalar()) for s in u.src):
+            if u.op in _WRAPPED and u.dtype.scalar() in _SIGNED:
+                return self.wrapping(u.op, [ref(s) for s in u.src], u.dtype, [s.dtype for s in u.src])
             return self.binops[u.op](*(ref(s) for s in u.src))
         scalar = UOp(u.op, u.dtype.scalar(), u.src, u.arg)
 

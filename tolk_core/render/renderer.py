@@ -20,12 +20,12 @@ renderer (class-level ones included), so any capability or dialect setting that 
 from __future__ import annotations
 
 import enum
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
+from tolk_core import deprecations
 from tolk_core.errors import DTypeError, IndexWidthError
 from tolk_core.ir.dtype import DType, PtrDType, dtypes
 from tolk_core.ir.ops import Op
@@ -42,8 +42,8 @@ class LoopKind(enum.StrEnum):
     so a renderer comparing kinds with those strings, or looking them up in a dict keyed by them, keeps working.
     Handing core a plain string where it expects a kind (a `loop_kinds` value passed to `render_kernel`, the
     `kind` passed to `Renderer.loop_pragma`, a key of `loop_pragmas`) is deprecated: it is accepted with a
-    DeprecationWarning naming the member to use for one minor release (through tolk 0.2); later releases accept
-    members only.
+    DeprecationWarning naming the member to use for one minor release (through plugin API 1.1, the table in
+    tolk_core/deprecations.py); later releases accept members only.
     """
 
     PLAIN = ""
@@ -73,9 +73,8 @@ class LoopKind(enum.StrEnum):
         except ValueError:
             raise ValueError(f"unknown loop kind {kind!r}; the kinds are "
                              f"{', '.join(f'LoopKind.{m.name}' for m in cls)}") from None
-        warnings.warn(f"loop kind {kind!r} given as a plain string: use LoopKind.{member.name} "
-                      f"(tolk_core.render.renderer); plain strings are accepted through tolk 0.2",
-                      DeprecationWarning, stacklevel=stacklevel)
+        deprecations.warn("loop kind as a plain string", f"loop kind {kind!r} given as a plain string",
+                          f"LoopKind.{member.name}", stacklevel=stacklevel + 1)
         return member
 
 

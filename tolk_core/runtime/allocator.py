@@ -139,6 +139,18 @@ class Allocator:
     def _alloc(self, nbytes: int) -> Any:
         raise NotImplementedError
 
+    # --- sharing host memory without a copy (docs/interop.md); a device whose memory is not the host's has none
+    def host_memory(self, handle: Any) -> memoryview | None:
+        """The bytes of `handle` as writable host memory, where this device computes on host memory; None (the
+        default) where it does not. What `__array__` / `__dlpack__` share instead of copying."""
+        return None
+
+    def adopt(self, arr: Any) -> Any | None:
+        """A handle for the memory of `arr` (a C-contiguous, writable, aligned numpy array), used in place: the
+        memory stays `arr`'s, never freed nor cached by this allocator. None (the default) where this device
+        cannot compute on host memory. What `Tensor.from_dlpack` shares instead of copying."""
+        return None
+
     def _free(self, handle: Any, nbytes: int) -> None:
         pass
 

@@ -76,6 +76,14 @@ class Buffer:
             weakref.finalize(self, self.allocator.free, handle, self.nbytes)
         return self
 
+    def adopt(self, handle: Any) -> Buffer:
+        """Use `handle` (memory owned elsewhere: `Allocator.adopt`) as this unallocated root buffer's storage;
+        it is never given back to the allocator (it is not the allocator's)."""
+        if self._handle is not None or self.base is not None:
+            raise ValueError(f"{self!r} already has storage: only an unallocated root buffer adopts memory")
+        self._handle = handle
+        return self
+
     @property
     def handle(self) -> Any:
         """The allocator's opaque handle, allocating if needed."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.runtime import cache_file
+from tolk_core.runtime.quiet import quietly
 
 
 def cache_dir() -> Path:
@@ -89,7 +90,8 @@ class Compiler:
 
     def _compile_counted(self, src: str) -> bytes:
         GlobalCounters.compiles += 1
-        return self.compile(src)
+        # the compiler's own output (warnings, driver notes) is held back unless DEBUG>=2 or it fails
+        return quietly(lambda: self.compile(src))
 
     @staticmethod
     def _read_entry(path: Path, warn: bool = True) -> bytes | None:

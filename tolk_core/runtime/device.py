@@ -1,6 +1,8 @@
 """CompiledDevice: what a plugin's device class derives from."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from tolk_core.errors import PluginError
@@ -19,7 +21,16 @@ class CompiledDevice:
 
     Plugins subclass it with ``__init__(self, name)`` and call ``super().__init__(name, allocator, compiler,
     runtime)``. The registry attaches renderer and graph specs after construction.
+
+    Lifecycle (docs/plugins.md, section 7): opened -> (lost) -> closed. A device whose context or worker died
+    raises ``self.lost_error(reason)`` (a DeviceLostError, remembering the reason) or reports it through
+    ``lost``; the registry then closes it and opens a new one on the next ``Device[name]``. ``close()`` releases
+    what the device holds; the registry calls it once, on a lost device, so it must not raise there.
     """
+
+    graph_surface: Mapping[str, str] = MappingProxyType({})
+    """What a Graph from another distribution may rely on (docs/plugins.md, section 6), attribute -> meaning, e.g.
+    ``{"Program.fxn": "the kernel's ctypes function"}``; anything not listed may change in any release."""
 
     def __init__(self, name: str, allocator: Allocator, compiler: Compiler, runtime: type[Program],
                  graph: type[Graph] | None = None):
@@ -29,6 +40,7 @@ class CompiledDevice:
         self._graph_spec: GraphSpec | None = None
         self._renderer_spec: RendererSpec | None = None
         self._renderer: Any = None
+        self._lost: str | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
@@ -58,6 +70,25 @@ class CompiledDevice:
             from tolk_core.plugins.specs import resolve_ref
             return resolve_ref(self._graph_spec.graph)
         return self._graph
+
+    @property
+    def lost(self) -> str | None:
+        """Why the device can no longer run anything (its worker died, its context was reset), or None while it
+        works. A subclass may override it to check its worker; the base reports what `lost_error` recorded. The
+        registry asks it on every ``Device[name]``, so it must be cheap (a poll, never a round trip)."""
+        return self._lost
+
+    def lost_error(self, reason: str) -> Exception:
+        """Record that the device is lost and return the DeviceLostError to raise (``raise self.lost_error(...)``)."""
+        from tolk_core.errors import DeviceLostError
+        self._lost = reason
+        return DeviceLostError(f"device {self.name} is lost: {reason}. Its buffers are gone; the next "
+                               f"Device[{self.name.partition(':')[0]!r}] opens it again")
+
+    def close(self) -> None:
+        """Release the device's resources (contexts, workers, cached memory). Called once, by the registry, when
+        it drops a lost device, before it opens a new one; the base frees the allocator's cache."""
+        self.allocator.free_cache()
 
     def synchronize(self) -> None:
         """Block until all queued work on this device finished."""

@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
-
 from tolk_core.errors import DiskError
 from tolk_core.plugins.specs import Capabilities
 from tolk_core.runtime.allocator import Allocator
@@ -57,12 +55,14 @@ class DiskAllocator(Allocator):
             raise DiskError(f"{self.device}: cannot open the file: {e}") from e
         if size < nbytes:
             raise DiskError(f"{self.device}: storage of {nbytes} bytes does not fit in the file's {size} bytes")
+        import numpy as np  # here, not at the top: the registry imports this module and must not pull numpy in
         return np.memmap(self.path, np.uint8, "r", shape=(nbytes,)) if nbytes else np.empty(0, np.uint8)
 
     def offset(self, handle: Any, byte_offset: int, nbytes: int) -> Any:
         return handle[byte_offset:byte_offset + nbytes]
 
     def copyout(self, dest: memoryview, handle: Any) -> None:
+        import numpy as np
         np.frombuffer(dest, np.uint8)[:] = handle
 
     def copyin(self, handle: Any, src: memoryview) -> None:

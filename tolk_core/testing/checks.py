@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,8 @@ from tolk_core.runtime import CompiledDevice
 
 IMPORT_BUDGET_S = 0.5
 """Seconds an entry-point module may take to import in a fresh interpreter (after tolk_core.plugins)."""
+IMPORT_CHECK_S = 10.0
+"""Seconds the import check waits for its fresh interpreter, start-up included, before it fails."""
 
 
 class CheckSkipped(Exception):
@@ -77,7 +78,12 @@ def check_import_light(rec: BackendRecord, budget_s: float = IMPORT_BUDGET_S) ->
     code = ("import importlib, json, sys, time\nimport tolk_core.plugins\nbefore = set(sys.modules)\n"
             f"t0 = time.perf_counter()\nimportlib.import_module({module!r})\ndt = time.perf_counter() - t0\n"
             "print(json.dumps([dt, sorted(set(sys.modules) - before)]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=IMPORT_CHECK_S)
+    except subprocess.TimeoutExpired:
+        raise ContractError("entry point is import-light", f"importing {module!r} in a fresh interpreter did not "
+                            f"finish within {IMPORT_CHECK_S:g} s: the entry-point module must not block (no "
+                            "network, no device, no waiting) at import") from None
     require(proc.returncode == 0, "entry point",
             lambda: f"importing {module!r} failed in a fresh interpreter:\n{proc.stderr[-2000:]}")
     dt, new = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -129,24 +135,36 @@ def check_renderer_registered(rec: BackendRecord) -> str:
     return rec.renderer.spec.name
 
 
-def check_probe(rec: BackendRecord, timeout_s: float = 10.0) -> str:
-    """The probe returns an Availability without raising, quickly; ``ok=False`` comes with a reason."""
+PROBE_CHECK_S = 1.0
+"""Seconds the probe check waits: a tenth of the registry's default PROBE_TIMEOUT, since every process that
+resolves the default device waits for every probe."""
+
+
+def check_probe(rec: BackendRecord, timeout_s: float = PROBE_CHECK_S) -> str:
+    """The probe returns an Availability without raising, within `timeout_s`; ``ok=False`` comes with a reason.
+    The probe runs under the registry's guard, so one that never returns fails this check instead of hanging."""
+    from tolk_core.plugins import guard
     if rec.spec.probe is None:
         return "no probe (always available)"
-    t0 = time.perf_counter()
     try:
-        res = resolve_ref(rec.spec.probe)()
-    except BaseException as e:  # noqa: BLE001 - exactly what the contract forbids
-        raise ContractError("BackendSpec.probe", f"the probe raised {type(e).__name__}: {e}; a probe must never "
-                            "raise: return Availability(False, reason, 0, hint=...) instead") from e
-    dt = time.perf_counter() - t0
+        probe = resolve_ref(rec.spec.probe)
+    except Exception as e:  # noqa: BLE001 - the message is the finding
+        raise ContractError("BackendSpec.probe", f"{rec.spec.probe!r} does not resolve: {e}") from e
+    out = guard.call(probe, timeout_s, "tolk-probe-check")
+    require(out.done, "BackendSpec.probe",
+            f"the probe did not return within {timeout_s:g} s (it was cancelled); a probe must answer quickly: "
+            "no device context, no network, no compile. Every process resolving the default device waits for it")
+    if out.error is not None:
+        err = out.error
+        raise ContractError("BackendSpec.probe", f"the probe raised {type(err).__name__}: {err}; a probe must never "
+                            "raise: return Availability(False, reason, 0, hint=...) instead") from err
+    res = out.value
     require(isinstance(res, Availability), "BackendSpec.probe",
             f"the probe returned {type(res).__name__}, expected Availability")
     require(res.ok or res.reason.strip(), "BackendSpec.probe", "ok=False needs a reason saying why")
     require(not res.ok or res.device_count >= 1, "BackendSpec.probe",
             f"ok=True with device_count={res.device_count}")
-    require(dt <= timeout_s, "BackendSpec.probe", f"the probe took {dt:.2f} s (the registry waits {timeout_s} s)")
-    return f"{'ok' if res.ok else 'unavailable'}: {res.reason}"
+    return f"{'ok' if res.ok else 'unavailable'}: {res.reason} ({out.seconds * 1e3:.1f} ms)"
 
 
 # ---------------------------------------------------------------- runtime smoke
@@ -160,10 +178,23 @@ def check_self_test(dev: CompiledDevice) -> str:
     """The device's own smoke kernel (``self_test``) computes the right values (ints passed as `vals`)."""
     try:
         return dev.self_test()
-    except NotImplementedError as e:
-        raise ContractError("CompiledDevice.self_test", str(e)) from e
+    except ContractError:
+        raise
     except Exception as e:
-        raise ContractError("CompiledDevice.self_test", f"{type(e).__name__}: {e}") from e
+        where = _raised_at(e)
+        raise ContractError("CompiledDevice.self_test", f"{type(e).__name__}{': ' + str(e) if str(e) else ''}"
+                            f"{' (raised in ' + where + ')' if where else ''}") from e
+
+
+def _raised_at(e: BaseException) -> str:
+    """``Class.method`` (or ``function``) of the innermost frame that raised `e`, for messages with no text."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    code, self_ = tb.tb_frame.f_code, tb.tb_frame.f_locals.get("self")
+    return f"{type(self_).__name__}.{code.co_name}" if self_ is not None else code.co_name
 
 
 def check_generated_kernel(dev: CompiledDevice) -> str:
@@ -171,8 +202,9 @@ def check_generated_kernel(dev: CompiledDevice) -> str:
     import numpy as np
 
     from tolk_core.testing.kernels import build, run_on
-    if dev.renderer is None:
-        raise CheckSkipped(f"{dev.name} has no renderer")
+    require(dev.renderer is not None, "tolk_renderers",
+            f"no renderer is registered for {dev.name}: core cannot generate kernels for it; yield a RendererSpec "
+            "from a tolk_renderers hook")
     k = build(lambda a, b: (a * 2 + b).relu(), ((33, 7), "float32"), ((7,), "float32"), device=dev.name)
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((33, 7)).astype(np.float32), rng.standard_normal(7).astype(np.float32)

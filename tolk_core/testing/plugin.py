@@ -13,7 +13,8 @@ device whose BackendSpec.capabilities does not declare the flag, naming it. The 
 (keys match ``file::test[params]`` or ``test[params]``, with ``*`` and ``?`` as wildcards and brackets literal;
 xfails are strict, so a fixed test flags itself). At the
 end one line per device is printed (``tolk conformance MYDEV: 40 passed, 3 skipped, 1 xfailed, 0 failed``) and
-a JSON report is written (``--tolk-report``, default ``tolk-conformance.json``).
+a JSON report is written (``--tolk-report``, default ``conformance/report.json`` in Tolk's cache directory,
+not the working directory).
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from tolk_core.runtime import cache_dir
+
 TIERS = ("registration", "memory", "render", "runtime", "graph", "jit", "stress")
 _STATE: dict[str, Any] = {}
 
@@ -35,7 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--tolk-device", action="append", default=[], metavar="NAME",
                 help="run the conformance suite on this device (repeatable); without it the suite is inert")
     g.addoption("--tolk-xfails", default=None, metavar="TOML", help="expected failures ([xfail] pattern = reason)")
-    g.addoption("--tolk-report", default="tolk-conformance.json", metavar="PATH", help="where to write the JSON report")
+    g.addoption("--tolk-report", default=None, metavar="PATH",
+                help="where to write the JSON report (default: conformance/report.json in Tolk's cache directory)")
     g.addoption("--tolk-stress", action="store_true", help="also run the opt-in stress tier")
 
 
@@ -162,11 +166,20 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             "contract": props["tolk_contract"], "message": message})
 
 
+def _skip_reason(message: str) -> str:
+    """How the summary names one skip's reason: ``no 'graph'`` for a capability, else the whole message quoted
+    (cut at 100 characters with an ellipsis, never mid-way without saying so)."""
+    if " does not declare capability " in message:
+        return "no " + message.split(" capability ")[-1]
+    text = " ".join(message.split())
+    return repr(text if len(text) <= 100 else text[:99] + "…")
+
+
 def summary_line(device: str, results: list[dict[str, Any]]) -> str:
-    """``tolk conformance MYDEV: 40 passed, 3 skipped (no 'float64': 2, ...), 1 xfailed, 0 failed``."""
+    """``tolk conformance MYDEV: 40 passed, 3 skipped (no 'float64': 2; 'MYDEV is unavailable: ...': 1), 1 xfailed,
+    0 failed``."""
     counts = Counter(r["outcome"] for r in results)
-    why = Counter("no " + r["message"].split(" capability ")[-1] if " capability " in r["message"]
-                  else r["message"][:60] for r in results if r["outcome"] == "skipped")
+    why = Counter(_skip_reason(r["message"]) for r in results if r["outcome"] == "skipped")
     skipped = f"{counts['skipped']} skipped" + (f" ({'; '.join(f'{k}: {v}' for k, v in why.items())})"
                                                  if why else "")
     parts = [f"{counts['passed']} passed", skipped, f"{counts['xfailed']} xfailed", f"{counts['failed']} failed"]
@@ -190,8 +203,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         for r in rs:
             tiers.setdefault(r["tier"], Counter())[r["outcome"]] += 1
         report[device] = {"summary": line, "tiers": {t: dict(c) for t, c in tiers.items()}, "tests": rs}
-    path = Path(config.getoption("--tolk-report"))
+    path = Path(config.getoption("--tolk-report") or cache_dir() / "conformance" / "report.json")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2))
         terminalreporter.write_line(f"tolk conformance report: {path}")
     except OSError as e:

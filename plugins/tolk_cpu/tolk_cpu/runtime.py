@@ -64,6 +64,13 @@ class CPUAllocator(Allocator):
         start = handle.ptr - handle.owner.ctypes.data + byte_offset
         return HostMemory(handle.owner, start, nbytes)
 
+    def host_memory(self, handle: HostMemory) -> memoryview:
+        return handle.mv
+
+    def adopt(self, arr: np.ndarray) -> HostMemory:
+        # kernels need element alignment only (vector types are declared unaligned: tolk_cpu/renderer.py)
+        return HostMemory(arr.reshape(-1).view(np.uint8), 0, arr.nbytes)
+
 
 class CPUCompiler(Compiler):
     """C via ``compile_c`` with config CC (default ``cc``) and CFLAGS (see docs/configuration.md), plus

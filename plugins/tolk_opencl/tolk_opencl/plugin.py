@@ -1,4 +1,5 @@
-"""Entry point of tolk-opencl: hook implementations only; pyopencl is imported by the probe, not here."""
+"""Entry point of tolk-opencl: hook implementations only; the probe lists devices with ctypes (enumerate.py) and
+pyopencl is imported when a device opens."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,22 +14,21 @@ NO_PLATFORM_HINT = ("install an OpenCL driver: on Debian/Ubuntu `apt-get install
 
 
 def probe() -> Availability:
-    """Available when pyopencl imports and finds at least one device. Priority follows device 0's type."""
+    """Available when pyopencl is installed and the ICD loader lists at least one device (listed with ctypes,
+    `enumerate.py`: pyopencl itself is imported when the device opens). Priority follows device 0's type."""
     if importlib.util.find_spec("pyopencl") is None:
         return Availability(False, "pyopencl not installed", 0, hint="pip install tolk-opencl (depends on pyopencl)")
+    from tolk_opencl import enumerate as cl_enum
     try:
-        from tolk_opencl.runtime import all_devices
-        devices = all_devices()
-    except Exception as e:  # LogicError (no platform), OSError from the ICD loader, ...
+        devices = cl_enum.devices()
+    except Exception as e:  # an OpenCL call failed (no platform, ...), pyopencl's LogicError, the ICD loader's OSError
         return Availability(False, f"no OpenCL platform found ({type(e).__name__}: {e})".replace("\n", " "), 0,
                             hint=NO_PLATFORM_HINT)
     if not devices:
         return Availability(False, "OpenCL platforms found but no device", 0, hint=NO_PLATFORM_HINT)
-    import pyopencl as cl
-    is_gpu = bool(devices[0].type & cl.device_type.GPU)
-    return Availability(True, ", ".join(f"{d.platform.name}: {d.name}" for d in devices), len(devices),
-                        priority=PRIORITY_GPU if is_gpu else PRIORITY_CPU,
-                        details={"pyopencl": cl.VERSION_TEXT, "devices": [d.name for d in devices]})
+    return Availability(True, ", ".join(f"{d.platform}: {d.name}" for d in devices), len(devices),
+                        priority=PRIORITY_GPU if devices[0].is_gpu else PRIORITY_CPU,
+                        details={"devices": [d.name for d in devices]})
 
 
 @hookimpl

@@ -113,6 +113,8 @@ class OpenCLRenderer(CStyleRenderer):
             return f"({gate}?{vec}:({self.type_name(u.dtype)})(0))" if gate else vec
         if u.op in _VECTOR_MATH and dtypes.is_float(u.dtype) and u.dtype.scalar() not in self.emulated:
             return f"{u.op.name.lower()}({ref(u.src[0])})"
+        if u.op is Op.NEG and u.dtype.scalar() in (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64):
+            return self.wrapping(Op.NEG, [ref(u.src[0])], u.dtype)  # -INT_MIN wraps (docs/dtypes.md)
         if u.op is Op.NEG:
             return f"(-{ref(u.src[0])})"
         if u.op is Op.MAX and dtypes.is_float(u.dtype) and u.dtype.scalar() not in self.emulated:
@@ -131,6 +133,14 @@ class OpenCLRenderer(CStyleRenderer):
         buf, idx, gate = index(idx_u)
         stmt = f"vstore{val.dtype.count}({ref(val)}, 0, {buf}+{idx});"
         return f"if ({gate}) {stmt}" if gate else stmt
+
+    def as_unsigned(self, x: str, dt: DType, in_vector: bool) -> str:
+        # OpenCL C has no casts between vector types: reinterpret the lanes
+        return f"as_{self.type_name(self.unsigned_of(dt))}({x})" if dt.count > 1 else \
+            super().as_unsigned(x, dt, in_vector)
+
+    def from_unsigned(self, x: str, dt: DType) -> str:
+        return f"as_{self.type_name(dt)}({x})" if dt.count > 1 else super().from_unsigned(x, dt)
 
     def reinterpret(self, x: str, src: DType, dt: DType) -> str:
         return f"as_{self.type_name(dt)}({x})"

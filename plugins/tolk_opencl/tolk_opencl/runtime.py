@@ -15,7 +15,16 @@ import numpy as np
 import pyopencl as cl
 
 from tolk_core.errors import CompileError
-from tolk_core.runtime import HOST_CHECK_BYTES, Allocator, CompiledDevice, Compiler, Program, host_headroom, run_smoke
+from tolk_core.runtime import (
+    HOST_CHECK_BYTES,
+    Allocator,
+    CompiledDevice,
+    Compiler,
+    Program,
+    host_headroom,
+    quietly,
+    run_smoke,
+)
 
 
 def all_devices() -> list[cl.Device]:
@@ -172,7 +181,8 @@ class OpenCLDevice(CompiledDevice):
         """The built cl.Program for a binary (built once per distinct binary)."""
         key = hashlib.sha256(lib).hexdigest()
         if (prg := self._programs.get(key)) is None:
-            prg = self._programs[key] = cl.Program(self.ctx, [self.cl_device], [lib]).build()
+            # building a binary prints the driver's notes too (pyopencl's CompilerWarning): held back likewise
+            prg = self._programs[key] = quietly(cl.Program(self.ctx, [self.cl_device], [lib]).build)
         return prg
 
     def synchronize(self) -> None:
