@@ -25,7 +25,10 @@ def pytest_collection_modifyitems(config, items) -> None:
             continue
         reason = known.get(item.name.removesuffix("_cpu"))
         if reason is not None:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+            # a failure that is a compile timeout costs COMPILE_TIMEOUT (300 s) per run: listed, not run
+            # (the scoreboard still runs it)
+            slow = "CompileTimeoutError" in reason
+            item.add_marker(pytest.mark.xfail(strict=True, run=not slow, reason=reason))
 
 
 @pytest.fixture(autouse=True, scope="session")
