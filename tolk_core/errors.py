@@ -158,3 +158,13 @@ class ArgumentError(TolkError, ValueError):
 class UnsupportedError(TolkError, NotImplementedError):
     """A torch option that Tolk's version of a layer or function does not implement. Names the option and what
     to do instead."""
+
+
+class UnsupportedOnnxOpError(UnsupportedError):
+    """An ONNX model holding operators (or operator versions) that tolk_core.onnx has no converter for, or an
+    opset outside the supported range (docs/onnx.md). Lists every unsupported (op, opset) of the model at once;
+    `ops` holds them."""
+
+    def __init__(self, message: str, ops: tuple[tuple[str, int], ...] = ()):
+        super().__init__(message)
+        self.ops = ops

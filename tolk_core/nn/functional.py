@@ -32,6 +32,7 @@ from tolk_core.nn.activation import (  # noqa: F401  (re-exported: the functiona
 )
 from tolk_core.nn.conv_transpose import conv_transpose1d, conv_transpose2d, conv_transpose3d  # noqa: F401
 from tolk_core.nn.instance_norm import instance_norm  # noqa: F401  (re-exported)
+from tolk_core.nn.resample import interpolate  # noqa: F401  (torch's F.interpolate; docs/onnx.md)
 
 
 def _tensor_method(name: str):
