@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tolk_core.errors import ArgumentError, ShapeError
 from tolk_core.frontend.tensor import Tensor
-from tolk_core.nn.norm import RunningNorm
+from tolk_core.nn.running_norm import RunningNorm
 
 
 def _channel(t: Tensor, ndim: int) -> Tensor:
