@@ -21,6 +21,7 @@ from tolk_core.onnx import registry
 from tolk_core.onnx.context import Ctx, Node, Value
 from tolk_core.onnx.fold import HostEvaluator, host_inputs
 from tolk_core.onnx.narrow import NarrowTensor, narrow_kind, upload
+from tolk_core.onnx.ops_string import is_strings
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 HOST_COPY_LIMIT = 4096  # initializers and inputs up to this many elements keep a host copy for shape reads
@@ -116,6 +117,8 @@ class OnnxModel:
         if isinstance(v, Tensor):
             return v.to(self.device) if v.device != self.device else v
         arr = np.asarray(v)
+        if is_strings(arr):  # strings stay host data (ops_string.py)
+            return arr
         if narrow_kind(arr.dtype) is not None:
             return upload(arr, self.device)
         t = Tensor(np.asarray(arr, order="C"), device=self.device)
@@ -125,7 +128,8 @@ class OnnxModel:
 
     def _run_node(self, i: int, node: Node, env: dict[str, Value | None]) -> list[Value | None]:
         args = [env[n] if n else None for n in node.inputs]
-        host = host_inputs(node.op, args, self.ctx.constant_copy)
+        # strings are the caller's data, computed by ops_string's converters, never folded by the reference
+        host = None if any(is_strings(a) for a in args) else host_inputs(node.op, args, self.ctx.constant_copy)
         if host is not None:
             return list(self._host.run(i, self.proto.graph.node[i], node.opset, host))
         fn = registry.lookup(node.op, node.opset)
@@ -167,13 +171,13 @@ class OnnxModel:
         """An output as the caller gets it: a Tensor, a NarrowTensor, or a list of them (a sequence)."""
         if v is None or isinstance(v, list):
             return None if v is None else [self._output(e) for e in v]
-        return v if isinstance(v, NarrowTensor) else self.ctx.tensor(v)
+        return v if isinstance(v, NarrowTensor) or is_strings(v) else self.ctx.tensor(v)
 
     def run(self, inputs: Sequence[Any] | dict[str, Any]) -> list[Any]:
         """Numpy in, numpy out (graph output order; a sequence output as a list of arrays): the backend's form."""
         res = self(dict(inputs)) if isinstance(inputs, dict) else self(*inputs)
-        return [[e.numpy() for e in t] if isinstance(t, list) else None if t is None else t.numpy()
-                for t in res.values()]
+        return [[e.numpy() for e in t] if isinstance(t, list) else None if t is None else
+                t if isinstance(t, np.ndarray) else t.numpy() for t in res.values()]
 
 
 def load(model_or_path: Any, device: str | None = None) -> OnnxModel:

@@ -17,6 +17,7 @@ from tolk_core.onnx import ops_reduce as R
 from tolk_core.onnx import ops_resize as Z
 from tolk_core.onnx import ops_sequence as Q
 from tolk_core.onnx import ops_shape as S
+from tolk_core.onnx import ops_string as STR
 from tolk_core.onnx import ops_training as T
 from tolk_core.onnx.context import Ctx, Node, Value
 
@@ -48,7 +49,7 @@ CONVERTERS: dict[str, tuple[tuple[int, Converter], ...]] = {
     "Pow": _one(E.binary(E.power)), "Mod": _one(E.mod, 10), "BitShift": _one(E.bitshift, 11),
     "And": _one(E.logical("logical_and")), "Or": _one(E.logical("logical_or")),
     "Xor": _one(E.logical("logical_xor")), "Not": _one(E.not_),
-    "Equal": _one(E.binary(lambda a, b: a == b)), "Greater": _one(E.binary(lambda a, b: a > b)),
+    "Equal": _one(STR.equal), "Greater": _one(E.binary(lambda a, b: a > b)),
     "GreaterOrEqual": _one(E.binary(lambda a, b: a >= b), 12), "Less": _one(E.binary(lambda a, b: a < b)),
     "LessOrEqual": _one(E.binary(lambda a, b: a <= b), 12),
     "Max": _one(E.variadic(lambda a, b: a.maximum(b))), "Min": _one(E.variadic(lambda a, b: a.minimum(b))),
@@ -85,6 +86,8 @@ CONVERTERS: dict[str, tuple[tuple[int, Converter], ...]] = {
     "GroupNormalization": _forms(N.group_norm, 18, 21), "Gemm": _one(N.gemm), "MatMul": _one(N.matmul),
     "LRN": _one(N.lrn), "RMSNormalization": _one(N.rms_norm, 23), "LpNormalization": _one(N.lp_norm),
     "MeanVarianceNormalization": _one(N.mean_variance_norm, 9), "Swish": _one(E.swish, 24),
+    "StringNormalizer": _one(STR.string_normalizer, 10), "StringConcat": _one(STR.string_concat, 20),
+    "StringSplit": _one(STR.string_split, 20),
     "Resize": _forms(Z.resize, 10, 11, 13, 18, 19), "Upsample": _forms(Z.upsample, 7, 9), "Shrink": _one(E.shrink, 9),
     "SequenceConstruct": _one(Q.construct, 11), "SequenceEmpty": _one(Q.empty, 11),
     "SequenceInsert": _one(Q.insert, 11), "SequenceAt": _one(Q.at, 11), "SequenceErase": _one(Q.erase, 11),
