@@ -378,3 +378,19 @@ def test_schedule_cache_digest_is_equal_across_processes() -> None:
     here = buf.getvalue().split()
     there = subprocess.run([sys.executable, "-c", _DIGEST_SCRIPT], capture_output=True, text=True, check=True)
     assert there.stdout.split() == here and len(set(here)) == 3 and all(len(d) == 16 for d in here)
+
+
+def test_a_realized_constant_does_not_change_later_graphs_that_hold_it(device, kernels) -> None:
+    """Constants are interned: `ones(100, 100)` and the broadcast 1 of `x * 2 + 1` are one node. Realizing
+    the first must not make the second read its storage: the chain stays one fused kernel whose intermediate
+    is inlined."""
+    Tensor.ones(100, 100, device=device).numpy()
+    a = _rand(100, 100)
+    x = Tensor(a, device=device)
+    lineage = Lineage()
+    cut_t = (x * 2 + 1).contiguous()
+    with lineage, kernels() as k:
+        got = (cut_t.exp() * 3).numpy()
+    assert k.count == 2
+    close(got, np.exp(a * 2 + 1) * 3)
+    assert lineage.placements.raw_entry(cut_t.uop.src[0]) == (V, INLINED)

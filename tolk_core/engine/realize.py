@@ -68,7 +68,10 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     views: dict[UOp, UOp] = {}
     for orig, buf in zip(todo, outs, strict=True):
         views[orig] = buffers.view_as(buf, tuple(concrete(s, var_vals) for s in orig.tensor_shape))
-        if not capturing():  # a capture fills the buffer only at replay, and each replay overwrites it
+        # a capture fills the buffer only at replay, and each replay overwrites it. A value that reads no
+        # storage (a broadcast constant) is not remembered: its nodes are interned, shared by every graph that
+        # holds the same constant, and those graphs would read this storage instead of the constant
+        if not capturing() and any(u.op is Op.BUFFER for u in orig.toposort()):
             _computed[orig] = views[orig]
     return [views.get(v, v) for v in out]
 

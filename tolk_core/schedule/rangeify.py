@@ -100,8 +100,11 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
     order = UOp(Op.SINK, dtypes.void, tuple(sink_values)).toposort()
     outputs = set(sink_values)
     for u in sink_values:
-        if p.mode_is_unspecified(u):
-            p.update(u, pm.OD, OUTPUT)  # a settled Virtual/Local output is recomputed into the caller's buffer
+        # a settled Virtual/Local output is recomputed into the caller's buffer. A constant output (a sink
+        # source that lost its movements: `ones(n)` realized) gets no entry: constants are interned, one node
+        # shared by every graph, and an entry would decide that constant for all of them
+        if u.op is not Op.CONST and p.mode_is_unspecified(u):
+            p.update(u, pm.OD, OUTPUT)
     for u in order:
         if u.op in _STORAGE:
             p.require_readable(u)
