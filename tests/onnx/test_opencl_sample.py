@@ -1,6 +1,11 @@
 """A fixed sample of ONNX's node tests on OPENCL: for every op of the committed list, its first node test
 (by name) that passes on CPU. Failures known on OPENCL are xfail(strict=True) from
-tests/onnx/known_failures.json; the whole module skips when OPENCL is unavailable here."""
+tests/onnx/known_failures.json; the whole module skips when OPENCL is unavailable here.
+
+The whole sample is built lazily first, case after case, and realized in one schedule, so its kernels compile
+together: one OpenCL program build for all of them instead of one per case (docs/onnx.md, "In CI"). A case
+whose graph cannot be built keeps its error for its own test; when the joint realize fails, each case realizes
+alone in its test, so a failure names its case."""
 from __future__ import annotations
 
 import warnings
@@ -13,6 +18,10 @@ from onnx.backend.test.runner import Runner, _normalize_tensor
 import tolk_core.onnx.backend as backend
 from tests.conftest import has_opencl
 from tests.onnx.conftest import known_failures
+from tolk_core import Tensor
+from tolk_core.counters import GlobalCounters
+from tolk_core.engine.compile import CompileTimeWarning
+from tolk_core.onnx.model import as_numpy, lazy_tensors
 from tolk_core.onnx.scoreboard import LISTED_OPS
 
 
@@ -39,14 +48,62 @@ def _param(op, case):
     return pytest.param(case, id=f"{op}-{case.name}", marks=marks)
 
 
-@pytest.mark.skipif(not has_opencl(), reason="OPENCL unavailable here (no OpenCL platform: `make opencl`)")
+needs_opencl = pytest.mark.skipif(not has_opencl(),
+                                  reason="OPENCL unavailable here (no OpenCL platform: `make opencl`)")
+
+
+class Joint:
+    """The sample's outputs built lazily, then realized together; `compiler_calls` counts the compiler
+    invocations of the joint realize (a disk-cache hit counts as one: the unit was compiled once before)."""
+
+    def __init__(self) -> None:
+        self.outputs: dict[tuple[str, int], dict] = {}
+        self.errors: dict[tuple[str, int], Exception] = {}
+        for _, case in SAMPLE:
+            for i, (inputs, _) in enumerate(case.data_sets):
+                try:
+                    rep = backend.prepare(case.model, "OPENCL")
+                    self.outputs[(case.name, i)] = rep.model(*[_normalize_tensor(x) for x in inputs])
+                except Exception as e:  # noqa: BLE001 - re-raised by the case's own test
+                    self.errors[(case.name, i)] = e
+        tensors = [t for outs in self.outputs.values() for t in lazy_tensors(outs)]
+        before = GlobalCounters.compiles + GlobalCounters.disk_cache_hits, GlobalCounters.kernels_compiled
+        try:
+            with warnings.catch_warnings():  # one unit of ~116 kernels is expected to pass the slow-compile warning
+                warnings.simplefilter("ignore", CompileTimeWarning)
+                Tensor.realize(*tensors) if tensors else None
+            self.failed: Exception | None = None
+        except Exception as e:  # noqa: BLE001 - every case then realizes alone in its own test
+            self.failed = e
+        self.compiler_calls = GlobalCounters.compiles + GlobalCounters.disk_cache_hits - before[0]
+        self.kernels = GlobalCounters.kernels_compiled - before[1]
+
+    def results(self, name: str, i: int) -> list:
+        if (name, i) in self.errors:
+            raise self.errors[(name, i)]
+        return as_numpy(self.outputs[(name, i)])
+
+
+@pytest.fixture(scope="module")
+def joint() -> Joint:
+    return Joint()
+
+
+@needs_opencl
 @pytest.mark.parametrize("case", [_param(op, c) for op, c in SAMPLE])
-def test_node_on_opencl(case):
-    rep = backend.prepare(case.model, "OPENCL")
-    for inputs, outputs in case.data_sets:
-        got = rep.run([_normalize_tensor(i) for i in inputs])
+def test_node_on_opencl(case, joint):
+    for i, (_, outputs) in enumerate(case.data_sets):
+        got = joint.results(case.name, i)
         Runner.assert_similar_outputs([_normalize_tensor(o) for o in outputs], list(got), rtol=case.rtol,
                                       atol=case.atol)
+
+
+@needs_opencl
+def test_sample_kernels_compile_together(joint):
+    """The joint realize compiled every missing kernel of the sample in one compiler call."""
+    assert joint.failed is None, f"the joint realize failed: {joint.failed!r}"
+    assert joint.kernels > len(SAMPLE) // 2, f"only {joint.kernels} kernels were left for the joint realize"
+    assert joint.compiler_calls == 1, f"{joint.compiler_calls} compiler calls for {joint.kernels} kernels"
 
 
 def test_sample_covers_every_listed_op_cpu_passes():

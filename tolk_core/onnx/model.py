@@ -175,9 +175,26 @@ class OnnxModel:
 
     def run(self, inputs: Sequence[Any] | dict[str, Any]) -> list[Any]:
         """Numpy in, numpy out (graph output order; a sequence output as a list of arrays): the backend's form."""
-        res = self(dict(inputs)) if isinstance(inputs, dict) else self(*inputs)
-        return [[e.numpy() for e in t] if isinstance(t, list) else None if t is None else
-                t if isinstance(t, np.ndarray) else t.numpy() for t in res.values()]
+        return as_numpy(self(dict(inputs)) if isinstance(inputs, dict) else self(*inputs))
+
+
+def as_numpy(outputs: dict[str, Any]) -> list[Any]:
+    """The outputs of an `OnnxModel` call as numpy arrays (a sequence output as a list of arrays), in order."""
+    return [[e.numpy() for e in t] if isinstance(t, list) else None if t is None else
+            t if isinstance(t, np.ndarray) else t.numpy() for t in outputs.values()]
+
+
+def lazy_tensors(outputs: dict[str, Any]) -> list[Tensor]:
+    """The Tensors behind the outputs of an `OnnxModel` call (a NarrowTensor's codes, a sequence's elements), so
+    the outputs of several calls can be realized in one schedule (`Tensor.realize(*tensors)`)."""
+    found: list[Tensor] = []
+    for v in outputs.values():
+        for e in v if isinstance(v, list) else [v]:
+            if isinstance(e, NarrowTensor):
+                e = e.codes
+            if isinstance(e, Tensor):
+                found.append(e)
+    return found
 
 
 def load(model_or_path: Any, device: str | None = None) -> OnnxModel:
