@@ -137,14 +137,46 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
             else LoopKind.SIMD
     if not plan.loop_kinds and (split := _parallel_reduction(ast, outs)) is not None:
         plan.loop_kinds[split] = LoopKind.PARALLEL_REDUCE
+    unrolled = _full_unrolls(ast, [r for r in reduce_ranges if r not in plan.loop_kinds])
+    vector = any(u.dtype.count > 1 for u in ast.toposort())
     for r in reduce_ranges:
         if r in plan.loop_kinds:
             continue
-        if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX:
+        if r in unrolled:
             plan.loop_kinds[r] = LoopKind.UNROLL
-        elif any(u.dtype.count > 1 for u in ast.toposort()):
+        elif vector:
             plan.loop_kinds[r] = LoopKind.UNROLL4
     return plan
+
+
+def _full_unrolls(ast: UOp, ranges: list[UOp]) -> set[UOp]:
+    """The reduction loops of `ranges` to unroll fully: short constant loops, innermost first, while the loops
+    unrolled along any one nest copy the body at most UNROLL_MAX times. Nested full unrolls multiply: six
+    nested loops of 3-6 iterations each unrolled are ~30,000 copies of the body, which the C compiler does not
+    finish (a loss over a 6-d input took cc past 300 s)."""
+    enclosing = _enclosing_reduce_ranges(ast)
+    short = [r for r in ranges if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX]
+    chosen: set[UOp] = set()
+    for r in sorted(short, key=lambda r: -len(enclosing.get(r, ()))):
+        along = [u for u in chosen if u in enclosing.get(r, ()) or r in enclosing.get(u, ())]
+        if _most(r) * math.prod(_most(u) for u in along) <= UNROLL_MAX:
+            chosen.add(r)
+    return chosen
+
+
+def _enclosing_reduce_ranges(ast: UOp) -> dict[UOp, set[UOp]]:
+    """For each reduction range, the reduction ranges whose loops enclose it: the ranges listed before it on
+    its own REDUCE, and every range of a REDUCE whose body holds its REDUCE."""
+    out: dict[UOp, set[UOp]] = {}
+    for red in (u for u in ast.toposort() if u.op is Op.REDUCE):
+        own = [r for r in red.src[1:] if r.op is Op.RANGE]
+        for i, r in enumerate(own):
+            out.setdefault(r, set()).update(own[:i])
+        for inner in (u for u in red.src[0].toposort() if u.op is Op.REDUCE):
+            for r in inner.src[1:]:
+                if r.op is Op.RANGE:
+                    out.setdefault(r, set()).update(own)
+    return out
 
 
 def _parallel_reduction(ast: UOp, outs: list[UOp]) -> UOp | None:
