@@ -40,6 +40,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tolk_core.codegen.choices import knob
 from tolk_core.codegen.linearize import is_array, range_deps
 from tolk_core.codegen.upcast import (
     hoist_range,
@@ -129,7 +130,7 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
         reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     plan = Plan(ast)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
-    if outs and work >= PARALLEL_MIN_WORK and _most(outs[0]) > 1:
+    if outs and work >= knob("PARALLEL_MIN_WORK", PARALLEL_MIN_WORK) and _most(outs[0]) > 1:
         plan.loop_kinds[outs[0]] = LoopKind.PARALLEL
     if outs and not reduce_ranges:
         inner = outs[-1]
@@ -151,15 +152,16 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
 
 def _full_unrolls(ast: UOp, ranges: list[UOp]) -> set[UOp]:
     """The reduction loops of `ranges` to unroll fully: short constant loops, innermost first, while the loops
-    unrolled along any one nest copy the body at most UNROLL_MAX times. Nested full unrolls multiply: six
-    nested loops of 3-6 iterations each unrolled are ~30,000 copies of the body, which the C compiler does not
-    finish (a loss over a 6-d input took cc past 300 s)."""
+    unrolled along any one nest copy the body at most UNROLL_MAX times (a tunable knob). Nested full unrolls
+    multiply: six nested loops of 3-6 iterations each unrolled are ~30,000 copies of the body, which the C
+    compiler does not finish (a loss over a 6-d input took cc past 300 s)."""
     enclosing = _enclosing_reduce_ranges(ast)
-    short = [r for r in ranges if r.src[0].op is Op.CONST and _most(r) <= UNROLL_MAX]
+    most = knob("UNROLL_MAX", UNROLL_MAX)
+    short = [r for r in ranges if r.src[0].op is Op.CONST and _most(r) <= most]
     chosen: set[UOp] = set()
     for r in sorted(short, key=lambda r: -len(enclosing.get(r, ()))):
         along = [u for u in chosen if u in enclosing.get(r, ()) or r in enclosing.get(u, ())]
-        if _most(r) * math.prod(_most(u) for u in along) <= UNROLL_MAX:
+        if _most(r) * math.prod(_most(u) for u in along) <= most:
             chosen.add(r)
     return chosen
 
@@ -188,7 +190,8 @@ def _parallel_reduction(ast: UOp, outs: list[UOp]) -> UOp | None:
         return None
     red = reduces[0]
     rngs = [r for r in red.src[1:] if r.op is Op.RANGE]
-    if red.arg not in (Op.ADD, Op.MUL) or red.dtype.count > 1 or len(rngs) != 1 or _most(rngs[0]) < PARALLEL_MIN_WORK:
+    if red.arg not in (Op.ADD, Op.MUL) or red.dtype.count > 1 or len(rngs) != 1 or \
+            _most(rngs[0]) < knob("PARALLEL_MIN_WORK", PARALLEL_MIN_WORK):
         return None
     return rngs[0]
 
@@ -238,7 +241,8 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
     if not lanes_are_contiguous(lanes_ast, lane):
         return ast
     # accumulators: one vector per copy of each reduction
-    ast, budget = lanes_ast, MAX_ACCUMULATORS // max(1, sum(u.op is Op.REDUCE for u in lanes_ast.toposort()))
+    reductions = max(1, sum(u.op is Op.REDUCE for u in lanes_ast.toposort()))
+    ast, budget = lanes_ast, knob("MAX_ACCUMULATORS", MAX_ACCUMULATORS) // reductions
     if _nested_reduce(ast):
         budget = 0  # vector lanes only (see _nested_reduce)
     if inner.src[0].arg % 2 == 0 and budget >= 4:
@@ -272,13 +276,14 @@ def _gpu_plan(ast: UOp, outs: list[UOp], renderer: Renderer, noopt: bool) -> Pla
         ast, outs, lane, width = lanes
     if not noopt and any(u.op is Op.REDUCE for u in ast.toposort()):
         # vector accumulators take a register each: fewer of them
-        ast = _register_block(ast, outs, GPU_BLOCK, None if lanes is None else GPU_VECTOR_ACCUMULATORS)
+        ast = _register_block(ast, outs, knob("GPU_BLOCK", GPU_BLOCK),
+                              None if lanes is None else knob("GPU_VECTOR_ACCUMULATORS", GPU_VECTOR_ACCUMULATORS))
         outs = _output_ranges(ast)
     n = prod(_size(r) for r in outs)
     if isinstance(n, int) and n <= 1:
         return Plan(ast if lanes is None else vectorize_lanes(ast, lane, width))
     most = n if isinstance(n, int) else int(n.vmax)
-    local = 1 if noopt else _local_size(renderer, GPU_LOCAL, most)
+    local = 1 if noopt else _local_size(renderer, knob("GPU_LOCAL", GPU_LOCAL), most)
     groups = -(-n // local) if isinstance(n, int) else ((n + (local - 1)) // local).simplify()
     # the guard stops items past n, so every item that computes has gid < n: range analysis may assume it
     gid = UOp(Op.SPECIAL, dtypes.index, (n if isinstance(n, UOp) else UOp.const(dtypes.index, n),), ("idx0", 0))
@@ -525,8 +530,8 @@ def _row_group_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> Plan | Non
     inner = [r for r in outs if r not in rows]
     arrays = [u for u in nodes if is_array(u)]
     extents = [math.prod(_const_size(s) for s in u.src[1:] if s.op is Op.RANGE) for u in reduces + fills]
-    local = min(renderer.local_max, GPU_LOCAL, 1 << (max([*extents, math.prod(_const_size(r) for r in inner)]) - 1)
-                .bit_length())
+    widest = max([*extents, math.prod(_const_size(r) for r in inner)])
+    local = min(renderer.local_max, knob("GPU_LOCAL", GPU_LOCAL), 1 << (widest - 1).bit_length())
     shared = sum(a.arg[1] * a.ptrdtype.base.itemsize for a in arrays) + sum(local * r.dtype.itemsize for r in reduces)
     if shared > renderer.shared_bytes:
         return None

@@ -6,7 +6,8 @@ process's first call once the binary itself comes from the compile cache. `gener
 - the kernel AST's structure (every node's op, dtype, argument and sources, in topological order);
 - the renderer: its class and its plain-data attributes, class-level ones included (OpenCL's extensions, the
   limits the optimizer reads);
-- every setting's current value (NOOPT, thread thresholds, ...: settings are few and cheap to read);
+- every setting's current value (NOOPT, thread thresholds, ...: settings are few and cheap to read) and the
+  optimizer choices in effect (`codegen.choices`: a tuned kernel's plan);
 - the code that generates: the size and modification time of every module of tolk_core and of the renderer's
   package, so an edited or upgraded Tolk never reads sources an older version wrote.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tolk_core import config
-from tolk_core.codegen import KernelSource, generate
+from tolk_core.codegen import KernelSource, choices, generate
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import KernelParam
@@ -88,7 +89,7 @@ def _key(ast: UOp, renderer: Any) -> str | None:
     ident = _renderer_identity(renderer)
     settings = repr([(n, config.get(n)) for n in sorted(config.SETTINGS)])
     h = hashlib.sha256()
-    for part in (_code_fingerprint(type(renderer).__module__), ident, settings, text):
+    for part in (_code_fingerprint(type(renderer).__module__), ident, settings, repr(choices.current()), text):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
