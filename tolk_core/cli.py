@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_demo)
     from tolk_core.viz.command import add_parser as add_viz  # the viz command's own module (docs/viz.md)
     add_viz(sub)
+    from tolk_core.tune.command import add_parser as add_tune  # docs/tuning.md
+    add_tune(sub)
     args = parser.parse_args(argv)
     import warnings
     warnings.filterwarnings("ignore", category=PluginWarning)  # the table shows broken plugins itself

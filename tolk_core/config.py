@@ -110,6 +110,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("COMPILE_TIMEOUT", float, 300.0, "seconds one compiler call may take before it is stopped and the "
             "compile fails with CompileTimeoutError; <= 0: no limit", env="TOLK_COMPILE_TIMEOUT"),
     Setting("NOOPT", int, 0, "disable kernel optimizations (upcast, unroll, threads, locals)", check=in_range(0)),
+    Setting("BEAM", int, 0, "n > 0: search the plan of each kernel not tuned before at its first launch, a beam of "
+            "n plans wide, and keep the result in the tuning cache (docs/tuning.md)", env="TOLK_BEAM",
+            check=in_range(0)),
+    Setting("TUNE_KERNEL_SECONDS", float, 30.0, "seconds one kernel's plan search may take", check=seconds),
+    Setting("TUNE_PROGRAM_SECONDS", float, 600.0, "seconds all plan searches of a process may take together",
+            check=seconds),
     Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
             "the first available), from a file a preference", env="TOLK_DEVICE"),
     Setting("CACHE_DIR", str, None, "compile cache directory (default $XDG_CACHE_HOME/tolk)", env="TOLK_CACHE_DIR"),

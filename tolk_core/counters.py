@@ -18,6 +18,8 @@ class _Counters:
     bytes_copied: int = 0       # bytes copied between host and device buffers (copyin and copyout)
     schedules: int = 0          # tensor graphs scheduled into kernels
     schedule_cache_hits: int = 0  # schedules reused from the cache (structurally equal graph: no scheduling)
+    tune_searches: int = 0      # kernels whose plan a search (BEAM) tuned in this process
+    tune_cache_hits: int = 0    # kernels planned from the tuning cache's entry (no search)
     time_sum_s: float = 0.0     # kernel time, when DEBUG>=2 makes launches wait and time themselves
 
     def snapshot(self) -> dict[str, float]:

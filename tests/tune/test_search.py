@@ -4,6 +4,7 @@ points (a, b) of a grid; a plan's true time is a bowl around the planted best, e
 random slowdown (other work on the machine only ever makes a run slower)."""
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -118,11 +119,10 @@ def test_program_timer_times_through_the_timing_contract():
 
     def program(p):
         built[p] = FakeProgram(p, bowl(p))
-        return built[p]
-    timer = program_timer(program, ("buf0", "buf1"), {"global_size": (4, 1, 1), "local_size": None, "vals": (3,)})
-    out = search(START, neighbours, timer, lambda p: True, Limits(seconds=1e9))
+        return functools.partial(built[p], "buf0", "buf1", global_size=(4, 1, 1), local_size=None, vals=(3,))
+    out = search(START, neighbours, program_timer(program), lambda p: True, Limits(seconds=1e9))
     assert out.best == BEST
     prg = built[START]
     assert all(c == (("buf0", "buf1"), (4, 1, 1), (3,), True) for c in prg.calls) and len(prg.calls) > 5
     with pytest.raises(TypeError, match="returns its run time"):
-        program_timer(lambda p: FakeProgram(p, None), (), {})(START)
+        program_timer(lambda p: FakeProgram(p, None))(START)

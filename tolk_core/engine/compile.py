@@ -9,6 +9,7 @@ device, kernel AST); binaries on disk by the device's compiler, rendered sources
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -17,9 +18,11 @@ from typing import Any
 
 from tolk_core import config
 from tolk_core.codegen import KernelSource, generate
+from tolk_core.codegen.choices import Choices, using
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers, progress
 from tolk_core.engine.source_cache import generate_cached
+from tolk_core.engine.tuned import tuned_choices
 from tolk_core.errors import CompileError, IndexWidthError, TolkError
 from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
@@ -61,14 +64,22 @@ def arg_device(u: UOp) -> str:
 
 
 def render_together(asts: Sequence[UOp], renderer: Renderer, cached: bool = True,
-                    each: Callable[[], None] | None = None) -> tuple[str, list[KernelSource]]:
+                    each: Callable[[], None] | None = None,
+                    choices_of: Callable[[UOp], Choices | None] | None = None) -> tuple[str, list[KernelSource]]:
     """The module text holding every distinct kernel of `asts` once, and each AST's KernelSource, in
     `renderer`'s dialect. `cached=False` generates every source anew (the conformance suite checks exactly
-    what codegen makes); `each()`, when given, is called after each kernel is rendered (progress)."""
+    what codegen makes); `each()`, when given, is called after each kernel is rendered (progress);
+    `choices_of(ast)`, when given, the optimizer choices to plan a kernel with (a tuned kernel's; None: the
+    heuristics')."""
     make = generate_cached if cached else generate
     sources = []
     for ast in asts:
-        sources.append(_code_source(ast.arg) if isinstance(ast.arg, KernelCode) else make(ast, renderer))
+        if isinstance(ast.arg, KernelCode):
+            sources.append(_code_source(ast.arg))
+        else:
+            picked = choices_of(ast) if choices_of is not None else None
+            with using(picked) if picked is not None else contextlib.nullcontext():
+                sources.append(make(ast, renderer))
         if each is not None:
             each()
     unique = {ks.name: ks.source for ks in sources}
@@ -107,7 +118,8 @@ def _compile_together(name: str, asts: list[UOp], shown: progress.Progress | Non
     device = Device[name]
     if shown is not None:
         shown.rendering(name)
-    module, sources = render_together(asts, device.renderer, each=shown.kernel_rendered if shown else None)
+    module, sources = render_together(asts, device.renderer, each=shown.kernel_rendered if shown else None,
+                                      choices_of=lambda ast: tuned_choices(ast, name, device))
     if config.get("DEBUG") >= 4:
         print(module)
     if shown is not None:

@@ -17,6 +17,7 @@ from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers, profile
 from tolk_core.engine.compile import arg_device, compile_linear, kernel_vals
 from tolk_core.engine.scoped import Scopes
+from tolk_core.engine.tuning import tune_linear
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 
@@ -60,8 +61,11 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
         return
     # every buffer is allocated before anything compiles: a size the device cannot hold fails at once
     # (OutOfMemoryError), not after a compile
-    all_handles = [[_runtime_arg(b, input_uops).allocate().handle for b in call.src[1:]] for call in linear.src]
+    all_bufs = [[_runtime_arg(b, input_uops).allocate() for b in call.src[1:]] for call in linear.src]
+    all_handles = [[b.handle for b in bufs] for bufs in all_bufs]
     programs = compile_linear(linear)
+    if config.get("BEAM"):  # kernels not tuned before are searched on these buffers first (docs/tuning.md)
+        programs = tune_linear(linear, programs, all_bufs, var_vals)
     debug = config.get("DEBUG")
     timing = debug >= 2 or profile.profiling()
     for call, (prg, ks), handles in zip(linear.src, programs, all_handles, strict=True):

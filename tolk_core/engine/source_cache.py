@@ -35,7 +35,7 @@ from tolk_core.runtime import cache_file
 from tolk_core.runtime.compiler import cache_dir
 
 
-def _structure(ast: UOp) -> str | None:
+def structure_text(ast: UOp) -> str | None:
     """The AST as stable text, or None when some argument has no stable text."""
     index: dict[UOp, int] = {}
     lines = []
@@ -84,7 +84,7 @@ def _renderer_identity(renderer: Any) -> str:
 
 
 def _key(ast: UOp, renderer: Any) -> str | None:
-    if (text := _structure(ast)) is None:
+    if (text := structure_text(ast)) is None:
         return None
     ident = _renderer_identity(renderer)
     settings = repr([(n, config.get(n)) for n in sorted(config.SETTINGS)])

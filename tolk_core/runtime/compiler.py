@@ -63,11 +63,15 @@ class Compiler:
         """Compiler identity, flags and resolved target; part of the cache key."""
         return type(self).__qualname__
 
-    def cache_key(self, src: str) -> str:
+    def resolved_identity(self) -> str:
+        """`identity()`, computed once per compiler object (it may cost subprocess calls)."""
         if self._identity is None:
             self._identity = self.identity()
+        return self._identity
+
+    def cache_key(self, src: str) -> str:
         h = hashlib.sha256()
-        for part in (cache_file.MAGIC.decode(), self.kind, self._identity, src):
+        for part in (cache_file.MAGIC.decode(), self.kind, self.resolved_identity(), src):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()

@@ -49,7 +49,7 @@ def cpu_model() -> str:
 
 
 def key(structure: str, device_kind: str, renderer: str, compiler_identity: str) -> str:
-    """The entry key of a kernel (its AST as stable text, `engine.source_cache._structure`) on a device."""
+    """The entry key of a kernel (its AST as stable text, `engine.source_cache.structure_text`) on a device."""
     h = hashlib.sha256()
     for part in ("tolk tune 1", structure, device_kind, renderer, compiler_identity, cpu_model(), __version__):
         h.update(part.encode())

@@ -138,18 +138,18 @@ def _fresh(beam: list[C], neighbours: Callable[[C], Iterable[C]], seen: set[C]) 
     return fresh
 
 
-def program_timer(program: Callable[[C], Any], args: tuple, launch: dict[str, Any]) -> Callable[[C], float]:
-    """A `timer` over the devices' timing contract: plan `c`'s loaded Program (`program(c)`, built once per plan)
-    launched on `args` with `launch` (global_size, local_size, vals) and `wait=True`, which returns the
-    kernel's run time in seconds (docs/plugins.md, Program)."""
-    built: dict[C, Any] = {}
+def program_timer(program: Callable[[C], Callable[..., Any]]) -> Callable[[C], float]:
+    """A `timer` over the devices' timing contract: `program(c)` is plan `c`'s loaded Program bound to its
+    buffers and launch sizes (built once per plan); it is called with `wait=True`, which returns the kernel's
+    run time in seconds (docs/plugins.md, Program)."""
+    built: dict[C, Callable[..., Any]] = {}
 
     def timer(c: C) -> float:
         if c not in built:
             built[c] = program(c)
-        took = built[c](*args, wait=True, **launch)
+        took = built[c](wait=True)
         if took is None:
-            raise TypeError(f"{type(built[c]).__qualname__} returned None for wait=True: a Program launched with "
+            raise TypeError(f"plan {c!r}: its Program returned None for wait=True: a Program launched with "
                             "wait=True returns its run time in seconds (docs/plugins.md)")
         return float(took)
     return timer
