@@ -105,6 +105,12 @@ def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src]
 
 
+def use_program(device: Any, ast: UOp, program: tuple[Any, KernelSource]) -> None:
+    """Launch `program` (loaded program, rendered source) for kernel `ast` on the opened `device` from now on:
+    a tuned plan replacing the heuristic's (engine/tuning.py)."""
+    _programs[(device, ast)] = program
+
+
 def to_program(ast: UOp, device: str) -> UOp:
     """PROGRAM(ast) of kernel SINK `ast` on `device`, its arg a CompiledKernel (compiled alone if missing:
     `compile_linear` first compiles a whole schedule in one unit)."""

@@ -28,8 +28,7 @@ from tolk_core import config
 from tolk_core.codegen import KernelSource, choices, generate, optimize
 from tolk_core.codegen.choices import Choices, using
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine import compile as compiling
-from tolk_core.engine.compile import arg_device, kernel_vals, load
+from tolk_core.engine.compile import arg_device, kernel_vals, load, use_program
 from tolk_core.engine.tuned import device_kind, tune_key
 from tolk_core.errors import CompileError
 from tolk_core.ir.calls import KernelCode
@@ -68,7 +67,8 @@ def tune_linear(linear: UOp, programs: Sequence[Program], bufs: Sequence[Sequenc
         cache.store(key, entry)
         GlobalCounters.tune_searches += 1
         if best is not None:
-            out[i] = compiling._programs[(device, ast)] = best
+            out[i] = best
+            use_program(device, ast, best)
     return out
 
 

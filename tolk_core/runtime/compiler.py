@@ -65,9 +65,10 @@ class Compiler:
 
     def resolved_identity(self) -> str:
         """`identity()`, computed once per compiler object (it may cost subprocess calls)."""
-        if self._identity is None:
-            self._identity = self.identity()
-        return self._identity
+        ident = getattr(self, "_identity", None)  # a subclass may not have called Compiler.__init__
+        if ident is None:
+            ident = self._identity = self.identity()
+        return ident
 
     def cache_key(self, src: str) -> str:
         h = hashlib.sha256()
