@@ -99,7 +99,7 @@ def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
         dev = arg_device(call.src[1])
         if (Device[dev], call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
             missing.setdefault(dev, []).append(call.src[0])
-    with progress.showing(sum(len(asts) for asts in missing.values())) as shown:
+    with progress.showing(sum(len(asts) for asts in missing.values()), next(iter(missing), "")) as shown:
         for dev, asts in missing.items():
             _compile_together(dev, asts, shown)
     return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src]

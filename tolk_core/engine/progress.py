@@ -27,8 +27,8 @@ _REDRAW_SECONDS = 0.2
 class Progress:
     """The counts one compile reports: kernels rendered of `total`, the device, whether the compiler runs."""
 
-    def __init__(self, total: int) -> None:
-        self.total, self.rendered, self.device, self.compiling = total, 0, "", False
+    def __init__(self, total: int, device: str = "") -> None:
+        self.total, self.rendered, self.device, self.compiling = total, 0, device, False
         self.start = time.perf_counter()
         self.shown = False
         self._fd: int | None = None
@@ -87,9 +87,10 @@ class Progress:
 
 
 @contextlib.contextmanager
-def showing(total: int) -> Iterator[Progress]:
-    """A Progress for a compile of `total` kernels, displayed as the module docstring says."""
-    p = Progress(total)
+def showing(total: int, device: str = "") -> Iterator[Progress]:
+    """A Progress for a compile of `total` kernels, for `device` first, displayed as the module docstring says
+    (the device is known from the start: a line drawn before the first kernel is rendered names it too)."""
+    p = Progress(total, device)
     if total and (delay := config.get("PROGRESS_SECONDS")) > 0:
         p.begin(delay)
     try:
