@@ -30,6 +30,14 @@ def batch(minilm_dir):
 
 
 @pytest.fixture(scope="session")
+def tolk_bert(minilm_dir):
+    """device -> tolk_core.nn.bert.Bert over the checkpoint, loaded once per device for the session."""
+    from tolk_core.nn.bert import Bert
+    models: dict[str, Bert] = {}
+    return lambda device: models.setdefault(device, Bert.from_pretrained(minilm_dir, device))
+
+
+@pytest.fixture(scope="session")
 def torch_bert(minilm_dir):
     pytest.importorskip("torch", reason="torch, the reference")
     pytest.importorskip("safetensors", reason="safetensors, the reference's weight loader")

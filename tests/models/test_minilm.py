@@ -13,10 +13,8 @@ from tests.models.conftest import ranking
 TOL = 1e-4
 
 
-def test_bert_module_matches_torch(device, minilm_dir, batch, torch_embeddings):
-    from tolk_core.nn.bert import Bert
-    model = Bert.from_pretrained(minilm_dir, device)
-    out = model.sentence_embeddings(*batch).numpy()
+def test_bert_module_matches_torch(device, tolk_bert, batch, torch_embeddings):
+    out = tolk_bert(device).sentence_embeddings(*batch).numpy()
     assert out.shape == (4, 384)
     assert np.abs(out - torch_embeddings).max() <= TOL
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
@@ -25,26 +23,25 @@ def test_bert_module_matches_torch(device, minilm_dir, batch, torch_embeddings):
     assert ranking(out)[0] == (0, 1)
 
 
-def test_bert_hidden_state_and_default_mask(minilm_dir, batch, torch_bert):
-    """forward() without a mask attends everywhere: the first sentence alone (no padding) equals torch's."""
+def test_bert_hidden_state_and_default_mask(tolk_bert, batch, torch_bert):
+    """forward() without a mask attends to every token, padding included: equal to torch given a mask of ones
+    (the batch's shape, so the kernels are the ones the test above compiled)."""
     import torch
-
-    from tolk_core.nn.bert import Bert
-    model = Bert.from_pretrained(minilm_dir, "CPU")
-    n = int(batch[1][0].sum())
-    ids = batch[0][:1, :n]
-    hidden = model(ids).numpy()
-    assert hidden.shape == (1, n, 384)
+    model, ids = tolk_bert("CPU"), batch[0]
+    assert model(ids).shape == (*ids.shape, 384)
     with torch.no_grad():
-        ref = torch_bert(torch.tensor(ids), torch.ones(1, n, dtype=torch.int64)).numpy()
+        ref = torch_bert(torch.tensor(ids), torch.ones(ids.shape, dtype=torch.int64)).numpy()
     assert np.abs(model.sentence_embeddings(ids).numpy() - ref).max() <= TOL
 
 
-def test_bert_rejects_bad_input(minilm_dir):
-    from tolk_core.errors import ShapeError
-    from tolk_core.nn.bert import Bert
-    model = Bert.from_pretrained(minilm_dir, "CPU")
+def test_bert_rejects_bad_input(tolk_bert):
+    from tolk_core.errors import DTypeError, ShapeError
+    model = tolk_bert("CPU")
     with pytest.raises(ShapeError, match="attention_mask"):
         model(np.zeros((2, 5), np.int64), np.ones((2, 4), np.int64))
     with pytest.raises(ShapeError, match="max_position_embeddings"):
         model(np.zeros((1, 513), np.int64))
+    with pytest.raises(DTypeError, match="integer token ids"):
+        model(np.zeros((2, 5), np.float32))
+    with pytest.raises(ShapeError, match=r"\(batch, seq\)"):
+        model(np.zeros(5, np.int64))

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.errors import ShapeError, StateDictError
+from tolk_core.errors import DTypeError, ShapeError, StateDictError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
@@ -154,7 +154,10 @@ class Bert(Module):
         device = self.embeddings.word_embeddings.weight.device
         if isinstance(input_ids, Tensor):
             return input_ids.to(device)
-        return Tensor(np.asarray(input_ids, np.int32), device=device)
+        arr = np.asarray(input_ids)
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise DTypeError(f"input_ids must be integer token ids, got {arr.dtype}")
+        return Tensor(arr.astype(np.int32), device=device)
 
     def _mask(self, input_ids: Tensor, attention_mask: Tensor | np.ndarray | None) -> Tensor:
         if attention_mask is None:
@@ -172,8 +175,10 @@ class Bert(Module):
         return self._encode(ids, self._mask(ids, attention_mask))
 
     def _encode(self, ids: Tensor, m: Tensor) -> Tensor:
-        if ids.ndim != 2 or not dtypes.is_int(ids.dtype):
-            raise ShapeError(f"input_ids must be (batch, seq) integers, got {ids.shape} {ids.dtype}")
+        if not dtypes.is_int(ids.dtype):
+            raise DTypeError(f"input_ids must be integer token ids, got {ids.dtype}")
+        if ids.ndim != 2:
+            raise ShapeError(f"input_ids must be (batch, seq), got shape {ids.shape}")
         s, e = ids.shape[1], self.embeddings
         if s > self.config.max_position_embeddings:
             raise ShapeError(f"sequence length {s} exceeds max_position_embeddings "
