@@ -209,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001  # a rank that cannot even join reports why
         report["results"].append({"name": "join", "ok": False, "detail": traceback.format_exc()[-2000:],
                                   "seconds": 0.0, "error": type(e).__name__})
-    rank = report["rank"] if report["rank"] is not None else os.environ.get("TOLK_RANK", os.getpid())
+    launched = [os.environ.get(v) for v in ("TOLK_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")]
+    rank = report["rank"] if report["rank"] is not None else next((r for r in launched if r), os.getpid())
     Path(a.report).mkdir(parents=True, exist_ok=True)
     (Path(a.report) / f"rank{rank}.json").write_text(json.dumps(report))
     sys.stdout.flush()

@@ -44,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--tolk-collectives", action="append", default=[], metavar="NAME",
                 help="run the collectives tier on this provider (repeatable; inert without it)")
     g.addoption("--tolk-ranks", default="2,4", metavar="N,M", help="rank counts of the collectives tier's jobs")
-    g.addoption("--tolk-launcher", default=None, metavar="CMD",
+    g.addoption("--tolk-launcher", default=None, metavar="CMD",  # applies to every --tolk-collectives name
                 help="how to start a job of {n} ranks, e.g. 'mpiexec -n {n} --oversubscribe' (default: TCP's local "
                      "launcher, tolk_core.collectives.launch)")
 
