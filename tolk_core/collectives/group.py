@@ -22,12 +22,25 @@ from typing import Any
 import numpy as np
 
 from tolk_core.errors import ArgumentTypeError, CollectiveError, DTypeError, ShapeError, TolkError
+from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.plugins.specs import COLLECTIVE_OPS
+from tolk_core.runtime.buffer import Buffer
 
 REDUCE_OPS = ("sum", "max", "min")
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16",
-          "float32", "float64")
+DTYPES: tuple[str, ...] = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                           "float16", "bfloat16", "float32", "float64")
 """The numpy dtypes Tolk supports (tolk_core.ir.dtype), by name; bfloat16 is ml_dtypes'."""
+_DTYPE_SET = frozenset(DTYPES)
+_NAMES: dict[np.dtype, str] = {}
+
+
+def dtype_name(dt: np.dtype) -> str:
+    """`dt.name`, remembered: numpy computes the name in Python on every access (microseconds per call, which
+    is a fair share of a small collective)."""
+    name = _NAMES.get(dt)
+    if name is None:
+        name = _NAMES[dt] = dt.name
+    return name
 
 
 def reduce_arrays(arrays: list[np.ndarray], op: str) -> np.ndarray:
@@ -48,8 +61,6 @@ def as_bytes(a: np.ndarray) -> memoryview:
 def to_host(x: Any, what: str) -> np.ndarray:
     """`x` as a C-contiguous numpy array: an ndarray (copied only when not contiguous) or a device Buffer
     (copied out through its allocator). Raises ArgumentTypeError or DTypeError naming `what`."""
-    from tolk_core.ir.dtype import DType, dtypes
-    from tolk_core.runtime.buffer import Buffer
     if isinstance(x, Buffer):
         a = np.empty(x.size, dtype=dtypes.to_np(x.dtype) if isinstance(x.dtype, DType) else np.dtype(x.dtype))
         x.copyout(as_bytes(a))
@@ -58,7 +69,7 @@ def to_host(x: Any, what: str) -> np.ndarray:
         a = a if a.flags.c_contiguous else a.copy(order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
     else:
         raise ArgumentTypeError(f"{what}: expected a numpy array or a device Buffer, got {type(x).__name__}")
-    if a.dtype.name not in DTYPES:
+    if dtype_name(a.dtype) not in _DTYPE_SET:
         raise DTypeError(f"{what}: dtype {a.dtype} is not one Tolk supports ({', '.join(DTYPES)})")
     return a
 
@@ -68,7 +79,6 @@ def deliver(result: np.ndarray, out: Any, what: str) -> np.ndarray:
     the result as numpy."""
     if out is None:
         return result
-    from tolk_core.runtime.buffer import Buffer
     if isinstance(out, Buffer):
         out.copyin(as_bytes(result.copy(order="C")))
         return result
@@ -81,7 +91,7 @@ def deliver(result: np.ndarray, out: Any, what: str) -> np.ndarray:
 
 def describe(op: str, a: np.ndarray, extra: str = "") -> str:
     """How an operation is named in mismatch errors, and what every rank must agree on."""
-    return f"{op}({a.dtype.name}, shape={tuple(a.shape)}{', ' + extra if extra else ''})"
+    return f"{op}({dtype_name(a.dtype)}, shape={a.shape}{', ' + extra if extra else ''})"
 
 
 class PersistentOp(abc.ABC):

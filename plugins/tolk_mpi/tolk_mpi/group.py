@@ -10,6 +10,7 @@ rank order with numpy; persistent allreduce uses MPI-4's Allreduce_init where th
 """
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tolk_core.collectives import PersistentOp, ProcessGroup, reduce_arrays
-from tolk_core.collectives.group import describe
+from tolk_core.collectives.group import describe, dtype_name
 from tolk_core.errors import CollectiveError, CollectiveTimeoutError
 
 NATIVE = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"})
@@ -39,6 +40,8 @@ class MpiGroup(ProcessGroup):
         from mpi4py import MPI
         self._mpi, self._comm = MPI, comm
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self._mine = np.zeros(2, np.int64)  # the agreement's buffers, reused by every operation
+        self._every = np.zeros((self.size, 2), np.int64)
 
     @classmethod
     def join(cls, timeout: float) -> MpiGroup:
@@ -58,24 +61,28 @@ class MpiGroup(ProcessGroup):
     # ------------------------------------------------------------ agreement and waiting
 
     def _wait(self, req: Any, what: str) -> None:
+        """Poll `req` to completion; past the deadline raise CollectiveTimeoutError and close the group."""
+        if req.Test():
+            return
         deadline = time.monotonic() + self.timeout
         spins = 0
         while not req.Test():
             spins += 1
-            if spins > 2000:  # past a busy moment, yield the core (oversubscribed ranks need it to progress)
-                time.sleep(0.0002)
-                if time.monotonic() > deadline:
-                    self.closed = True
-                    raise CollectiveTimeoutError(f"MPI: rank {self.rank}: {what} did not complete within "
-                                                 f"{self.timeout:g}s (TOLK_COLLECTIVES_TIMEOUT); another rank never "
-                                                 "joined it. The group is closed")
+            if spins > 1000:  # past a short spin, give the core away: oversubscribed ranks need it to progress
+                os.sched_yield()
+            if spins & 63 == 0 and time.monotonic() > deadline:
+                self.closed = True
+                raise CollectiveTimeoutError(f"MPI: rank {self.rank}: {what} did not complete within "
+                                             f"{self.timeout:g}s (TOLK_COLLECTIVES_TIMEOUT); another rank never "
+                                             "joined it. The group is closed")
 
     def _agree(self, text: str, ok: bool = True) -> None:
         """Raise CollectiveError on every rank unless every rank is ok and calls `text`."""
-        mine = np.array([1 if ok else 0, zlib.crc32(text.encode())], np.int64)
-        every = np.empty((self.size, 2), np.int64)
+        digest = zlib.crc32(text.encode())
+        mine, every = self._mine, self._every
+        mine[0], mine[1] = 1 if ok else 0, digest
         self._wait(self._comm.Iallgather(mine, every), f"agreeing on {text}")
-        if bool(every[:, 0].all()) and bool((every[:, 1] == mine[1]).all()):
+        if every[:, 0].all() and (every[:, 1] == digest).all():
             return
         texts = self._comm.allgather(text)  # every rank is here: this cannot hang
         bad = next((r for r in range(self.size) if not every[r, 0]), None)
@@ -105,7 +112,7 @@ class MpiGroup(ProcessGroup):
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
         self._agree(describe(f"allreduce_{op}", a))
-        if a.dtype.name not in NATIVE:
+        if dtype_name(a.dtype) not in NATIVE:
             return reduce_arrays(list(self._gathered(a, "allreduce")), op)
         out = np.empty_like(a)
         if a.size:
@@ -126,7 +133,7 @@ class MpiGroup(ProcessGroup):
     def _reduce_scatter(self, a: np.ndarray, op: str) -> np.ndarray:
         self._agree(describe(f"reduce_scatter_{op}", a))
         k = a.shape[0] // self.size
-        if a.dtype.name not in NATIVE:
+        if dtype_name(a.dtype) not in NATIVE:
             return reduce_arrays(list(self._gathered(a, "reduce_scatter")), op)[self.rank * k:(self.rank + 1) * k]
         out = np.empty((k, *a.shape[1:]), a.dtype)
         if a.size:
@@ -151,7 +158,7 @@ class _MpiPersistent(PersistentOp):
         self.out = np.empty_like(x)
         self._req: Any = None
         self._started = False
-        if x.dtype.name in NATIVE and x.size and hasattr(group._comm, "Allreduce_init"):
+        if dtype_name(x.dtype) in NATIVE and x.size and hasattr(group._comm, "Allreduce_init"):
             try:
                 self._req = group._comm.Allreduce_init(x, self.out, op=group._ops[op])
             except NotImplementedError:
