@@ -26,8 +26,8 @@ def test_tier_passes_on_the_reference(n, extra, tmp_path):
     names = _checks(reps)
     assert "persistent_replay_new_data" in names and "error_on_one_rank_reaches_every_rank" in names
     assert ("allreduce_sum[float32-2^22]" in names) == ("--no-big" not in extra)
-    assert {"allreduce_min[bfloat16-strided]", "reduce_scatter_max[uint64-strided]", "broadcast[bool-root{}]".format(
-        n - 1)} <= names
+    want = {"allreduce_min[bfloat16-strided]", "reduce_scatter_max[uint64-strided]", f"broadcast[bool-root{n - 1}]"}
+    assert want <= names
 
 
 def test_hang_and_exit_on_one_rank_reach_the_others(tmp_path):
