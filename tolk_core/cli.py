@@ -45,7 +45,23 @@ def devices_data(reg: Registry) -> dict[str, Any]:
                  "state": r.state, "reason": r.reason} for r in reg.rejected]
     default = ({"device": res.device, "origin": res.origin, "notes": list(res.notes)} if res
                else {"device": None, "error": err})
-    return {"default": default, "backends": rows, "plugins": plugins, "rejected": rejected}
+    collectives = [{"name": c.name, "dist": c.plugin.dist, "version": c.plugin.version, "entry_point": c.plugin.name,
+                    "state": c.state, "reason": c.reason, "hint": c.hint, "priority": c.priority,
+                    "ops": list(c.spec.ops), "devices": list(c.spec.devices), "persistent": c.spec.persistent,
+                    "launcher": c.spec.launcher} for c in reg.collectives]
+    return {"default": default, "backends": rows, "plugins": plugins, "rejected": rejected,
+            "collectives": collectives}
+
+
+def format_collectives(rows: list[dict[str, Any]]) -> str:
+    """The collectives providers' table of `tolk devices` (best available first is marked `*`)."""
+    avail = sorted((c for c in rows if c["state"] == "available"), key=lambda c: (-c["priority"], c["name"]))
+    table = [["", "COLLECTIVES", "PROVIDER", "STATE", "PERSISTENT", "DEVICES", "REASON"]]
+    for c in rows:
+        table.append(["*" if avail and c is avail[0] else "", c["name"], f"{c['dist']} {c['version']}".strip(),
+                      c["state"], "yes" if c["persistent"] else "no", ",".join(c["devices"]) or "host",
+                      c["reason"] + (f" (fix: {c['hint']})" if c["state"] != "available" and c["hint"] else "")])
+    return _table(table)
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -83,6 +99,8 @@ def format_devices(data: dict[str, Any], verbose: bool = False, checks: dict[str
         out.append(line)
     for r in data["rejected"]:
         out.append(f"ignored {r['kind']} for {r['device']} from {r['provider']}: {r['state']}: {r['reason']}")
+    if data.get("collectives"):
+        out.append("\n" + format_collectives(data["collectives"]))
     if verbose:
         for p in data["plugins"]:
             if p["traceback"]:

@@ -135,6 +135,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             env="TOLK_PLUGINS"),
     Setting("DISABLE_PLUGINS", str, None, "deny-list of plugins (entry-point or distribution names)",
             env="TOLK_DISABLE_PLUGINS"),
+    Setting("COLLECTIVES", str, None, "collectives provider a process group joins (e.g. MPI, TCP); default: the "
+            "highest-priority available one", env="TOLK_COLLECTIVES"),
+    Setting("COLLECTIVES_TIMEOUT", float, 60.0, "seconds a collective operation (or joining a group) may wait for "
+            "the other ranks before it raises CollectiveTimeoutError on this rank", env="TOLK_COLLECTIVES_TIMEOUT",
+            check=seconds),
 )}
 
 

@@ -58,6 +58,15 @@ class PluginError(TolkError):
     """A plugin that cannot be loaded or validated."""
 
 
+class CollectiveError(TolkError):
+    """A collective operation failed on some rank of its process group: bad or mismatched input, a rank that
+    failed or exited. Raised on every rank of the group (naming the rank at fault); the group is then closed."""
+
+
+class CollectiveTimeoutError(CollectiveError, TimeoutError):
+    """A collective operation waited longer than its timeout (TOLK_COLLECTIVES_TIMEOUT) for another rank."""
+
+
 class ConfigError(TolkError, ValueError):
     """A bad configuration value: unknown key, wrong type, unknown device."""
 

@@ -9,6 +9,7 @@ from tolk_core.plugins.registry import (
     GROUP,
     STATES,
     BackendRecord,
+    CollectiveRecord,
     PluginRecord,
     PluginWarning,
     ProvidedSpec,
@@ -26,15 +27,16 @@ from tolk_core.plugins.specs import (
     Availability,
     BackendSpec,
     Capabilities,
+    CollectiveSpec,
     GraphSpec,
     RendererSpec,
     resolve_ref,
 )
 
 __all__ = [
-    "API_VERSION", "GROUP", "STATES", "Availability", "BackendRecord", "BackendSpec", "Capabilities", "Device",
-    "DeviceFace", "GraphSpec", "PluginRecord", "PluginWarning", "ProvidedSpec", "Registry", "RendererSpec",
-    "Resolution",
+    "API_VERSION", "GROUP", "STATES", "Availability", "BackendRecord", "BackendSpec", "Capabilities",
+    "CollectiveRecord", "CollectiveSpec", "Device", "DeviceFace", "GraphSpec", "PluginRecord", "PluginWarning",
+    "ProvidedSpec", "Registry", "RendererSpec", "Resolution",
     "build_registry", "get_registry", "hookimpl", "hookspec", "refresh", "register", "reset", "resolve_ref",
     "run_probe", "unregister",
 ]

@@ -1,4 +1,4 @@
-"""The three registration hooks of the ``tolk`` pluggy project.
+"""The four registration hooks of the ``tolk`` pluggy project.
 
 A plugin's entry-point module defines module-level functions with these names, decorated with
 ``tolk_core.plugins.hookimpl``, each returning an iterable of specs. Core calls every implementation (no
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import pluggy
 
-from tolk_core.plugins.specs import BackendSpec, GraphSpec, RendererSpec
+from tolk_core.plugins.specs import BackendSpec, CollectiveSpec, GraphSpec, RendererSpec
 
 PROJECT = "tolk"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -31,3 +31,7 @@ class TolkHookSpecs:
     @hookspec
     def tolk_renderers(self) -> Iterable[RendererSpec]:  # type: ignore[empty-body]  # a specification: pluggy calls the implementations, never this body
         """Supply a renderer and its compiler for a device."""
+
+    @hookspec
+    def tolk_collectives(self) -> Iterable[CollectiveSpec]:  # type: ignore[empty-body]  # a specification: pluggy calls the implementations, never this body
+        """Supply a collectives provider (allreduce, allgather, ... across the processes of a job)."""

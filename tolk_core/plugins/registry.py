@@ -37,6 +37,7 @@ from tolk_core.plugins.specs import (
     NAME_RE,
     Availability,
     BackendSpec,
+    CollectiveSpec,
     GraphSpec,
     RendererSpec,
     ref_name,
@@ -147,12 +148,51 @@ class BackendRecord:
 
 
 @dataclass(frozen=True)
+class CollectiveRecord:
+    """One declared collectives provider, its plugin and its state (available, unavailable, incompatible,
+    conflict); `state`, `reason` and `hint` run its probe on first access, as a backend's do."""
+    name: str
+    spec: CollectiveSpec
+    plugin: PluginRecord
+    status: _Status = field(repr=False, compare=False)
+
+    @property
+    def state(self) -> str:
+        return self.status.get()[0]
+
+    @property
+    def reason(self) -> str:
+        return self.status.get()[1]
+
+    @property
+    def hint(self) -> str:
+        return self.status.get()[2]
+
+    @property
+    def priority(self) -> int:
+        a = self.status.get()[3]
+        return a.priority if a is not None and a.priority is not None else self.spec.priority
+
+
+@dataclass(frozen=True)
 class Registry:
-    """An immutable snapshot: every plugin, every backend with its state, graph and renderer providers."""
+    """An immutable snapshot: every plugin, every backend with its state, graph and renderer providers, and
+    every collectives provider with its state."""
     plugins: tuple[PluginRecord, ...]
     backends: tuple[BackendRecord, ...]
     rejected: tuple[ProvidedSpec, ...] = ()
     by_name: Mapping[str, tuple[BackendRecord, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    collectives: tuple[CollectiveRecord, ...] = ()
+
+    def collective(self, name: str) -> CollectiveRecord | None:
+        """The collectives provider called `name` (case-insensitive) that keeps the name, or None."""
+        recs = [c for c in self.collectives if c.name == name.upper()]
+        keep = [c for c in recs if c.state != "conflict"] or recs
+        return keep[0] if keep else None
+
+    def available_collectives(self) -> list[CollectiveRecord]:
+        """Available collectives providers, best first (priority descending, then name)."""
+        return sorted((c for c in self.collectives if c.state == "available"), key=lambda c: (-c.priority, c.name))
 
     def records(self, name: str) -> tuple[BackendRecord, ...]:
         """The records claiming `name` (case-insensitive; aliases included); empty if none."""
@@ -309,14 +349,19 @@ def _load_entry_points(fresh: bool = False) -> tuple[list[PluginRecord], list[tu
     return records, loaded
 
 
-def _call_hooks(rec: PluginRecord, obj: Any) -> tuple[list[BackendSpec], list[GraphSpec], list[RendererSpec]]:
-    """Register `obj` in a private plugin manager and call its three hooks. Raises on any problem."""
+_HOOKS: tuple[tuple[str, type], ...] = (("tolk_backends", BackendSpec), ("tolk_graphs", GraphSpec),
+                                       ("tolk_renderers", RendererSpec), ("tolk_collectives", CollectiveSpec))
+
+
+def _call_hooks(rec: PluginRecord, obj: Any) -> list[list[Any]]:
+    """Register `obj` in a private plugin manager and call its four hooks (the specs of each, in `_HOOKS`
+    order). Raises on any problem."""
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(TolkHookSpecs)
     pm.register(obj, name=f"{rec.dist}:{rec.name}")
     pm.check_pending()
     out: list[list[Any]] = []
-    for hook, cls in (("tolk_backends", BackendSpec), ("tolk_graphs", GraphSpec), ("tolk_renderers", RendererSpec)):
+    for hook, cls in _HOOKS:
         caller = getattr(pm.hook, hook)
         for impl in caller.get_hookimpls():
             if impl.hookwrapper or impl.wrapper:
@@ -329,7 +374,7 @@ def _call_hooks(rec: PluginRecord, obj: Any) -> tuple[list[BackendSpec], list[Gr
                     raise PluginError(f"{hook} returned {type(s).__name__}, expected {cls.__name__}")
                 specs.append(s)
         out.append(specs)
-    return out[0], out[1], out[2]
+    return out
 
 
 def _validate_backend(s: BackendSpec) -> None:
@@ -337,6 +382,45 @@ def _validate_backend(s: BackendSpec) -> None:
         raise PluginError(f"backend name {s.name!r} must be upper-case letters, digits and _ (e.g. 'CUDA')")
     if not isinstance(s.api_version, tuple) or len(s.api_version) != 2:
         raise PluginError(f"backend {s.name}: api_version must be a (major, minor) tuple, got {s.api_version!r}")
+
+
+def _validate_collective(s: CollectiveSpec) -> None:
+    from tolk_core.plugins.specs import COLLECTIVE_OPS
+    if not NAME_RE.match(s.name):
+        raise PluginError(f"collectives name {s.name!r} must be upper-case letters, digits and _ (e.g. 'MPI')")
+    if not isinstance(s.api_version, tuple) or len(s.api_version) != 2:
+        raise PluginError(f"collectives {s.name}: api_version must be a (major, minor) tuple, got {s.api_version!r}")
+    if unknown := sorted(set(s.ops) - set(COLLECTIVE_OPS)):
+        raise PluginError(f"collectives {s.name}: unknown operations {unknown}; known: {', '.join(COLLECTIVE_OPS)}")
+    if s.group is None:
+        raise PluginError(f"collectives {s.name}: group must name the ProcessGroup factory ('package.module:attr')")
+
+
+def _collective_records(claims: Mapping[str, list[tuple[CollectiveSpec, PluginRecord]]],
+                        timeout: float) -> list[CollectiveRecord]:
+    """One record per claimant. The name tolk-core ships keeps it against a third party (the others are
+    `conflict`, as for devices); two third parties on one name are both `conflict`."""
+    out: list[CollectiveRecord] = []
+    for name, claimants in sorted(claims.items()):
+        core = [c for c in claimants if c[1].dist == "tolk-core"]
+        if len(claimants) > 1:
+            who = " and ".join(f"{rec.provider} (entry point {rec.name!r})" for _, rec in claimants)
+            choose = " or ".join(f"TOLK_DISABLE_PLUGINS={rec.dist}" for _, rec in claimants if rec.dist != "tolk-core")
+            for s, rec in claimants:
+                if not (core and rec is core[0][1]):
+                    out.append(CollectiveRecord(name, s, rec, _Status("conflict", f"collectives {name} is claimed by "
+                                                                      f"{who}", f"choose one: {choose}")))
+            if not core:
+                continue
+            claimants = core
+        s, rec = claimants[0]
+        if (why := _incompatible(s.api_version)) is not None:
+            status = _Status("incompatible", why, f"install a version of {rec.dist} built for tolk plugin API "
+                                                  f"{API_VERSION[0]}.x")
+        else:
+            status = _Status(probe=s.probe, timeout=timeout, install_hint=s.install_hint)
+        out.append(CollectiveRecord(name, s, rec, status))
+    return out
 
 
 def _incompatible(api: tuple[int, int]) -> str | None:
@@ -444,13 +528,16 @@ def build_registry(fresh: bool = False) -> Registry:
     backends: list[tuple[BackendSpec, PluginRecord]] = []
     graphs: list[ProvidedSpec] = []
     renderers: list[ProvidedSpec] = []
+    colls: dict[str, list[tuple[CollectiveSpec, PluginRecord]]] = {}
     for rec, obj in loaded:
         try:
-            b, g, r = _call_hooks(rec, obj)
+            b, g, r, c = _call_hooks(rec, obj)
             for s in b:
                 _validate_backend(s)
                 if s.name == builtin.NAME and obj is not builtin:
                     raise PluginError(f"the device name {builtin.NAME} is reserved for tolk-core's reference device")
+            for cs in c:
+                _validate_collective(cs)
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -462,6 +549,8 @@ def build_registry(fresh: bool = False) -> Registry:
         backends += [(s, rec) for s in b]
         graphs += [ProvidedSpec(s, rec) for s in g]
         renderers += [ProvidedSpec(s, rec) for s in r]
+        for cs in c:
+            colls.setdefault(cs.name, []).append((cs, rec))
 
     rejected: list[ProvidedSpec] = []
 
@@ -494,6 +583,7 @@ def build_registry(fresh: bool = False) -> Registry:
         for a in record.spec.aliases:
             by_name.setdefault(a.upper(), []).append(record)
     return Registry(tuple(final_plugins), tuple(out), tuple(rejected),
-                    MappingProxyType({k: tuple(v) for k, v in by_name.items()}))
+                    MappingProxyType({k: tuple(v) for k, v in by_name.items()}),
+                    tuple(_collective_records(colls, timeout)))
 
 

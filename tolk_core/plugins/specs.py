@@ -16,7 +16,9 @@ from tolk_core.errors import PluginError
 API_VERSION: tuple[int, int] = (1, 1)
 """The plugin API this tolk-core speaks (docs/plugins.md, section 11: compatibility policy). A spec whose major
 differs is reported ``incompatible``; any minor of the same major loads. 1.1 added the device lifecycle
-(``CompiledDevice.lost``, ``lost_error``, ``close``; DeviceLostError; the ``lost`` state)."""
+(``CompiledDevice.lost``, ``lost_error``, ``close``; DeviceLostError; the ``lost`` state). The
+``tolk_collectives`` hook (CollectiveSpec) is an addition a 1.1 plugin may use or ignore: older plugins simply
+do not implement it (docs/plugins.md, section 12)."""
 
 Ref = str | Callable[..., Any] | type
 NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -128,3 +130,36 @@ class RendererSpec:
     compiler: Ref | None = None
     priority: int = 0
     api_version: tuple[int, int] = API_VERSION
+
+
+COLLECTIVE_OPS: tuple[str, ...] = ("allreduce_sum", "allreduce_max", "allreduce_min", "allgather", "broadcast",
+                                   "reduce_scatter", "barrier")
+"""Every operation a collectives provider may offer (``reduce_scatter`` reduces with the ops allreduce offers)."""
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """Declares a collectives provider: an engine that combines arrays across the processes of one job.
+    Returned (one or many) by the ``tolk_collectives`` hook (docs/plugins.md, section 12).
+
+    name: canonical upper-case name (``MPI``), unique across installed plugins.
+    group: ref to a factory ``(timeout: float) -> tolk_core.collectives.ProcessGroup`` that joins the job this
+    process was launched into (rank and size come from the launcher: env vars, mpiexec).
+    probe: ref to ``() -> Availability``; None means always available. It must not join a job.
+    priority: automatic ranking among available providers (higher wins; ties broken by name).
+    ops: the operations offered, a subset of COLLECTIVE_OPS. devices: the devices whose buffers it reads and
+    writes directly (others go through the host via copyout/copyin). persistent: it offers
+    ``allreduce_init`` (bound once, started and waited on each replay).
+    launcher: how to start a job of N processes for it (shown by `tolk devices --json`).
+    """
+    name: str
+    group: Ref
+    probe: Ref | None = None
+    priority: int = 0
+    api_version: tuple[int, int] = API_VERSION
+    ops: tuple[str, ...] = COLLECTIVE_OPS
+    devices: tuple[str, ...] = ()
+    persistent: bool = False
+    launcher: str = ""
+    env_vars: tuple[str, ...] = ()
+    install_hint: str = ""

@@ -41,12 +41,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--tolk-report", default=None, metavar="PATH",
                 help="where to write the JSON report (default: conformance/report.json in Tolk's cache directory)")
     g.addoption("--tolk-stress", action="store_true", help="also run the opt-in stress tier")
+    g.addoption("--tolk-collectives", action="append", default=[], metavar="NAME",
+                help="run the collectives tier on this provider (repeatable; inert without it)")
+    g.addoption("--tolk-ranks", default="2,4", metavar="N,M", help="rank counts of the collectives tier's jobs")
+    g.addoption("--tolk-launcher", default=None, metavar="CMD",  # applies to every --tolk-collectives name
+                help="how to start a job of {n} ranks, e.g. 'mpiexec -n {n} --oversubscribe' (default: TCP's local "
+                     "launcher, tolk_core.collectives.launch)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: Tolk conformance tier {tier}")
     config.addinivalue_line("markers", "smoke: the subset `tolk devices --check` runs")
+    config.addinivalue_line("markers", "collectives: the collectives tier (--tolk-collectives NAME)")
     config.addinivalue_line("markers", "requires(*caps): skip unless the device declares these capabilities")
     _STATE.clear()
     _STATE["devices"] = [d.upper() for d in config.getoption("--tolk-device")]
@@ -58,6 +65,12 @@ def _active() -> bool:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "tolk_collectives_name" in metafunc.fixturenames:
+        names = [n.upper() for n in metafunc.config.getoption("--tolk-collectives")] or [None]
+        metafunc.parametrize("tolk_collectives_name", names, ids=[n or "no-provider" for n in names])
+    if "tolk_ranks" in metafunc.fixturenames:
+        ranks = [int(r) for r in metafunc.config.getoption("--tolk-ranks").split(",") if r.strip()]
+        metafunc.parametrize("tolk_ranks", ranks, ids=[f"{r}ranks" for r in ranks])
     if "tolk_device_name" in metafunc.fixturenames:
         devices = _STATE.get("devices") or [None]
         metafunc.parametrize("tolk_device_name", devices, ids=[d or "no-device" for d in devices], scope="session")
@@ -127,6 +140,11 @@ def capabilities(name: str) -> dict[str, Any]:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if not _is_conformance(item):
+        return
+    if item.get_closest_marker("collectives"):
+        cs = getattr(item, "callspec", None)
+        if cs is None or cs.params.get("tolk_collectives_name") is None:
+            pytest.skip("the collectives tier is inert without --tolk-collectives NAME")
         return
     name = _device_of(item)
     if name is None:

@@ -1,0 +1,190 @@
+"""MpiGroup: the ProcessGroup over MPI.COMM_WORLD (a duplicate of it), through mpi4py.
+
+Every operation first agrees: each rank contributes (ok, a digest of what it calls) with one small nonblocking
+allgather, so that a rank with bad input (ok = 0, `_abort`) or a mismatched call makes every rank raise
+CollectiveError naming the rank, before any data moves. Every request is waited on by polling ``Test`` against
+the group's deadline, so a rank that never comes makes the others raise CollectiveTimeoutError instead of
+blocking (MPI cannot cancel a collective: the group is closed after it; a rank that exits ends the whole job
+under mpiexec). Dtypes MPI has no reduction for (bool, float16, bfloat16) are gathered as bytes and reduced in
+rank order with numpy; persistent allreduce uses MPI-4's Allreduce_init where the dtype allows.
+"""
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+
+from tolk_core.collectives import PersistentOp, ProcessGroup, reduce_arrays
+from tolk_core.collectives.group import describe, dtype_name
+from tolk_core.errors import CollectiveError, CollectiveTimeoutError
+
+NATIVE = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"})
+"""Dtypes MPI reduces itself (mpi4py maps them to MPI datatypes); the others go through bytes."""
+
+
+def _u8(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(np.uint8)
+
+
+class MpiGroup(ProcessGroup):
+    """One rank of the MPI job this process was launched into (mpiexec; a plain process is a group of one)."""
+
+    name = "MPI"
+    persistent = True
+
+    def __init__(self, comm: Any, timeout: float):
+        super().__init__(comm.Get_rank(), comm.Get_size(), timeout)
+        from mpi4py import MPI
+        self._mpi, self._comm = MPI, comm
+        self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
+        self._mine = np.zeros(2, np.int64)  # the agreement's buffers, reused by every operation
+        self._every = np.zeros((self.size, 2), np.int64)
+
+    @classmethod
+    def join(cls, timeout: float) -> MpiGroup:
+        """Initialize MPI (once per process) and duplicate COMM_WORLD."""
+        from mpi4py import MPI
+        return cls(MPI.COMM_WORLD.Dup(), timeout)
+
+    def close(self) -> None:
+        if not self.closed and self._comm is not None:
+            comm, self._comm = self._comm, None
+            try:
+                comm.Free()
+            except Exception:  # noqa: BLE001  # freeing after a failed collective may itself fail: closed anyway
+                pass
+        super().close()
+
+    # ------------------------------------------------------------ agreement and waiting
+
+    def _wait(self, req: Any, what: str) -> None:
+        """Poll `req` to completion; past the deadline raise CollectiveTimeoutError and close the group."""
+        if req.Test():
+            return
+        deadline = time.monotonic() + self.timeout
+        spins = 0
+        while not req.Test():
+            spins += 1
+            if spins > 1000:  # past a short spin, give the core away: oversubscribed ranks need it to progress
+                os.sched_yield()
+            if spins & 63 == 0 and time.monotonic() > deadline:
+                self.closed = True
+                raise CollectiveTimeoutError(f"MPI: rank {self.rank}: {what} did not complete within "
+                                             f"{self.timeout:g}s (TOLK_COLLECTIVES_TIMEOUT); another rank never "
+                                             "joined it. The group is closed")
+
+    def _agree(self, text: str, ok: bool = True) -> None:
+        """Raise CollectiveError on every rank unless every rank is ok and calls `text`."""
+        digest = zlib.crc32(text.encode())
+        mine, every = self._mine, self._every
+        mine[0], mine[1] = 1 if ok else 0, digest
+        self._wait(self._comm.Iallgather(mine, every), f"agreeing on {text}")
+        if every[:, 0].all() and (every[:, 1] == digest).all():
+            return
+        texts = self._comm.allgather(text)  # every rank is here: this cannot hang
+        bad = next((r for r in range(self.size) if not every[r, 0]), None)
+        msg = (texts[bad] if bad is not None else
+               f"ranks disagree: rank 0 called {texts[0]} but rank "
+               f"{next(r for r in range(self.size) if texts[r] != texts[0])} called "
+               f"{next(t for t in texts if t != texts[0])}")
+        self.close()
+        raise CollectiveError(f"MPI: {msg}")
+
+    def _abort(self, message: str) -> None:
+        if self.closed:
+            return
+        try:
+            self._agree(message, ok=False)
+        except CollectiveError:
+            pass
+
+    # ------------------------------------------------------------ the operations
+
+    def _gathered(self, a: np.ndarray, what: str) -> np.ndarray:
+        """Every rank's `a`, shape (size, *a.shape), moved as bytes."""
+        out = np.empty((self.size, *a.shape), a.dtype)
+        if a.size:
+            self._wait(self._comm.Iallgather(_u8(a), _u8(out)), what)
+        return out
+
+    def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
+        self._agree(describe(f"allreduce_{op}", a))
+        if dtype_name(a.dtype) not in NATIVE:
+            return reduce_arrays(list(self._gathered(a, "allreduce")), op)
+        out = np.empty_like(a)
+        if a.size:
+            self._wait(self._comm.Iallreduce(a, out, op=self._ops[op]), f"allreduce_{op}")
+        return out
+
+    def _allgather(self, a: np.ndarray) -> np.ndarray:
+        self._agree(describe("allgather", a))
+        return self._gathered(a, "allgather")
+
+    def _broadcast(self, a: np.ndarray, root: int) -> np.ndarray:
+        self._agree(describe("broadcast", a, f"root={root}"))
+        out = a.copy() if self.rank == root else np.empty_like(a)
+        if a.size:
+            self._wait(self._comm.Ibcast(_u8(out), root=root), "broadcast")
+        return out
+
+    def _reduce_scatter(self, a: np.ndarray, op: str) -> np.ndarray:
+        self._agree(describe(f"reduce_scatter_{op}", a))
+        k = a.shape[0] // self.size
+        if dtype_name(a.dtype) not in NATIVE:
+            return reduce_arrays(list(self._gathered(a, "reduce_scatter")), op)[self.rank * k:(self.rank + 1) * k]
+        out = np.empty((k, *a.shape[1:]), a.dtype)
+        if a.size:
+            self._wait(self._comm.Ireduce_scatter_block(a, out, op=self._ops[op]), f"reduce_scatter_{op}")
+        return out
+
+    def _barrier(self) -> None:
+        self._agree("barrier()")
+        self._wait(self._comm.Ibarrier(), "barrier")
+
+    def _allreduce_init(self, x: np.ndarray, op: str) -> PersistentOp:
+        self._agree(describe(f"allreduce_init_{op}", x))
+        return _MpiPersistent(self, x, op)
+
+
+class _MpiPersistent(PersistentOp):
+    """MPI-4 persistent allreduce (Allreduce_init, Start, Wait) bound to `x` and one output array; dtypes MPI
+    cannot reduce, or an MPI without persistent collectives, run a plain allreduce at each wait()."""
+
+    def __init__(self, group: MpiGroup, x: np.ndarray, op: str):
+        self.group, self.x, self.op = group, x, op
+        self.out = np.empty_like(x)
+        self._req: Any = None
+        self._started = False
+        if dtype_name(x.dtype) in NATIVE and x.size and hasattr(group._comm, "Allreduce_init"):
+            try:
+                self._req = group._comm.Allreduce_init(x, self.out, op=group._ops[op])
+            except NotImplementedError:
+                self._req = None
+
+    def start(self) -> None:
+        if self._started:
+            raise CollectiveError("persistent allreduce: start() called twice without wait()")
+        self._started = True
+        if self._req is not None:
+            self._req.Start()
+
+    def wait(self) -> np.ndarray:
+        if not self._started:
+            raise CollectiveError("persistent allreduce: wait() without start()")
+        self._started = False
+        if self._req is not None:
+            self.group._wait(self._req, f"persistent allreduce_{self.op}")
+        else:
+            self.out[...] = self.group.allreduce(self.x, self.op)
+        return self.out
+
+    def close(self) -> None:
+        if self._req is not None:
+            req, self._req = self._req, None
+            try:
+                req.Free()
+            except Exception:  # noqa: BLE001  # after a closed group the request may be gone already
+                pass

@@ -1,0 +1,66 @@
+"""Start N local ranks of a job for the TCP provider:
+
+    python -m tolk_core.collectives.launch -n 4 [--timeout S] -- python train.py ARGS
+
+Each rank is the command with TOLK_RANK, TOLK_WORLD_SIZE, TOLK_MASTER_ADDR=127.0.0.1 and a free
+TOLK_MASTER_PORT set (and TOLK_COLLECTIVES=TCP unless set). The exit status is the first non-zero rank's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port free on `addr` right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return int(s.getsockname()[1])
+
+
+def spawn(n: int, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 600.0,
+          ) -> list[tuple[int, str]]:
+    """Run `argv` as ranks 0..n-1 of one job and wait for all (killing them past `timeout` seconds). Returns
+    each rank's (exit status, stderr tail); a killed rank's status is -9."""
+    base = dict(os.environ if env is None else env)
+    base.update(TOLK_WORLD_SIZE=str(n), TOLK_MASTER_ADDR="127.0.0.1", TOLK_MASTER_PORT=str(free_port()))
+    base.setdefault("TOLK_COLLECTIVES", "TCP")
+    procs = [subprocess.Popen(list(argv), env={**base, "TOLK_RANK": str(r)}, stderr=subprocess.PIPE,
+                              stdout=None, text=True) for r in range(n)]
+    deadline = time.monotonic() + timeout
+    out: list[tuple[int, str]] = []
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            _, err = p.communicate()
+        out.append((p.returncode, (err or "")[-4000:]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tolk_core.collectives.launch", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", type=int, required=True, help="number of ranks")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="kill the job after this many seconds")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER, help="the command each rank runs (after --)")
+    a = ap.parse_args(argv)
+    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+    if not cmd or a.n < 1:
+        ap.error("give -n N >= 1 and a command")
+    results = spawn(a.n, cmd, timeout=a.timeout)
+    for r, (code, err) in enumerate(results):
+        if err:
+            sys.stderr.write(f"--- rank {r} (exit {code}) ---\n{err}")
+    return next((c for c, _ in results if c), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
