@@ -58,6 +58,8 @@ from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.schedule import placements
 
 Scalar = int | float | bool
+# the ops whose node may be a constant or storage seen through views: `_wrap` takes `_adopt`'s path for them
+_STORED_OR_CONST = GroupOp.Movement | {Op.BITCAST, Op.BUFFER, Op.CONST}
 # Filled only while `tolk_core.function` traces a body (frontend/function.py pushes and pops them around the
 # trace), never at import: called with a Tensor before its data is read (a traced body must not read data)...
 read_checks: list[Callable[[Tensor], None]] = []
@@ -69,9 +71,30 @@ upload_hooks: list[Callable[[Any, UOp], None]] = []
 assign_hooks: list[Callable[[Tensor, Tensor], bool]] = []
 
 
-# id -> every live Tensor made with a value that is not storage (keyed by id: Tensor.__eq__ builds a graph, so
-# tensors cannot be set members). A write into storage first realizes those that read it (`before_write`).
-_lazy: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> a weak reference to every Tensor made with a value that is not storage (keyed by id: Tensor.__eq__ builds
+# a graph, so tensors cannot be set members). A write into storage first realizes those that read it
+# (`before_write`). Registering is on every op's path, so it is a plain dict of weak references without callbacks
+# (a WeakValueDictionary entry costs a Python-level KeyedRef and a callback per tensor freed): entries of freed
+# tensors stay until `_live_lazy` reads the registry or it outgrows `_lazy_purge_at`, when they are dropped (an
+# id reused by a new tensor overwrites its entry, so every live entry is its own tensor's).
+_lazy: dict[int, weakref.ReferenceType[Tensor]] = {}
+_lazy_purge_at = [4096]
+
+
+def _register_lazy(t: Tensor) -> None:
+    _lazy[id(t)] = weakref.ref(t)
+    if len(_lazy) > _lazy_purge_at[0]:
+        _live_lazy()
+
+
+def _live_lazy() -> list[Tensor]:
+    """Every live registered tensor; drops the entries of freed ones (amortised: the next purge waits until the
+    registry has doubled)."""
+    live = {k: r for k, r in _lazy.items() if r() is not None}
+    _lazy.clear()
+    _lazy.update(live)
+    _lazy_purge_at[0] = max(4096, 2 * len(live))
+    return [t for r in live.values() if (t := r()) is not None]
 
 
 def storage_of(u: UOp) -> UOp:
@@ -86,7 +109,7 @@ def before_write(buf: UOp, keep: UOp) -> None:
     now, before a write changes `buf`, so it keeps the values it was built from (as in numpy and torch). The
     value being stored (`keep`) is not: the store computes it, and `after_write` points it at the result.
     Costs nothing but this scan when no lazy reader exists."""
-    readers = [t for t in list(_lazy.values()) if t.uop is not keep and not views_storage(t.uop)
+    readers = [t for t in _live_lazy() if t.uop is not keep and not views_storage(t.uop)
                and buf in t.uop.toposort()]
     if readers:
         realize_tensors(readers)
@@ -96,7 +119,7 @@ def after_write(target: Tensor, value: UOp) -> None:
     """Live lazy Tensors whose value is the one just stored now read it from the store's destination, through
     a CONTIGUOUS (so they stay lazy readers: a later write into that storage first copies them out, and a write
     into one of them gives it storage of its own, not the destination's)."""
-    holders = [t for t in list(_lazy.values()) if t.uop is value]
+    holders = [t for t in _live_lazy() if t.uop is value]
     if holders:
         snapshot = target.contiguous().uop
         for t in holders:
@@ -203,14 +226,21 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         if u.op is Op.CONST:
             placements.seed_constant(u)
         elif not views_storage(u):
-            _lazy[id(self)] = self
+            _register_lazy(self)
 
     def _wrap(self, u: UOp) -> Tensor:
         """A new tensor of node `u` on this tensor's device, which is canonical already: the ops' fast path (a
-        Tensor built from a UOp and a device name resolves the name first)."""
+        Tensor built from a UOp and a device name resolves the name first). `_adopt` inlined for the common
+        case, a computed value (neither storage nor a constant), which is registered as lazy."""
         t = object.__new__(type(self))
         t.device = self.device
-        t._adopt(u)
+        if u.op in _STORED_OR_CONST:
+            t._adopt(u)
+            return t
+        t.uop = u
+        _lazy[id(t)] = weakref.ref(t)
+        if len(_lazy) > _lazy_purge_at[0]:
+            _live_lazy()
         return t
 
     # ---- properties ----
