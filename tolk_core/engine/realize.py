@@ -58,7 +58,9 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         return out
     # reuse values computed by earlier realizes that these graphs still read
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
-    if known := {u: k for u in sink.toposort() if (k := _known(u, device)) is not None}:
+    nodes = sink.toposort()
+    reads = _reading_storage(nodes)
+    if known := {u: k for u in nodes if (k := _known(u, device)) is not None}:
         sink = sink.substitute(known, placements.carry_intent)
     sink = _copy_across_devices(device, sink)
     for u in sink.src:
@@ -71,9 +73,20 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         # a capture fills the buffer only at replay, and each replay overwrites it. A value that reads no
         # storage (a broadcast constant) is not remembered: its nodes are interned, shared by every graph that
         # holds the same constant, and those graphs would read this storage instead of the constant
-        if not capturing() and any(u.op is Op.BUFFER for u in orig.toposort()):
+        if not capturing() and orig in reads:
             _computed[orig] = views[orig]
     return [views.get(v, v) for v in out]
+
+
+def _reading_storage(nodes: list[UOp]) -> set[UOp]:
+    """The nodes of `nodes` (a toposort: sources first) whose graph reads a BUFFER, in one pass over the graph
+    (asking each value's own toposort walked the shared graph once per value: a train step's gradients share
+    one backward graph)."""
+    reads: set[UOp] = set()
+    for u in nodes:
+        if u.op is Op.BUFFER or any(s in reads for s in u.src):
+            reads.add(u)
+    return reads
 
 
 def _copy_across_devices(device: str, sink: UOp) -> UOp:
