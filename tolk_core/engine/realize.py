@@ -145,11 +145,20 @@ def assign(device: str, target: UOp, value: UOp) -> None:
     prepare_rangeify refuses broadcast destinations and materialises a value that reads the destination
     through another view first. Cached results that read the storage are forgotten.
     """
-    _refuse_disk(device, value)
-    sink = _copy_across_devices(device, UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
+    assign_all(device, [(target, value)])
+
+
+def assign_all(device: str, pairs: Sequence[tuple[UOp, UOp]]) -> None:
+    """`assign` of every (target, value) pair, in one schedule: every value is read before any store lands, so
+    the caller makes sure that no value reads another pair's destination storage, and that the destinations
+    are distinct storage (a value reading its own destination is `assign`'s case)."""
+    for _, value in pairs:
+        _refuse_disk(device, value)
+    stores = tuple(UOp(Op.STORE, dtypes.void, (target, value)) for target, value in pairs)
+    sink = _copy_across_devices(device, UOp(Op.SINK, dtypes.void, stores))
     linear, _, var_vals = schedule_stores(target_for(device), sink)
     run_linear(linear, var_vals=var_vals)
-    _forget({storage_base(target)})
+    _forget({storage_base(target) for target, _ in pairs})
 
 
 def _forget(written: set[UOp]) -> None:
