@@ -70,7 +70,8 @@ class Optimizer:
         stages: list[list[tuple[Tensor, Tensor]]] = []
         for (i, p), g in zip(live, grads, strict=True):
             assert g is not None
-            for k, pairs in enumerate(self._update(i, p, g.cast(p.dtype))):
+            # an `_update` that stores by itself (returns None) has nothing left to store
+            for k, pairs in enumerate(self._update(i, p, g.cast(p.dtype)) or []):
                 if k == len(stages):
                     stages.append([])
                 stages[k].extend(pairs)
