@@ -323,6 +323,26 @@ def get(name: str) -> Any:
     return found[0][1] if found else setting.default
 
 
+def get_many(names: tuple[str, ...]) -> tuple[Any, ...]:
+    """`tuple(get(n) for n in names)`, consulting the config files once (the schedule cache's key reads its
+    settings on every realize)."""
+    files = None
+    out = []
+    for name in names:
+        if name in _overrides:
+            out.append(_overrides[name])
+            continue
+        setting = _lookup(name)
+        if (raw := os.environ.get(setting.env_var)) is not None and raw != "":
+            out.append(_convert(setting, raw, f"environment {setting.env_var}"))
+            continue
+        if files is None:
+            files = _files()[1]
+        found = files.get(name)
+        out.append(found[0][1] if found else setting.default)
+    return tuple(out)
+
+
 def source(name: str) -> Origin:
     """Where the effective value of `name` came from."""
     return layers(name)[0][0]

@@ -89,3 +89,33 @@ def test_optimizer_errors() -> None:
         optim.Adam([])
     with pytest.raises(TolkError, match="Nesterov"):
         optim.SGD([Tensor(np.ones(2, np.float32)).requires_grad_()], nesterov=True)
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum_wd", "adam_l2", "adamw"])
+def test_several_parameters_match_the_reference_each(name) -> None:
+    """Two parameters: a step stores every parameter in one schedule, then every state tensor in another
+    (`assign_together`); each parameter still ends where the reference's one-by-one update puts it (adam_l2's
+    moments read the parameters, which are stored first: they are computed before that store)."""
+    make, ref = CASES[name]
+    p, q = (Tensor(P0.astype(np.float32)).requires_grad_() for _ in range(2))
+    a, y = Tensor(A.astype(np.float32)), Tensor(Y.astype(np.float32))
+    opt = make([p, q])
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = ((a @ p - y) * (a @ p - y)).sum() * 0.5 + ((a @ q - y) * (a @ q - y)).sum() * 0.5
+        loss.backward()
+        opt.step(loss)
+    np.testing.assert_allclose(p.numpy(), ref(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(q.numpy(), ref(), rtol=1e-5, atol=1e-6)
+
+
+def test_an_update_that_stores_by_itself_still_steps() -> None:
+    class Halve(optim.Optimizer):
+        def _update(self, i, p, g):  # stores itself and returns no stages
+            p.assign(p * 0.5)
+
+    p = Tensor(np.full(3, 4.0, np.float32)).requires_grad_()
+    opt = Halve([p], lr=1.0)
+    (p * p).sum().backward()
+    opt.step()
+    np.testing.assert_array_equal(p.numpy(), [2.0, 2.0, 2.0])

@@ -94,12 +94,20 @@ def load(device: Any, sources: Sequence[KernelSource], lib: bytes) -> list[Any]:
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     """The program of every CALL in `linear`; the missing ones are compiled together, one unit per device."""
     missing: dict[str, list[UOp]] = {}
+    # keyed by the opened device, not its name: a device reopened (registry reset) needs its own programs. Each
+    # name is opened once per call (`Device[name]` checks availability every time)
+    opened: dict[str, Any] = {}
+    keys = []
     for call in linear.src:
-        # keyed by the opened device, not its name: a device reopened (registry reset) needs its own programs
         dev = arg_device(call.src[1])
-        if (Device[dev], call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
+        if (handle := opened.get(dev)) is None:
+            handle = opened[dev] = Device[dev]
+        keys.append((handle, call.src[0]))
+        if keys[-1] not in _programs and call.src[0] not in missing.get(dev, []):
             missing.setdefault(dev, []).append(call.src[0])
-    with progress.showing(sum(len(asts) for asts in missing.values()), next(iter(missing), "")) as shown:
+    if not missing:
+        return [_programs[k] for k in keys]
+    with progress.showing(sum(len(asts) for asts in missing.values()), next(iter(missing))) as shown:
         for dev, asts in missing.items():
             _compile_together(dev, asts, shown)
     return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src]

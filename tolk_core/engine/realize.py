@@ -58,7 +58,9 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         return out
     # reuse values computed by earlier realizes that these graphs still read
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
-    if known := {u: k for u in sink.toposort() if (k := _known(u, device)) is not None}:
+    nodes = sink.toposort()
+    reads = _reading_storage(nodes)
+    if known := {u: k for u in nodes if (k := _known(u, device)) is not None}:
         sink = sink.substitute(known, placements.carry_intent)
     sink = _copy_across_devices(device, sink)
     for u in sink.src:
@@ -71,9 +73,20 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         # a capture fills the buffer only at replay, and each replay overwrites it. A value that reads no
         # storage (a broadcast constant) is not remembered: its nodes are interned, shared by every graph that
         # holds the same constant, and those graphs would read this storage instead of the constant
-        if not capturing() and any(u.op is Op.BUFFER for u in orig.toposort()):
+        if not capturing() and orig in reads:
             _computed[orig] = views[orig]
     return [views.get(v, v) for v in out]
+
+
+def _reading_storage(nodes: list[UOp]) -> set[UOp]:
+    """The nodes of `nodes` (a toposort: sources first) whose graph reads a BUFFER, in one pass over the graph
+    (asking each value's own toposort walked the shared graph once per value: a train step's gradients share
+    one backward graph)."""
+    reads: set[UOp] = set()
+    for u in nodes:
+        if u.op is Op.BUFFER or any(s in reads for s in u.src):
+            reads.add(u)
+    return reads
 
 
 def _copy_across_devices(device: str, sink: UOp) -> UOp:
@@ -132,11 +145,20 @@ def assign(device: str, target: UOp, value: UOp) -> None:
     prepare_rangeify refuses broadcast destinations and materialises a value that reads the destination
     through another view first. Cached results that read the storage are forgotten.
     """
-    _refuse_disk(device, value)
-    sink = _copy_across_devices(device, UOp(Op.SINK, dtypes.void, (UOp(Op.STORE, dtypes.void, (target, value)),)))
+    assign_all(device, [(target, value)])
+
+
+def assign_all(device: str, pairs: Sequence[tuple[UOp, UOp]]) -> None:
+    """`assign` of every (target, value) pair, in one schedule: every value is read before any store lands, so
+    the caller makes sure that no value reads another pair's destination storage, and that the destinations
+    are distinct storage (a value reading its own destination is `assign`'s case)."""
+    for _, value in pairs:
+        _refuse_disk(device, value)
+    stores = tuple(UOp(Op.STORE, dtypes.void, (target, value)) for target, value in pairs)
+    sink = _copy_across_devices(device, UOp(Op.SINK, dtypes.void, stores))
     linear, _, var_vals = schedule_stores(target_for(device), sink)
     run_linear(linear, var_vals=var_vals)
-    _forget({storage_base(target)})
+    _forget({storage_base(target) for target, _ in pairs})
 
 
 def _forget(written: set[UOp]) -> None:

@@ -69,7 +69,7 @@ def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int]) -
         return None
     lineage = placements.current()
     return (kind, target.device, structure(sink), tuple(sorted(var_vals.items())),
-            tuple(config.get(k) for k in _SCHEDULE_SETTINGS),
+            config.get_many(_SCHEDULE_SETTINGS),
             placements.digest(sink, lineage.placements, lineage.inline_preferences))
 
 

@@ -34,11 +34,12 @@ from tolk_core.errors import ArgumentError, ArgumentTypeError, DTypeError, Shape
 from tolk_core.frontend.activations import ActivationMixin
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
-from tolk_core.frontend.movement import broadcast_shape
+from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
 from tolk_core.frontend.transcendental import TranscendentalMixin, sign_bit
 from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.schedule import placements
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -62,6 +63,24 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         """Both operands as Tensors of one dtype and one broadcast shape. `other` is a Tensor on this one's
         device (else DeviceMismatchError), a Python or numpy scalar (weak, see the module docstring) or an ndarray
         (made a Tensor on this device: `arguments.as_operand`); anything else is an ArgumentTypeError."""
+        if type(other) is type(self):  # the common cases first: a Tensor of this class, a Python int or float
+            if other.device != self.device:
+                check_devices("an elementwise op", (self, other))  # raises
+            sd, od = self.uop.dtype, other.uop.dtype
+            a, b = (self, other) if sd is od else (self.cast(promote_types(sd, od)), other.cast(promote_types(sd, od)))
+            sa, sb = a.shape, b.shape
+            if sa != sb:  # to the shape broadcast_shape checked: no checks again
+                shape = broadcast_shape(sa, sb)
+                a = a if sa == shape else a._wrap(broadcast_uop(a.uop, sa, shape))
+                b = b if sb == shape else b._wrap(broadcast_uop(b.uop, sb, shape))
+            return (b, a) if reflected else (a, b)
+        if type(other) is int or type(other) is float:
+            dt = weak_promote(self.uop.dtype, other)  # as_const refuses an int that dt cannot hold
+            a = self.cast(dt)
+            c = UOp.const(dt, as_const(other, dt))
+            placements.seed_constant(c)
+            b = a._wrap(broadcast_uop(c, (), a.shape))  # a scalar broadcasts to the tensor's shape
+            return (b, a) if reflected else (a, b)
         other = as_operand(self, other)
         if isinstance(other, type(self)):
             check_devices("an elementwise op", (self, other))
@@ -80,13 +99,16 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         return (b, a) if reflected else (a, b)
 
     def _alu(self: Tensor, op: Op, *others: Tensor, dtype: DType | None = None) -> Tensor:
-        if others:
-            check_devices(op.name.lower(), (self, *others))
-        u = UOp(op, dtype or self.dtype, (self.uop, *(o.uop for o in others)))
-        shape = self.shape
-        if not hasattr(u, "_shape") and all(o.shape == shape for o in others):  # else UOp.shape names the mismatch
-            object.__setattr__(u, "_shape", shape)
-        return self._wrap(u)
+        shape, device, same = self.shape, self.device, True
+        for o in others:
+            if o.device != device:
+                check_devices(op.name.lower(), (self, *others))  # raises
+            if o.shape != shape:
+                same = False
+        src = (self.uop, *(o.uop for o in others)) if others else (self.uop,)
+        dt = dtype or self.uop.dtype
+        # sources of one shape: the node's shape is theirs, recorded now (else UOp.shape names the mismatch)
+        return self._wrap(UOp.shaped(op, dt, src, None, shape) if same else UOp(op, dt, src))
 
     def _binary(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
         a, b = self._coerce(other, reflected)

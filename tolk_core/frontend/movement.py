@@ -50,6 +50,16 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def broadcast_uop(u: UOp, own: tuple[sint, ...], shape: tuple[sint, ...]) -> UOp:
+    """Node `u`, of shape `own`, broadcast to `shape`, which `broadcast_shape` gave (so valid: no checks
+    again): a RESHAPE adding leading axes of one where `own` has fewer, then an EXPAND where a size differs. The
+    internal paths build on nodes, not Tensors, so that an intermediate costs no Tensor."""
+    if len(own) < len(shape):
+        own = (1,) * (len(shape) - len(own)) + own
+        u = UOp.shaped(Op.RESHAPE, u.dtype, (u,), own, own)
+    return u if own == shape else UOp.shaped(Op.EXPAND, u.dtype, (u,), shape, shape)
+
+
 def _is_neg1(s: Any) -> bool:
     return isinstance(s, int) and s == -1
 
@@ -77,10 +87,8 @@ class MovementMixin:
 
     def _mop(self: Tensor, op: Op, arg: Any) -> Tensor:
         shape = movement_shape(op, self.shape, arg)  # validates, raising ShapeError
-        u = UOp(op, self.dtype, (self.uop,), arg)
-        if not hasattr(u, "_shape"):  # known now: the node need not work it out again (UOp.shape)
-            object.__setattr__(u, "_shape", shape)
-        return self._wrap(u)
+        # the shape is known now: the node need not work it out again (UOp.shape)
+        return self._wrap(UOp.shaped(op, self.uop.dtype, (self.uop,), arg, shape))
 
     def reshape(self: Tensor, *shape: Any) -> Tensor:
         shape = self._shape_arg(shape)
@@ -116,12 +124,15 @@ class MovementMixin:
         return x if new == x.shape else x._mop(Op.EXPAND, new)
 
     def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
-        """This tensor broadcast to `shape`, which `broadcast_shape` gave (so valid: no checks again)."""
+        """This tensor broadcast to `shape`: leading axes of one added, then size-1 axes expanded. A shape this
+        tensor does not broadcast to is a ShapeError naming both (callers catch it to name their own)."""
         own = self.shape
         if own == shape:
             return self
-        x = self._mop(Op.RESHAPE, (1,) * (len(shape) - len(own)) + own) if len(own) < len(shape) else self
-        return x if x.shape == shape else x._mop(Op.EXPAND, shape)
+        ones = (1,) * (len(shape) - len(own)) + own if len(own) < len(shape) else own
+        if ones != shape:
+            movement_shape(Op.EXPAND, ones, shape)  # validates, raising ShapeError
+        return self._wrap(broadcast_uop(self.uop, own, shape))
 
     def transpose(self: Tensor, d0: int = -2, d1: int = -1) -> Tensor:
         order = list(range(self.ndim))

@@ -21,10 +21,11 @@ import numpy as np
 
 from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend.arguments import as_operand, check_devices
-from tolk_core.frontend.movement import broadcast_shape
+from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
+from tolk_core.frontend.reductions import is_half
 from tolk_core.ir.dtype import dtypes, promote_types
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import prod
+from tolk_core.ir.uop import UOp, prod
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -91,18 +92,27 @@ class NNMixin:
         batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
         n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
         dt = promote_types(a.dtype, b.dtype)
-        # the product as movements the checks above have made valid: built with the internal ops directly (the
-        # public reshape/expand would validate each again; this is the front end's most used composite)
-        nb = len(batch)
-        a = a.cast(dt)._broadcast_to(batch + (n, k))._mop(Op.RESHAPE, batch + (n, 1, k))
-        b = b.cast(dt)._broadcast_to(batch + (k, m))._mop(Op.PERMUTE, tuple(range(nb)) + (nb + 1, nb))
-        b = b._mop(Op.RESHAPE, batch + (1, m, k))
-        full = batch + (n, m, k)
-        prod = a._broadcast_to(full)._alu(Op.MUL, b._broadcast_to(full))
+        # the product as movements the checks above have made valid: built on the nodes directly, with their
+        # shapes (the public reshape/expand would validate each again and make a Tensor of each; this is the
+        # front end's most used composite)
+        nb, full = len(batch), batch + (n, m, k)
+        au = broadcast_uop(a.cast(dt).uop, a.shape, batch + (n, k))
+        au = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (au,), batch + (n, 1, k), batch + (n, 1, k)), batch + (n, 1, k),
+                           full)
+        bu = broadcast_uop(b.cast(dt).uop, b.shape, batch + (k, m))
+        bu = UOp.shaped(Op.PERMUTE, dt, (bu,), tuple(range(nb)) + (nb + 1, nb), batch + (m, k))
+        bu = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (bu,), batch + (1, m, k), batch + (1, m, k)), batch + (1, m, k),
+                           full)
+        product = UOp.shaped(Op.MUL, dt, (au, bu), None, full)
         # numpy's matmul keeps the operands' dtype: integers accumulate in it (a sum would widen to int64), bools
-        # are an OR of ANDs
-        kind = prod.dtype.kind
-        out = prod.max(axis=-1) if kind == "b" else prod.sum(axis=-1, dtype=prod.dtype if kind in "iu" else None)
+        # are an OR of ANDs; half floats sum in float32 (`sum`)
+        kind = dt.kind
+        if kind == "b" or is_half(dt):
+            wrapped = self._wrap(product)
+            out = wrapped.max(axis=-1) if kind == "b" else wrapped.sum(axis=-1)
+        else:  # what `sum(axis=-1)` builds, in the product's dtype: the reduce, then a reshape dropping the axis
+            summed = UOp.shaped(Op.REDUCE_AXIS, dt, (product,), (Op.ADD, (len(full) - 1,)), batch + (n, m, 1))
+            out = self._wrap(UOp.shaped(Op.RESHAPE, dt, (summed,), batch + (n, m), batch + (n, m)))
         if self.ndim == 1:
             out = out.reshape(out.shape[:-2] + out.shape[-1:])
         if other.ndim == 1:

@@ -58,6 +58,8 @@ from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.schedule import placements
 
 Scalar = int | float | bool
+# the ops whose node may be a constant or storage seen through views: `_wrap` takes `_adopt`'s path for them
+_STORED_OR_CONST = GroupOp.Movement | {Op.BITCAST, Op.BUFFER, Op.CONST}
 # Filled only while `tolk_core.function` traces a body (frontend/function.py pushes and pops them around the
 # trace), never at import: called with a Tensor before its data is read (a traced body must not read data)...
 read_checks: list[Callable[[Tensor], None]] = []
@@ -69,9 +71,30 @@ upload_hooks: list[Callable[[Any, UOp], None]] = []
 assign_hooks: list[Callable[[Tensor, Tensor], bool]] = []
 
 
-# id -> every live Tensor made with a value that is not storage (keyed by id: Tensor.__eq__ builds a graph, so
-# tensors cannot be set members). A write into storage first realizes those that read it (`before_write`).
-_lazy: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+# id -> a weak reference to every Tensor made with a value that is not storage (keyed by id: Tensor.__eq__ builds
+# a graph, so tensors cannot be set members). A write into storage first realizes those that read it
+# (`before_write`). Registering is on every op's path, so it is a plain dict of weak references without callbacks
+# (a WeakValueDictionary entry costs a Python-level KeyedRef and a callback per tensor freed): entries of freed
+# tensors stay until `_live_lazy` reads the registry or it outgrows `_lazy_purge_at`, when they are dropped (an
+# id reused by a new tensor overwrites its entry, so every live entry is its own tensor's).
+_lazy: dict[int, weakref.ReferenceType[Tensor]] = {}
+_lazy_purge_at = [4096]
+
+
+def _register_lazy(t: Tensor) -> None:
+    _lazy[id(t)] = weakref.ref(t)
+    if len(_lazy) > _lazy_purge_at[0]:
+        _live_lazy()
+
+
+def _live_lazy() -> list[Tensor]:
+    """Every live registered tensor; drops the entries of freed ones (amortised: the next purge waits until the
+    registry has doubled)."""
+    live = {k: r for k, r in _lazy.items() if r() is not None}
+    _lazy.clear()
+    _lazy.update(live)
+    _lazy_purge_at[0] = max(4096, 2 * len(live))
+    return [t for r in live.values() if (t := r()) is not None]
 
 
 def storage_of(u: UOp) -> UOp:
@@ -86,8 +109,15 @@ def before_write(buf: UOp, keep: UOp) -> None:
     now, before a write changes `buf`, so it keeps the values it was built from (as in numpy and torch). The
     value being stored (`keep`) is not: the store computes it, and `after_write` points it at the result.
     Costs nothing but this scan when no lazy reader exists."""
-    readers = [t for t in list(_lazy.values()) if t.uop is not keep and not views_storage(t.uop)
-               and buf in t.uop.toposort()]
+    before_writes([buf], [keep])
+
+
+def before_writes(bufs: Sequence[UOp], keep: Sequence[UOp]) -> None:
+    """`before_write` of every storage of `bufs` at once (one scan of the lazy tensors), none of the values
+    being stored (`keep`) computed: for stores whose values read none of the other stores' storage."""
+    written, kept = set(bufs), {id(u) for u in keep}
+    readers = [t for t in _live_lazy() if id(t.uop) not in kept and not views_storage(t.uop)
+               and any(u in written for u in t.uop.toposort())]
     if readers:
         realize_tensors(readers)
 
@@ -96,11 +126,52 @@ def after_write(target: Tensor, value: UOp) -> None:
     """Live lazy Tensors whose value is the one just stored now read it from the store's destination, through
     a CONTIGUOUS (so they stay lazy readers: a later write into that storage first copies them out, and a write
     into one of them gives it storage of its own, not the destination's)."""
-    holders = [t for t in list(_lazy.values()) if t.uop is value]
-    if holders:
-        snapshot = target.contiguous().uop
-        for t in holders:
+    after_writes([(target, value)])
+
+
+def after_writes(stored: Sequence[tuple[Tensor, UOp]]) -> None:
+    """`after_write` of every (target, value) stored, in order, with one scan of the lazy tensors (a value
+    stored twice follows its first target, as one by one)."""
+    target_of: dict[int, Tensor] = {}
+    for target, value in stored:
+        target_of.setdefault(id(value), target)
+    holders: dict[int, list[Tensor]] = {}
+    for t in _live_lazy():
+        if id(t.uop) in target_of:
+            holders.setdefault(id(t.uop), []).append(t)
+    for key, ts in holders.items():
+        snapshot = target_of[key].contiguous().uop
+        for t in ts:
             t.uop = snapshot
+
+
+def assign_together(pairs: Sequence[tuple[Tensor, Any]]) -> None:
+    """`target.assign(value)` for every (target, value) pair, in order, with the same result, but as one
+    schedule where that gives it: every target views storage of its own (distinct from the others'), on one
+    device with every value, no value reads another target's storage (so no store can change what another
+    value reads, whichever order the kernels run in), and no assign hook is active (a trace records assigns one
+    by one). Otherwise one by one. For updates of many tensors at once (an optimizer's step)."""
+    prepared = [(t, t._stored_value(v)) for t, v in pairs]
+    bases = [storage_of(t.uop) for t, _ in prepared]
+    if assign_hooks or len(prepared) < 2 or not _independent(prepared, bases):
+        for t, v in prepared:
+            t.assign(v)
+        return
+    before_writes(bases, [v.uop for _, v in prepared])
+    engine.assign_all(prepared[0][0].device, [(t.uop, v.uop) for t, v in prepared])
+    after_writes([(t, v.uop) for t, v in prepared])
+
+
+def _independent(pairs: list[tuple[Tensor, Tensor]], bases: list[UOp]) -> bool:
+    """Whether `assign_together` may store `pairs` in one schedule (see there); `bases` is each target's
+    storage."""
+    device = pairs[0][0].device
+    if len(set(bases)) < len(bases) or any(b.op is not Op.BUFFER for b in bases) or \
+            any(t.device != device or v.device != device or not views_storage(t.uop) for t, v in pairs):
+        return False
+    written = set(bases)
+    return not any(u.op is Op.BUFFER and u in written and u is not own
+                   for (_, v), own in zip(pairs, bases, strict=True) for u in v.uop.toposort())
 
 
 class ReadGuard:
@@ -203,14 +274,21 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         if u.op is Op.CONST:
             placements.seed_constant(u)
         elif not views_storage(u):
-            _lazy[id(self)] = self
+            _register_lazy(self)
 
     def _wrap(self, u: UOp) -> Tensor:
         """A new tensor of node `u` on this tensor's device, which is canonical already: the ops' fast path (a
-        Tensor built from a UOp and a device name resolves the name first)."""
+        Tensor built from a UOp and a device name resolves the name first). `_adopt` inlined for the common
+        case, a computed value (neither storage nor a constant), which is registered as lazy."""
         t = object.__new__(type(self))
         t.device = self.device
-        t._adopt(u)
+        if u.op in _STORED_OR_CONST:
+            t._adopt(u)
+            return t
+        t.uop = u
+        _lazy[id(t)] = weakref.ref(t)
+        if len(_lazy) > _lazy_purge_at[0]:
+            _live_lazy()
         return t
 
     # ---- properties ----
@@ -303,10 +381,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         that is a broadcast (an expand of an axis of one) raises BroadcastStoreError. A value on another device
         is copied here. A tensor without storage yet (lazy) gets new storage holding the value (stored now, like
         any assign)."""
-        if not isinstance(value, Tensor):
-            value = Tensor.full(self.shape, value, self.dtype, self.device)
-        value = value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
-            value.cast(self.dtype)
+        value = self._stored_value(value)
         if any(hook(self, value) for hook in assign_hooks):
             return self
         if not views_storage(self.uop):
@@ -321,6 +396,13 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         engine.assign(self.device, self.uop, value.uop)
         after_write(self, value.uop)
         return self
+
+    def _stored_value(self, value: Any) -> Tensor:
+        """`value` as `assign` stores it into this tensor: a Tensor of this tensor's dtype and shape."""
+        if not isinstance(value, Tensor):
+            value = Tensor.full(self.shape, value, self.dtype, self.device)
+        return value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
+            value.cast(self.dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """`t[index] = value`: `index_put_(index, value)` (frontend/indexing.py): integer-array indices scatter,

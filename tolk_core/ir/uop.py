@@ -87,6 +87,20 @@ class UOp:
         _ucache[key] = weakref.ref(self)
         return self
 
+    @staticmethod
+    def shaped(op: Op, dtype: DType, src: tuple[UOp, ...], arg: Any, shape: tuple[sint, ...]) -> UOp:
+        """`UOp(op, dtype, src, arg)` for a tensor-level node whose shape the caller has checked already:
+        `shape` is recorded on a new node (so `UOp.shape` does not work it out again; a node interned before
+        keeps its own). `src` must be a tuple. The front end's fast path for building its nodes."""
+        key = (op, dtype, src, arg) if type(arg) is not float else _key(op, dtype, src, arg)
+        ref = _ucache.get(key)
+        if ref is not None and (u := ref()) is not None:
+            return u
+        self = object.__new__(UOp)
+        self.op, self.dtype, self.src, self.arg, self._shape = op, dtype, src, arg, shape
+        _ucache[key] = weakref.ref(self)
+        return self
+
     def __del__(self) -> None:
         try:
             arg = self.arg

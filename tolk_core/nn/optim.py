@@ -1,13 +1,14 @@
 """Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW, updating parameters in place.
 
 A step first computes every gradient in one schedule (together with any tensors passed to `step`, such as
-the loss: they read the parameters, so they must be computed before the parameters change), then stores each
-new value into its tensor's storage with `Tensor.assign`. Parameters, moments and the step count are device
-tensors updated in place, so a whole training step (forward, backward, update) is one JIT capture whose replays
-read and write the same storage; nothing a replay needs is a Python number that capture would freeze, except
-the hyperparameters (betas, momentum, ...). The learning rate is a device tensor too (`lr_tensor`): setting
-`opt.lr` (as the schedules of nn/schedule.py do) stores the new value there, so a captured step uses it on its
-next replay.
+the loss: they read the parameters, so they must be computed before the parameters change), then stores the
+new values: every parameter's in one schedule, then every state tensor's in another (`assign_together`; each
+value is an expression of the storage before the step, so this is storing them one by one in torch's order).
+Parameters, moments and the step count are device tensors updated in place, so a whole training step
+(forward, backward, update) is one JIT capture whose replays read and write the same storage; nothing a
+replay needs is a Python number that capture would freeze, except the hyperparameters (betas, momentum, ...).
+The learning rate is a device tensor too (`lr_tensor`): setting `opt.lr` (as the schedules of nn/schedule.py
+do) stores the new value there, so a captured step uses it on its next replay.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import math
 from collections.abc import Iterable
 
 from tolk_core.errors import TolkError
-from tolk_core.frontend.tensor import Tensor
+from tolk_core.frontend.tensor import Tensor, assign_together
 from tolk_core.nn.state import StateDictError, load_state_dict
 
 
@@ -66,11 +67,23 @@ class Optimizer:
         if todo:
             todo[0].realize(*todo[1:])
         self.t.assign(self.t + 1)
+        stages: list[list[tuple[Tensor, Tensor]]] = []
         for (i, p), g in zip(live, grads, strict=True):
             assert g is not None
-            self._update(i, p, g.cast(p.dtype))
+            # an `_update` that stores by itself (returns None) has nothing left to store
+            for k, pairs in enumerate(self._update(i, p, g.cast(p.dtype)) or []):
+                if k == len(stages):
+                    stages.append([])
+                stages[k].extend(pairs)
+        for pairs in stages:
+            assign_together(pairs)
+            pairs.clear()  # the stored values now read their targets: nothing of them is needed later
 
-    def _update(self, i: int, p: Tensor, g: Tensor) -> None:
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
+        """The stores of parameter `i`'s update, in stages of (target, new value): the parameter first, then its
+        state. Every value is an expression of the storage before the step (the new parameter computed from the
+        state's new values, not from the state read back), so storing them stage by stage, each stage in one
+        schedule for every parameter (`assign_together`), is storing them one by one in the torch order."""
         raise NotImplementedError
 
     def _state(self) -> dict[str, list[Tensor]]:
@@ -108,14 +121,16 @@ class SGD(Optimizer):
     def _state(self) -> dict[str, list[Tensor]]:
         return {"momentum": self.buf} if self.momentum else {}
 
-    def _update(self, i: int, p: Tensor, g: Tensor) -> None:
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
         if self.weight_decay:
             g = g + self.weight_decay * p
+        state: list[tuple[Tensor, Tensor]] = []
         if self.momentum:
             b = self.buf[i]
-            b.assign(self.momentum * b + g)
-            g = g + self.momentum * b if self.nesterov else b
-        p.assign(p - self._lr_for(p) * g)
+            b_new = self.momentum * b + g
+            state.append((b, b_new))
+            g = g + self.momentum * b_new if self.nesterov else b_new
+        return [[(p, p - self._lr_for(p) * g)], state]
 
 
 class Adam(Optimizer):
@@ -134,22 +149,23 @@ class Adam(Optimizer):
     def _state(self) -> dict[str, list[Tensor]]:
         return {"m": self.m, "v": self.v}
 
-    def _update(self, i: int, p: Tensor, g: Tensor) -> None:
+    def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
         if self.weight_decay and not self.decoupled:
             g = g + self.weight_decay * p
         m, v = self.m[i], self.v[i]
-        m.assign(self.b1 * m + (1 - self.b1) * g)
-        v.assign(self.b2 * v + (1 - self.b2) * (g * g))
+        m_new = self.b1 * m + (1 - self.b1) * g
+        v_new = self.b2 * v + (1 - self.b2) * (g * g)
         # bias corrections 1 - beta^t from the device-side step count (b^t = 2^(t log2 b))
         c1 = 1 - (self.t * math.log(self.b1)).exp() if self.b1 > 0 else Tensor.ones(1, device=self.device)
         c2 = 1 - (self.t * math.log(self.b2)).exp()
         c1, c2 = c1.cast(p.dtype).reshape((1,) * p.ndim), c2.cast(p.dtype).reshape((1,) * p.ndim)
-        update = (m / c1) / ((v / c2).sqrt() + self.eps)
+        update = (m_new / c1) / ((v_new / c2).sqrt() + self.eps)
         lr = self._lr_for(p)
         if self.weight_decay and self.decoupled:
-            p.assign(p * (1 - lr * self.weight_decay) - lr * update)
+            p_new = p * (1 - lr * self.weight_decay) - lr * update
         else:
-            p.assign(p - lr * update)
+            p_new = p - lr * update
+        return [[(p, p_new)], [(m, m_new), (v, v_new)]]
 
 
 class AdamW(Adam):

@@ -181,22 +181,28 @@ def node_name(u: UOp) -> str:
     return f"{u.op.name}({shape}, {u.dtype.name})"
 
 
+def _named(name: str | UOp) -> str:
+    return name if isinstance(name, str) else node_name(name)
+
+
 def _placement_str(pl: Placement | None) -> str:
     return "undecided" if pl is None else f"{pl[0].value}/{pl[1]}"
 
 
 # ---------------------------------------------------------------- the lattice
-def transition(current: Placement | None, mode: MemoryMode, prov: Provenance, name: str = "node") -> Placement:
+def transition(current: Placement | None, mode: MemoryMode, prov: Provenance, name: str | UOp = "node") -> Placement:
     """The placement after requesting `mode` (for reason `prov`) on a node whose effective state is `current`.
     Pure. Raises PlacementUserError for a virtual/never-virtual clash and PlacementConflict for the
-    inconsistent cells (Local -> On_device included: decisions are final; only fission promotes)."""
+    inconsistent cells (Local -> On_device included: decisions are final; only fission promotes). `name` names
+    the node in those errors: a text, or the node itself (named by `node_name` only when an error is raised,
+    since every graph construction declares intents through here)."""
     if current is None:
         return (mode, prov)
     cur = current[0]
     if cur is mode:
         return current
     if cur is NV and mode is V:
-        raise PlacementUserError(f"{name} cannot be virtual: it is {_placement_str(current)} (requested "
+        raise PlacementUserError(f"{_named(name)} cannot be virtual: it is {_placement_str(current)} (requested "
                                  f"{mode.value}/{prov}); it must not be recomputed")
     if cur is V and mode is EC:
         return current
@@ -209,11 +215,11 @@ def transition(current: Placement | None, mode: MemoryMode, prov: Provenance, na
     if cur is NV:
         return (mode, prov)
     if cur is V and mode is NV:
-        raise PlacementUserError(f"{name} is already virtual ({_placement_str(current)}) and cannot become "
+        raise PlacementUserError(f"{_named(name)} is already virtual ({_placement_str(current)}) and cannot become "
                                  f"{mode.value}/{prov}: mark it materialized before its first compile")
     if mode is NV:
         return current
-    raise PlacementConflict(f"inconsistent placement for {name}: it is {_placement_str(current)}, requested "
+    raise PlacementConflict(f"inconsistent placement for {_named(name)}: it is {_placement_str(current)}, requested "
                             f"{mode.value}/{prov}")
 
 
@@ -238,7 +244,7 @@ def intent(u: UOp) -> Placement | None:
 def declare(u: UOp, mode: MemoryMode, prov: Provenance) -> None:
     """Strengthen `u`'s declared intent through the lattice (errors leave it unchanged)."""
     i = _intents.get(u)
-    new = transition(i.placement if i is not None else None, mode, prov, node_name(u))
+    new = transition(i.placement if i is not None else None, mode, prov, u)
     (i if i is not None else _intents.setdefault(u, Intent())).placement = new
 
 
@@ -336,7 +342,7 @@ class Placements:
     def update(self, u: UOp, mode: MemoryMode, prov: Provenance) -> None:
         """Write `transition(get(u), mode, prov)`, always creating an entry (even when nothing changes, so the
         lineage stops following later intent). Errors are raised before anything is written."""
-        self._table[u] = transition(self.get(u), mode, prov, node_name(u))
+        self._table[u] = transition(self.get(u), mode, prov, u)
 
     def unsafe_restore(self, u: UOp, prior: Placement | None) -> None:
         """Put back an entry captured by `raw_entry` (None removes it). No lattice check: fission's undo."""
@@ -483,12 +489,14 @@ def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = ()) -> str:
     Effectively_constant counts as Virtual, which forcing folds it to (so a constant that an earlier compile of
     the lineage settled Virtual does not change the digest)."""
     prefer = set(inline)
-    h = hashlib.sha256()
-    for i, u in enumerate(sink.toposort()):
-        pl = p.get(u)
-        h.update(f"{i}:{(V if pl[0] is EC else pl[0]).name if pl is not None else '-'}{'o' if is_observable(u) else ''}"
-                 f"{'i' if u in prefer else ''};".encode())
-    return h.hexdigest()[:16]
+    parts = []
+    for i, u in enumerate(sink.toposort()):  # p.get and is_observable, with one intent lookup per node
+        pl, it = p.raw_entry(u), _intents.get(u)
+        if pl is None and it is not None:
+            pl = it.placement
+        parts.append(f"{i}:{(V if pl[0] is EC else pl[0]).name if pl is not None else '-'}"
+                     f"{'o' if it is not None and it.observable else ''}{'i' if u in prefer else ''};")
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
 Decisions = tuple[tuple[int, Placement | None], ...]
@@ -502,10 +510,12 @@ def recorded(nodes: list[UOp], before: list[Placement | None], p: Placements) ->
 
 def replay(nodes: list[UOp], decisions: Decisions) -> None:
     """Commit `decisions` (from `recorded`) onto `nodes` in the current lineage: a compile skipped because an
-    equal graph with an equal digest was compiled before leaves the decisions that compile would have made."""
-    with compiling() as work:
-        for i, e in decisions:
-            work.placements.unsafe_restore(nodes[i], e)
+    equal graph with an equal digest was compiled before leaves the decisions that compile would have made.
+    Written into the current lineage's table directly, not through a `compiling()` fork: restoring entries
+    cannot fail halfway, and a fork copies the whole table (every live node's decision) on every cache hit."""
+    table = current().placements
+    for i, e in decisions:
+        table.unsafe_restore(nodes[i], e)
 
 
 # ---------------------------------------------------------------- lineages
