@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import has_opencl
 from tolk_core import Tensor, config
 from tolk_core.counters import GlobalCounters
 from tolk_core.errors import DeviceMismatchError, DeviceUnavailableError, ShardingError
@@ -169,3 +170,26 @@ def test_errors_name_the_problem(cpus4):
         t.shard(cpus4[:2], axis=1).shard(cpus4[:2], axis=0)
     with pytest.raises(DeviceMismatchError):
         _ = t.shard(cpus4[:2], axis=1) + Tensor(data(3, 4)).shard(cpus4[2:], axis=1)
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+@pytest.mark.parametrize("rows", ROWS)
+def test_cpu_and_opencl_pair(rows):
+    devs = ("CPU", "OPENCL")
+    x, w = data(rows, 6), data(6, 3)
+    t = Tensor(x).shard(devs, axis=0)
+    assert t.device == ("CPU", "OPENCL:0")
+    np.testing.assert_allclose((t @ Tensor(w).to(devs)).numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(t.sum(axis=0).numpy(), x.sum(0), rtol=1e-5, atol=1e-5)
+    a, b = Tensor(x.T.copy()).shard(devs, axis=1), Tensor(x).shard(devs, axis=0)
+    np.testing.assert_allclose((a @ b).numpy(), x.T @ x, rtol=1e-5, atol=1e-4)
+
+
+def test_safe_save_writes_the_whole_tensor(cpus4, tmp_path):
+    from tolk_core.nn.state import safe_load, safe_save
+    x = data(10, 3)
+    path = tmp_path / "sharded.safetensors"
+    safe_save({"sharded": Tensor(x).shard(cpus4[:3], axis=0), "replicated": Tensor(x).to(cpus4[:2])}, str(path))
+    loaded = safe_load(str(path))
+    np.testing.assert_array_equal(loaded["sharded"].numpy(), x)
+    np.testing.assert_array_equal(loaded["replicated"].numpy(), x)

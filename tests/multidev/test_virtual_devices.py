@@ -61,3 +61,11 @@ def test_devices_share_compiled_programs(cpus4):
         np.testing.assert_array_equal(o, x * 3 - 7)
     assert after["kernels_compiled"] == before["kernels_compiled"]
     assert after["programs_shared"] - before["programs_shared"] == 3
+
+
+def test_copies_between_virtual_devices_are_direct(cpus4):
+    x = np.arange(1000, dtype=np.int32)
+    before = GlobalCounters.copies_direct
+    out = Tensor(x, device="CPU:3").to("CPU:1").numpy()
+    np.testing.assert_array_equal(out, x)
+    assert GlobalCounters.copies_direct == before + 1

@@ -85,9 +85,12 @@ def load(device: Any, sources: Sequence[KernelSource], lib: bytes) -> list[Any]:
 
 
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
-    """The program of every CALL in `linear`; the missing ones are compiled together, one unit per device."""
+    """The program of every kernel CALL in `linear` (COPY calls have none); the missing ones are compiled
+    together, one unit per device."""
     missing: dict[str, list[UOp]] = {}
     for call in linear.src:
+        if call.src[0].op is Op.COPY:  # a copy between devices (a JIT capture's): nothing to compile
+            continue
         # keyed by the opened device, not its name: a device reopened (registry reset) needs its own programs
         dev = arg_device(call.src[1])
         if (Device[dev], call.src[0]) not in _programs and call.src[0] not in missing.get(dev, []):
@@ -95,7 +98,7 @@ def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     with progress.showing(sum(len(asts) for asts in missing.values())) as shown:
         for dev, asts in missing.items():
             _compile_together(dev, asts, shown)
-    return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src]
+    return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src if c.src[0].op is not Op.COPY]
 
 
 def to_program(ast: UOp, device: str) -> UOp:

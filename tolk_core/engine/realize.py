@@ -98,15 +98,42 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
         src, dest = u.src[0].substitute(done) if done else u.src[0], u.src[1].arg
         if (home := src.device) is None or home == dest:
             continue
-        if capturing():
-            raise JitError(f"a copy from {home} to {dest} inside a jitted function: the JIT captures "
-                           "kernels of one device; copy the input before calling the jitted function")
+        if capturing():  # recorded as a COPY call the replay performs (docs/jit.md, copies)
+            done[u] = _captured_copy(src, home, dest)
+            continue
+        if not is_disk(home):  # computed on its device, then copied buffer to buffer
+            buf, var_vals = _stored_on(src, home)
+            copied = buffers.new_buffer(dest, buf.arg, buf.dtype)
+            buffers.copy_buffer(copied, buf)
+            done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in src.tensor_shape))
+            continue
         host, shape, var_vals, dt = _bytes_of(src, home)
         copied = buffers.new_buffer(dest, host.size // dt.itemsize, dt)
         if host.size:
             buffers.runtime_buffer(copied).copyin(host.data)
         done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in shape))
     return sink.substitute(done) if done else sink
+
+
+def _stored_on(src: UOp, home: str) -> tuple[UOp, dict[str, int]]:
+    """The BUFFER holding value `src` on its device `home` (computed there first when it is not storage; inside
+    a capture that is recorded), and the Variable values it was computed with."""
+    var_vals: dict[str, int] = {}
+    if (buf := buffers.base_buffer(src)) is None:
+        linear, (buf,), var_vals = schedule(target_for(home), [src])
+        run_linear(linear, var_vals=var_vals)
+    return buf, var_vals
+
+
+def _captured_copy(src: UOp, home: str, dest: str) -> UOp:
+    """Inside a JIT capture: `src` computed on `home` (recorded) and a COPY call into new storage on `dest`
+    recorded after it; the new storage's view. A copy from a disk is refused (it reads the file now)."""
+    if is_disk(home):
+        raise JitError(f"a copy from the disk {home} inside a jitted function: load the data before calling it")
+    buf, var_vals = _stored_on(src, home)
+    copied = buffers.new_buffer(dest, buf.arg, buf.dtype)
+    run_linear(UOp(Op.LINEAR, dtypes.void, (UOp(Op.CALL, dtypes.void, (UOp(Op.COPY, dtypes.void), copied, buf)),)))
+    return buffers.view_as(copied, tuple(concrete(s, var_vals) for s in src.tensor_shape))
 
 
 def lower_multi(sink: UOp) -> UOp:
