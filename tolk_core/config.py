@@ -126,6 +126,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             env="TOLK_CFLAGS", check=shell_words),
     Setting("CUDA_ARCH", str, "sm_90", "CUDA target architecture the CUDA compiler emits a cubin for",
             env="TOLK_CUDA_ARCH"),
+    Setting("CPU_DEVICES", int, 1, "virtual CPU devices the CPU plugin offers (CPU:0 .. CPU:n-1; 'CPU' is CPU:0)",
+            env="TOLK_CPU_DEVICES", check=in_range(1, 64)),
+    Setting("CPU_THREADS", int, 0, "OpenMP threads of each virtual CPU device when CPU_DEVICES > 1 "
+            "(0: the cores divided by CPU_DEVICES, at least 1)", env="TOLK_CPU_THREADS", check=in_range(0)),
+    Setting("RING_ALLREDUCE_THRESHOLD", int, 262144, "elements above which an allreduce over more than 2 devices "
+            "uses the ring algorithm instead of the naive one (docs/multi-device.md)", check=in_range(0)),
     Setting("PROBE_TIMEOUT", float, 10.0, "seconds a backend probe may take before it counts as unavailable",
             env="TOLK_PROBE_TIMEOUT", check=seconds),
     Setting("PLUGIN_IMPORT_TIMEOUT", float, 10.0, "seconds a plugin's entry-point module may take to import before "

@@ -15,6 +15,9 @@ class _Counters:
     compiles: int = 0           # compiler invocations (a miss in both the memory and the disk cache)
     disk_cache_hits: int = 0    # binaries loaded from the on-disk cache instead of compiled
     kernels_compiled: int = 0   # kernels the engine handed to a device's compiler (not yet loaded in this process)
+    programs_shared: int = 0    # programs a device loaded from the module another device compiled (multi-device)
+    copies_direct: int = 0      # copies between devices made host memory to host memory, with no staging copy
+    allreduces: int = 0         # collective allreduces run (docs/multi-device.md)
     bytes_copied: int = 0       # bytes copied between host and device buffers (copyin and copyout)
     schedules: int = 0          # tensor graphs scheduled into kernels
     schedule_cache_hits: int = 0  # schedules reused from the cache (structurally equal graph: no scheduling)

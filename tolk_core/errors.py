@@ -159,6 +159,12 @@ class IndexWidthError(TolkError, ValueError):
     index, the largest buffer and the device (docs/dtypes.md, index width)."""
 
 
+class ShardingError(TolkError, ValueError):
+    """A sharding a value cannot take (docs/multi-device.md): an axis it does not have, more shards than the
+    axis has elements, sharding a value that is sharded already, or an op that has no sharded form. Names the
+    shape, the axis and the devices."""
+
+
 class ArgumentError(TolkError, ValueError):
     """A layer or function argument outside what it accepts (a probability outside [0, 1], sizes that do not
     divide, an unknown option). Names the argument, its value and what is accepted."""

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 import weakref
+from typing import Any
 
 import numpy as np
 
+from tolk_core.counters import GlobalCounters
 from tolk_core.errors import ShapeError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
@@ -86,3 +88,30 @@ def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
     if math.prod(shape):
         runtime_buffer(buf).copyout(out.reshape(-1).view(np.uint8).data)
     return out
+
+
+def copy_buffer(dest: UOp, src: UOp) -> bool:
+    """Copy BUFFER `src`'s bytes into BUFFER `dest` (same size, on another device). Where both devices
+    compute on host memory (`Allocator.host_memory`: virtual CPU devices) the bytes go straight from one to the
+    other; otherwise out to the host and in again. Returns whether the copy was direct (counted in
+    `GlobalCounters.copies_direct`)."""
+    rs, rd = runtime_buffer(src), runtime_buffer(dest)
+    return copy_handles(rd.allocator, rd.allocate().handle, rs.allocator, rs.allocate().handle, rs.nbytes)
+
+
+def copy_handles(dest_alloc: Any, dest: Any, src_alloc: Any, src: Any, nbytes: int,
+                 staging: np.ndarray | None = None) -> bool:
+    """Copy `nbytes` from handle `src` (of `src_alloc`) to handle `dest` (of `dest_alloc`): directly between
+    host memories when both allocators expose it, else through `staging` (or a new host array). Returns
+    whether the copy was direct."""
+    if not nbytes:
+        return True
+    smv, dmv = src_alloc.host_memory(src), dest_alloc.host_memory(dest)
+    if smv is not None and dmv is not None:
+        dmv[:nbytes] = smv[:nbytes]
+        GlobalCounters.copies_direct += 1
+        return True
+    host = staging if staging is not None else np.empty(nbytes, np.uint8)
+    src_alloc.copyout(host.data, src)
+    dest_alloc.copyin(dest, host.data)
+    return False

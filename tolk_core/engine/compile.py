@@ -34,6 +34,10 @@ from tolk_core.render.renderer import INT32_RANGE, Renderer
 
 # (opened device, kernel AST) -> (loaded program, its rendered source)
 _programs: dict[tuple[Any, UOp], tuple[Any, KernelSource]] = {}
+# (renderer class, compiler identity, kernel AST) -> (the compiled module holding it, its rendered source): the
+# devices of one backend that render and compile alike (virtual CPU devices, identical GPUs) share one compile
+# per kernel, each loading its own program from the module (docs/multi-device.md)
+_modules: dict[tuple[type, str, UOp], tuple[bytes, KernelSource]] = {}
 
 
 @dataclass(frozen=True)
@@ -92,13 +96,16 @@ def load(device: Any, sources: Sequence[KernelSource], lib: bytes) -> list[Any]:
 
 
 def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
-    """The program of every CALL in `linear`; the missing ones are compiled together, one unit per device."""
+    """The program of every kernel CALL in `linear` (COPY calls have none); the missing ones are compiled
+    together, one unit per device."""
     missing: dict[str, list[UOp]] = {}
     # keyed by the opened device, not its name: a device reopened (registry reset) needs its own programs. Each
     # name is opened once per call (`Device[name]` checks availability every time)
     opened: dict[str, Any] = {}
     keys = []
     for call in linear.src:
+        if call.src[0].op is Op.COPY:  # a copy between devices (a JIT capture's): nothing to compile
+            continue
         dev = arg_device(call.src[1])
         if (handle := opened.get(dev)) is None:
             handle = opened[dev] = Device[dev]
@@ -110,7 +117,7 @@ def compile_linear(linear: UOp) -> list[tuple[Any, KernelSource]]:
     with progress.showing(sum(len(asts) for asts in missing.values()), next(iter(missing))) as shown:
         for dev, asts in missing.items():
             _compile_together(dev, asts, shown)
-    return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src]
+    return [_programs[(Device[arg_device(c.src[1])], c.src[0])] for c in linear.src if c.src[0].op is not Op.COPY]
 
 
 def use_program(device: Any, ast: UOp, program: tuple[Any, KernelSource]) -> None:
@@ -128,8 +135,24 @@ def to_program(ast: UOp, device: str) -> UOp:
     return UOp(Op.PROGRAM, dtypes.void, (ast,), CompiledKernel(device, prg, ks))
 
 
+def _shared_key(device: Any, ast: UOp) -> tuple[type, str, UOp]:
+    """The key under which devices that render and compile alike share `ast`'s compiled module."""
+    compiler = device.compiler
+    if compiler._identity is None:  # the identity is read once per compiler (Compiler.cache_key)
+        compiler._identity = compiler.identity()
+    return type(device.renderer), compiler._identity, ast
+
+
 def _compile_together(name: str, asts: list[UOp], shown: progress.Progress | None = None) -> None:
     device = Device[name]
+    # another opened device may have compiled these kernels already (one device open: the common case, no lookups)
+    if len(Device.opened()) > 1:
+        for ast in [a for a in asts if _shared_key(device, a) in _modules]:
+            lib, ks = _modules[_shared_key(device, ast)]
+            _programs[(device, ast)] = (load(device, [ks], lib)[0], ks)
+            GlobalCounters.programs_shared += 1
+        if not (asts := [a for a in asts if (device, a) not in _programs]):
+            return
     if shown is not None:
         shown.rendering(name)
     module, sources = render_together(asts, device.renderer, each=shown.kernel_rendered if shown else None,
@@ -145,6 +168,7 @@ def _compile_together(name: str, asts: list[UOp], shown: progress.Progress | Non
         _warn_slow(name, took, sources)
     for ast, ks, prg in zip(asts, sources, load(device, sources, lib), strict=True):
         _programs[(device, ast)] = (prg, ks)
+        _modules[_shared_key(device, ast)] = (lib, ks)
 
 
 def _compile_named(device: Any, name: str, module: str, sources: Sequence[KernelSource]) -> bytes:

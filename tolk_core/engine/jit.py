@@ -129,6 +129,34 @@ def jit_lower(device: str, to_program: ToProgram, linears: Sequence[UOp], input_
 
 
 # ---------------------------------------------------------------------------------------------- replay steps
+def _nbytes(a: UOp) -> int:
+    """The bytes of a CALL argument: a BUFFER (arg its size), a JIT input PARAM (arg (slot, (size,), device)) or
+    a SLICE of an arena (arg (byte offset, size, id))."""
+    size = a.arg if a.op is Op.BUFFER else a.arg[1][0] if a.op is Op.PARAM else a.arg[1]
+    return int(size) * a.dtype.itemsize
+
+
+class _CopyStep:
+    """One copy between devices, CALL(COPY, dest, src): the source's bytes into the destination, host memory
+    to host memory where both devices have it, else through a staging array (both handles bound, an input's
+    patched per call)."""
+    __slots__ = ("src", "dest", "handles", "patches", "host")
+
+    def __init__(self, call: UOp, handles: list[Any], patches: tuple[tuple[int, int], ...]):
+        dest, src = call.src[1:]
+        self.dest, self.src = _device(arg_device(dest)).allocator, _device(arg_device(src)).allocator
+        self.handles, self.patches = handles, patches
+        self.host = np.empty(_nbytes(src), np.uint8)
+
+    def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
+        for pos, slot in self.patches:
+            self.handles[pos] = inputs[slot]
+        storage.copy_handles(self.dest, self.handles[0], self.src, self.handles[1], self.host.size, self.host)
+
+    def profiled(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
+        self(inputs, var_vals, True)
+
+
 class _KernelStep:
     """One launch: bound handles, and the (argument position, input slot) pairs patched per call; `call` is
     the compiled CALL it launches (what a profile records)."""
@@ -268,6 +296,10 @@ class CapturedJit(Generic[T]):
             if body.op is Op.PROGRAM:
                 hs, patches = args(call)
                 steps.append(_KernelStep(body.arg, hs, patches, call))
+                continue
+            if body.op is Op.COPY:
+                hs, patches = args(call)
+                steps.append(_CopyStep(call, hs, patches))
                 continue
             launches, gpatches, var_launches = [], [], []
             for li, inner in enumerate(body.src[0].src):

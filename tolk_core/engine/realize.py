@@ -19,16 +19,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tolk_core.engine import buffers
+from tolk_core.engine import buffers, collective
 from tolk_core.engine.run import capturing, run_linear
 from tolk_core.engine.schedule import concrete, schedule, schedule_stores
 from tolk_core.engine.target import is_disk, reading, target_for
-from tolk_core.errors import DiskError, JitError
+from tolk_core.errors import DeviceMismatchError, DiskError, JitError, ShardingError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule import placements, prepare
+from tolk_core.schedule import multi, placements, prepare
 from tolk_core.schedule.prepare import storage_base
 
 # values already computed: value UOp -> the storage view holding it (lives as long as the value does)
@@ -99,6 +99,9 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
     nodes = sink.toposort()
     if all(u.op is not Op.COPY and (u.op is not Op.BUFFER or u.device == device) for u in nodes):
         return sink
+    if any(u.op is Op.MULTI for u in nodes):  # a gather of sharded values (docs/multi-device.md)
+        sink = lower_multi(sink)
+        nodes = sink.toposort()
     target = reading(target_for(device), nodes)
     sink = graph_rewrite(sink, prepare.pm_before_copies, ctx=target, name="disk copies, stores across devices")
     done: dict[UOp, UOp] = {}
@@ -108,15 +111,78 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
         src, dest = u.src[0].substitute(done) if done else u.src[0], u.src[1].arg
         if (home := src.device) is None or home == dest:
             continue
-        if capturing():
-            raise JitError(f"a copy from {home} to {dest} inside a jitted function: the JIT captures "
-                           "kernels of one device; copy the input before calling the jitted function")
+        if capturing():  # recorded as a COPY call the replay performs (docs/jit.md, copies)
+            done[u] = _captured_copy(src, home, dest)
+            continue
+        if not is_disk(home):  # computed on its device, then copied buffer to buffer
+            buf, var_vals = _stored_on(src, home)
+            copied = buffers.new_buffer(dest, buf.arg, buf.dtype)
+            buffers.copy_buffer(copied, buf)
+            done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in src.tensor_shape))
+            continue
         host, shape, var_vals, dt = _bytes_of(src, home)
         copied = buffers.new_buffer(dest, host.size // dt.itemsize, dt)
         if host.size:
             buffers.runtime_buffer(copied).copyin(host.data)
         done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in shape))
     return sink.substitute(done) if done else sink
+
+
+def _stored_on(src: UOp, home: str) -> tuple[UOp, dict[str, int]]:
+    """The BUFFER holding value `src` on its device `home` (computed there first when it is not storage; inside
+    a capture that is recorded), and the Variable values it was computed with."""
+    var_vals: dict[str, int] = {}
+    if (buf := buffers.base_buffer(src)) is None:
+        linear, (buf,), var_vals = schedule(target_for(home), [src])
+        run_linear(linear, var_vals=var_vals)
+    return buf, var_vals
+
+
+def _captured_copy(src: UOp, home: str, dest: str) -> UOp:
+    """Inside a JIT capture: `src` computed on `home` (recorded) and a COPY call into new storage on `dest`
+    recorded after it; the new storage's view. A copy from a disk is refused (it reads the file now)."""
+    if is_disk(home):
+        raise JitError(f"a copy from the disk {home} inside a jitted function: load the data before calling it")
+    buf, var_vals = _stored_on(src, home)
+    copied = buffers.new_buffer(dest, buf.arg, buf.dtype)
+    run_linear(UOp(Op.LINEAR, dtypes.void, (UOp(Op.CALL, dtypes.void, (UOp(Op.COPY, dtypes.void), copied, buf)),)))
+    return buffers.view_as(copied, tuple(concrete(s, var_vals) for s in src.tensor_shape))
+
+
+def lower_multi(sink: UOp) -> UOp:
+    """`sink` with its ops pushed into the shards of the MULTIs they read (`schedule.multi.shard_graph`) and
+    its allreduces run (`collective.run_allreduces`): what is left is per-device work and copies."""
+    return collective.run_allreduces(realize, multi.shard_graph(sink))
+
+
+def realize_sharded(devices: tuple[str, ...], values: Sequence[UOp]) -> list[UOp]:
+    """Each of `values` (sharded over `devices`: graphs over MULTIs) computed shard by shard, as a MULTI of the
+    storage views holding its shards; a value that reads no MULTI (a constant) is replicated. One schedule per
+    device; the kernels of equal shape share one compiled program."""
+    sink = lower_multi(UOp(Op.SINK, dtypes.void, tuple(values)))
+    roots = [r if r.op is Op.MULTI else multi.multi([multi.copy_to(r, d) for d in devices], devices, None, None)
+             for r in sink.src]
+    for r in roots:
+        if r.arg[0] != devices:
+            raise DeviceMismatchError(f"a value sharded over {r.arg[0]} was asked for on {devices}")
+    per_device = [realize(d, [r.src[i] for r in roots]) for i, d in enumerate(devices)]
+    return [r if all(v is s for v, s in zip((views[j] for views in per_device), r.src, strict=True)) else
+            multi.multi([views[j] for views in per_device], devices, r.arg[1], r.arg[2]) for j, r in enumerate(roots)]
+
+
+def assign_sharded(devices: tuple[str, ...], target: UOp, value: UOp) -> None:
+    """Store `value` into the storage of sharded `target` (a MULTI of storage views over `devices`), each
+    shard the part of `value` in `target`'s layout, its allreduces run first. A shard that reads only its own
+    device is stored directly; when some shard reads another device (a copy), every shard is computed first,
+    so that no store changes what another device still reads."""
+    _, axis, bounds = target.arg
+    root = lower_multi(UOp(Op.SINK, dtypes.void, (value,))).src[0]
+    parts = multi.cut(root, devices, axis, bounds, "assign")
+    if not all(u.op is not Op.COPY and (u.op is not Op.BUFFER or u.device == d)
+               for d, p in zip(devices, parts, strict=True) for u in p.toposort()):
+        parts = list(realize_sharded(devices, [multi.multi(parts, devices, axis, bounds)])[0].src)
+    for d, dest, v in zip(devices, target.src, parts, strict=True):
+        assign(d, dest, v)
 
 
 def _bytes_of(src: UOp, device: str) -> tuple[np.ndarray, tuple, dict[str, int], DType]:
@@ -191,3 +257,15 @@ def run_code_call(device: str, call: UOp) -> None:
         if w and a in bounced:
             assign(device, a, made[a])
     _forget({storage_base(a) for a, w in zip(call.src[1:], written, strict=True) if w})
+
+
+def allreduce(partials: Sequence[UOp], op: str, how: str | None = None) -> list[UOp]:
+    """The partial values `partials` (one per device, of one shape) folded by `op` ("sum", "max", "min",
+    "prod", "mean"), the result as a storage view on each of their devices; `how` "naive" or "ring" forces an
+    algorithm (else `collective.algorithm` picks one by size and device count)."""
+    devices: list[str] = []
+    for p in partials:
+        if not isinstance(p.device, str):
+            raise ShardingError(f"allreduce: each partial must live on one device, got one on {p.device!r}")
+        devices.append(p.device)
+    return collective.allreduce(realize, partials, devices, op, how)

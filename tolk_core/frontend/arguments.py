@@ -61,8 +61,8 @@ def check_devices(what: str, tensors: Iterable[Tensor]) -> None:
     """Raise DeviceMismatchError when `tensors` (the operands of `what`) do not all live on one device."""
     devices = list(dict.fromkeys(t.device for t in tensors))
     if len(devices) > 1:
-        raise DeviceMismatchError(f"{what} has operands on different devices: {' and '.join(devices)}; move them "
-                                  f"to one device first, e.g. x.to({devices[0]!r})")
+        raise DeviceMismatchError(f"{what} has operands on different devices: {' and '.join(map(str, devices))}; "
+                                  f"move them to one device first, e.g. x.to({devices[0]!r})")
 
 
 def as_operand(t: Tensor, other: Any) -> Any:

@@ -167,6 +167,8 @@ class TolkJit(Generic[R]):
             return self._run(args, kwargs)
         inputs, var_vals, signature = self._inputs(args, kwargs)
         device = inputs[0][1].device if inputs else _default_device()
+        if isinstance(device, tuple):  # sharded inputs (docs/multi-device.md): graphs batch the first device's
+            device = device[0]
         if self._engine is None:
             self._engine = engine_jit.create(device, fxn=lambda _uops, _vv: self._run(*self._current),
                                              prune=self.prune)
@@ -175,8 +177,7 @@ class TolkJit(Generic[R]):
         if phase >= 2:
             self._validate(signature)
             self._check_free_tensors()
-        uops = [b for _, t in inputs if (b := _base(t.uop)) is not None]
-        assert len(uops) == len(inputs)  # _inputs computed every input into storage
+        uops = [b for _, t in inputs for b in _bases(t)]
         # the capture compiles in a lineage of its own (a fork of the current one): its placement decisions
         # are hermetic, and the lineage it was called from is left as it was
         lineage = placements.current().fork() if phase == 1 else contextlib.nullcontext()
@@ -225,14 +226,13 @@ class TolkJit(Generic[R]):
         seen: dict[UOp, str] = {}
         for name, v in _leaves(args, kwargs):
             if isinstance(v, Tensor):
-                if _base(v.uop) is None:  # lazy: compute it (a view of stored data stays a view)
+                if not _stored(v):  # lazy: compute it (a view of stored data stays a view)
                     v.realize()
-                base = _base(v.uop)
-                assert base is not None
-                if (other := seen.get(base)) is not None:
-                    raise JitError(f"duplicate inputs to JIT: {other} and {name} share one buffer; pass it once "
-                                   "or pass a copy (.contiguous())")
-                seen[base] = name
+                for base in _bases(v):
+                    if (other := seen.get(base)) is not None:
+                        raise JitError(f"duplicate inputs to JIT: {other} and {name} share one buffer; pass it "
+                                       "once or pass a copy (.contiguous())")
+                    seen[base] = name
                 signature.append((name, ("tensor", v.shape, v.dtype, v.device, _view(v.uop))))
                 inputs.append((name, v))
             elif isinstance(v, UOp) and v.op is Op.BIND:
@@ -274,6 +274,21 @@ class TolkJit(Generic[R]):
         if isinstance(ret, dict):
             return {k: wrap(v) for k, v in ret.items()}
         return wrap(ret)
+
+
+def _stored(t: Tensor) -> bool:
+    """Whether `t` views storage (each shard of a sharded tensor)."""
+    if t.uop.op is Op.MULTI:
+        return all(_base(s) is not None for s in t.uop.src)
+    return _base(t.uop) is not None
+
+
+def _bases(t: Tensor) -> list[UOp]:
+    """The BUFFERs stored tensor `t` views: one, or one per shard of a sharded tensor (each a JIT input)."""
+    parts = t.uop.src if t.uop.op is Op.MULTI else (t.uop,)
+    out = [b for s in parts if (b := _base(s)) is not None]
+    assert len(out) == len(parts)  # _inputs computed every input into storage
+    return out
 
 
 def _free_tensors(fn: Any) -> list[tuple[str, Tensor, UOp | None]]:

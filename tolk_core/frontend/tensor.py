@@ -51,6 +51,7 @@ from tolk_core.frontend.movement import MovementMixin
 from tolk_core.frontend.nn_ops import NNMixin
 from tolk_core.frontend.random import RandomMixin
 from tolk_core.frontend.reductions import ReductionMixin
+from tolk_core.frontend.sharding import ShardingMixin, resolve_devices
 from tolk_core.frontend.sorting import SortingMixin
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
@@ -191,7 +192,10 @@ def realize_tensors(tensors: Sequence[Tensor]) -> None:
     for t in tensors:
         by_device.setdefault(t.device, []).append(t)
     for device, ts in by_device.items():
-        for t, view in zip(ts, engine.realize(device, [t.uop for t in ts]), strict=True):
+        # a sharded tensor's device is the tuple of its shards' devices: computed shard by shard
+        views = engine.realize_sharded(device, [t.uop for t in ts]) if isinstance(device, tuple) else \
+            engine.realize(device, [t.uop for t in ts])
+        for t, view in zip(ts, views, strict=True):
             t.uop = view
             _lazy.pop(id(t), None)
 
@@ -233,16 +237,26 @@ def _python_data_dtype(arr: np.ndarray, dt: DType | None) -> DType:
 
 
 class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin, IndexingMixin, GatherScatterMixin,
-             SortingMixin, EinsumMixin, NNMixin, RandomMixin, InteropMixin):
+             SortingMixin, EinsumMixin, NNMixin, RandomMixin, InteropMixin, ShardingMixin):
     """A lazily evaluated n-dimensional array on one device. Its state, data access and storage writes live
     here; its ops come from the mixins, one module per subject (see the module docstring)."""
 
     # `_requires_grad`, `_grad`: autograd's; `_read_guard`: a ReadGuard (unset for most tensors)
     __slots__ = ("uop", "device", "__weakref__", "_requires_grad", "_grad", "_read_guard")
     _read_guard: ReadGuard
+    # typed as one name, which it is for every tensor but a sharded one: that one's is the tuple of its shards'
+    # devices (docs/multi-device.md), which the code that handles sharded tensors tests for
+    device: str
+    uop: UOp
     __array_priority__ = 1000  # numpy defers to our reflected operators
 
-    def __init__(self, data: Any, device: str | None = None, dtype: Any = None):
+    def __init__(self, data: Any, device: str | Sequence[str] | None = None, dtype: Any = None):
+        if device is not None and not isinstance(device, str):  # several devices: sharded (docs/multi-device.md)
+            self.device = resolve_devices(device)  # type: ignore[assignment]
+            if not isinstance(data, UOp):  # data replicated: uploaded to the first device, copied to the others
+                data = Tensor(data, self.device[0], dtype).shard(self.device).uop
+            self._adopt(data)
+            return
         self.device = resolve_device(device)
         if isinstance(data, UOp):
             self._adopt(data)
@@ -304,6 +318,11 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         return shape if shape is not None else self.uop.tensor_shape  # type: ignore[return-value]
 
     @property
+    def is_sharded(self) -> bool:
+        """Whether this tensor lives on several devices (its `device` the tuple of them: docs/multi-device.md)."""
+        return isinstance(self.device, tuple)
+
+    @property
     def dtype(self) -> DType:
         return self.uop.dtype
 
@@ -345,6 +364,8 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
 
     def numpy(self) -> np.ndarray:
         """A copy of the data (`np.asarray(t)` shares it where it can: frontend/interop.py)."""
+        if isinstance(self.device, tuple):  # sharded: gathered on its first device
+            return self.to(self.device[0]).numpy()
         with self._reading():
             return storage.to_numpy(self.uop, self.shape, self.dtype)
 
@@ -384,6 +405,8 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         value = self._stored_value(value)
         if any(hook(self, value) for hook in assign_hooks):
             return self
+        if isinstance(self.device, tuple):
+            return self._assign_sharded(value)
         if not views_storage(self.uop):
             if not all(isinstance(d, int) for d in self.shape):  # symbolic: the value is this tensor now
                 self.uop = value.to(self.device).uop
@@ -404,14 +427,28 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         return value.cast(self.dtype)._broadcast_to(self.shape) if value.shape != self.shape else \
             value.cast(self.dtype)
 
+    def _assign_sharded(self, value: Tensor) -> Tensor:
+        """`assign` into a sharded tensor (its storage made first if it is lazy): `engine.assign_sharded`."""
+        devices: tuple[str, ...] = self.device  # type: ignore[assignment]
+        if self.uop.op is not Op.MULTI or not all(views_storage(s) for s in self.uop.src):
+            self.realize()
+        engine.assign_sharded(devices, self.uop, value.uop)
+        return self
+
     def __setitem__(self, index: Any, value: Any) -> None:
         """`t[index] = value`: `index_put_(index, value)` (frontend/indexing.py): integer-array indices scatter,
         the last write winning where an element is selected twice."""
         self.index_put_(index, value)
 
-    def to(self, device: str | None) -> Tensor:
+    def to(self, device: str | Sequence[str] | None) -> Tensor:
         """This tensor on `device` (None: the default device), lazily: the copy happens when the result is realized
-        (a COPY node)."""
+        (a COPY node). A sequence of devices replicates it on each (`shard(devices)`); a sharded tensor moved to
+        one device is gathered there."""
+        if device is not None and not isinstance(device, str):  # several devices: replicated there
+            devices = resolve_devices(device)
+            if devices == self.device:
+                return self
+            return (self.to(devices[0]) if isinstance(self.device, tuple) else self).shard(devices)
         device = resolve_device(device)
         if device == self.device:
             return self

@@ -42,6 +42,9 @@ class Op(enum.IntEnum):
     WHERE = enum.auto()
     # program level
     PROGRAM = enum.auto(); LINEAR = enum.auto(); CUSTOM_FUNCTION = enum.auto(); SLICE = enum.auto()  # noqa: E702
+    # several devices (docs/multi-device.md): a value sharded over devices, and the fold of per-device partials;
+    # both are rewritten away (schedule/multi.py, engine) before any per-device schedule
+    MULTI = enum.auto(); ALLREDUCE = enum.auto()  # noqa: E702
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
@@ -108,7 +111,7 @@ class GroupOp:
     Tensor = frozenset({Op.BUFFER, Op.PARAM, Op.CONST, Op.DEFINE_VAR, Op.BIND, Op.DEVICE, Op.UNIQUE, Op.CAST,
                         Op.BITCAST, Op.REDUCE_AXIS, Op.REDUCE, Op.STORE, Op.AFTER, Op.COPY,
                         Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.CALL, Op.SINK, Op.NOOP,
-                        Op.ASSIGN}) | Movement | ALU
+                        Op.ASSIGN, Op.MULTI, Op.ALLREDUCE}) | Movement | ALU
     Kernel = frozenset({Op.RANGE, Op.END, Op.INDEX, Op.LOAD, Op.IF, Op.BARRIER, Op.DEFINE_LOCAL,
                         Op.DEFINE_REG, Op.SPECIAL, Op.VECTORIZE, Op.GEP, Op.STORE, Op.CONST, Op.DEFINE_VAR,
                         Op.PARAM, Op.SINK, Op.NOOP, Op.AFTER, Op.CAST, Op.BITCAST, Op.REDUCE, Op.BIND,

@@ -591,6 +591,13 @@ def _compute_shape(u: UOp) -> tuple | None:
         return tuple(u.arg[1]) if isinstance(u.arg, tuple) else None
     if op is Op.CALL:  # a tensor-level call has its body's shape (a kernel CALL's SINK has none)
         return u.src[0]._shape
+    if op is Op.MULTI:  # the whole value: shard 0's shape, its sharded axis as long as the shards together
+        ins, axis = u.src[0]._shape, u.arg[1]
+        if ins is None or axis is None:
+            return ins
+        return tuple(u.arg[2][-1][1] if i == axis else s for i, s in enumerate(ins))
+    if op is Op.ALLREDUCE:
+        return u.src[0]._shape
     if op is Op.REDUCE_AXIS:
         ins = u.src[0]._shape
         if ins is None:
@@ -609,6 +616,10 @@ def _shape_str(shape: tuple) -> str:
 def _compute_device(u: UOp) -> Any:
     if u.op is Op.DEVICE:
         return u.arg
+    if u.op is Op.MULTI:  # arg (devices, axis, bounds): the devices, a tuple
+        return u.arg[0]
+    if u.op is Op.ALLREDUCE:  # arg (op, devices, i): the fold on device i
+        return u.arg[1][u.arg[2]]
     for s in u.src:
         if s.op is Op.DEVICE:
             return s.arg

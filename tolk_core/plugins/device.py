@@ -89,10 +89,16 @@ def _record(name: str, reg: Registry) -> tuple[BackendRecord, int | None]:
 
 
 def _canonical(rec: BackendRecord, idx: int | None, name: str) -> str:
+    """``NAME:i`` of an indexed backend; a backend that is not indexed is ``NAME`` for index 0 and, where its
+    probe offers several (virtual) devices (the CPU's CPU_DEVICES), ``NAME:i`` for the others."""
     if not rec.spec.indexed:
-        if idx not in (None, 0):
-            raise UnknownDeviceError(f"device {name!r}: {rec.name} has a single device; use {rec.name!r}")
-        return rec.name
+        if idx in (None, 0):
+            return rec.name
+        if rec.device_count <= 1:
+            raise UnknownDeviceError(f"device {name!r}: {rec.name} has a single device; use {rec.name!r}"
+                                     + (" (or set TOLK_CPU_DEVICES for virtual CPU devices)" if rec.name == "CPU"
+                                        else ""))
+        return f"{rec.name}:{idx}"
     return f"{rec.name}:{idx or 0}"
 
 
@@ -100,7 +106,7 @@ def _why_unusable(rec: BackendRecord, idx: int | None) -> str | None:
     """None when usable, else the reason."""
     if rec.state != "available":
         return f"{'in conflict' if rec.state == 'conflict' else rec.state}: {rec.reason}"
-    if rec.spec.indexed and (idx or 0) >= rec.device_count:
+    if (rec.spec.indexed or idx) and (idx or 0) >= rec.device_count:
         return f"index {idx} out of range: {rec.name} has {rec.device_count} device(s)"
     return None
 

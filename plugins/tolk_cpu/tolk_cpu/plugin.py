@@ -13,7 +13,8 @@ def probe() -> Availability:
     if shutil.which(cc) is None:
         return Availability(False, f"C compiler {cc!r} not found", 0,
                             hint="install gcc (apt-get install gcc) or set CC in the tolk config / TOLK_CC")
-    return Availability(True, f"C compiler {cc}", 1)
+    n = config.get("CPU_DEVICES")  # virtual devices CPU:0 .. CPU:n-1 (docs/multi-device.md)
+    return Availability(True, f"C compiler {cc}" + (f", {n} virtual devices" if n > 1 else ""), n)
 
 
 @hookimpl

@@ -1,0 +1,69 @@
+"""The allreduce over virtual CPU devices: naive and ring give the same values as numpy's fold of the
+partials, for float and int, sum / max / min / mean; the graph's reductions over a sharded axis use it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tolk_core import Tensor, config
+from tolk_core.engine import collective
+from tolk_core.engine import realize as engine
+
+NUMPY = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+
+
+def _run(devs, arrays, op, how):
+    partials = [Tensor(a, device=d).uop for a, d in zip(arrays, devs, strict=True)]
+    outs = engine.allreduce(partials, op, how)
+    assert [o.device for o in outs] == list(devs)
+    return [Tensor(o, d).numpy() for o, d in zip(outs, devs, strict=True)]
+
+
+@pytest.mark.parametrize("ndev", [2, 3, 4])
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+@pytest.mark.parametrize("shape", [(10,), (5, 7)], ids=["10", "5x7"])
+def test_naive_equals_ring_equals_numpy_float(cpus4, ndev, op, shape):
+    rng = np.random.default_rng(ndev)
+    devs = cpus4[:ndev]
+    arrays = [rng.standard_normal(shape).astype(np.float32) for _ in devs]
+    want = NUMPY[op](np.stack(arrays), axis=0)
+    naive, ring = _run(devs, arrays, op, "naive"), _run(devs, arrays, op, "ring")
+    for got in naive + ring:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    for got in naive[1:]:  # every device folded in the same order: the same bits everywhere
+        np.testing.assert_array_equal(got, naive[0])
+    for got in ring[1:]:  # each chunk is folded once and passed round
+        np.testing.assert_array_equal(got, ring[0])
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+def test_naive_equals_ring_equals_numpy_int(cpus4, op):
+    rng = np.random.default_rng(3)
+    arrays = [rng.integers(-1000, 1000, (6, 5)).astype(np.int32) for _ in cpus4]
+    stacked = np.stack(arrays)
+    # an integer mean divides as C does (toward zero), in the integer type
+    want = np.trunc(stacked.sum(0) / 4).astype(np.int32) if op == "mean" else NUMPY[op](stacked, axis=0)
+    for how in ("naive", "ring"):
+        for got in _run(cpus4, arrays, op, how):
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, want)
+
+
+def test_algorithm_by_size_and_device_count():
+    with config.override(RING_ALLREDUCE_THRESHOLD=1000):
+        assert collective.algorithm(4, 1001) == "ring"
+        assert collective.algorithm(4, 1000) == "naive"
+        assert collective.algorithm(2, 10 ** 6) == "naive"  # a ring of two is the naive exchange
+
+
+def test_sharded_sum_takes_the_ring_past_the_threshold(cpus4, capsys):
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    t = Tensor(x).shard(cpus4, axis=0)
+    with config.override(RING_ALLREDUCE_THRESHOLD=16, DEBUG=2):
+        ring = t.sum(axis=0).numpy()
+    assert "allreduce ring ADD float32(1, 64) over 4 devices" in capsys.readouterr().out
+    with config.override(RING_ALLREDUCE_THRESHOLD=10 ** 6, DEBUG=2):
+        naive = t.sum(axis=0).numpy()
+    assert "allreduce naive ADD" in capsys.readouterr().out
+    np.testing.assert_allclose(ring, x.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(naive, ring, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,195 @@
+"""Sharded tensors on four virtual CPU devices, each op against numpy, even and uneven splits: a sharded value
+is one MULTI node whose ops are pushed into the shards when realized (docs/multi-device.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import has_opencl
+from tolk_core import Tensor, config
+from tolk_core.counters import GlobalCounters
+from tolk_core.errors import DeviceMismatchError, DeviceUnavailableError, ShardingError
+from tolk_core.ir.ops import Op
+
+RNG = np.random.default_rng(7)
+ROWS = [8, 10]  # even over 2 and 4 devices, and uneven (4 devices: 3, 3, 3, 1)
+
+
+def data(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(params=[2, 4], ids=["2dev", "4dev"])
+def devs(request, cpus4):
+    return cpus4[:request.param]
+
+
+def test_device_is_a_tuple_and_shards_hold_their_parts(devs):
+    x = data(10, 3)
+    t = Tensor(x).shard(devs, axis=0).realize()
+    assert t.device == devs and t.is_sharded and t.shape == (10, 3)
+    assert t.uop.op is Op.MULTI
+    step = -(-10 // len(devs))
+    for i, s in enumerate(t.uop.src):
+        assert s.device == devs[i]
+        np.testing.assert_array_equal(Tensor(s, devs[i]).numpy(), x[i * step:(i + 1) * step])
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_elementwise_on_sharded_and_replicated(devs, rows):
+    x, y, b = data(rows, 5), data(rows, 5), data(5)
+    tx, ty, tb = Tensor(x).shard(devs, axis=0), Tensor(y).shard(devs, axis=0), Tensor(b).to(devs)
+    out = ((tx * ty + tb).relu() - 2).exp()
+    assert out.device == devs
+    np.testing.assert_allclose(out.numpy(), np.exp(np.maximum(x * y + b, 0) - 2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_movements_keeping_the_sharded_axis(devs, rows):
+    x = data(rows, 4, 3)
+    t = Tensor(x).shard(devs, axis=0)
+    np.testing.assert_array_equal(t.permute(2, 0, 1).numpy(), x.transpose(2, 0, 1))
+    np.testing.assert_array_equal(t.reshape(rows, 12).numpy(), x.reshape(rows, 12))
+    np.testing.assert_array_equal(t.reshape(rows, 4, 1, 3).expand(rows, 4, 2, 3).numpy(),
+                                  np.broadcast_to(x.reshape(rows, 4, 1, 3), (rows, 4, 2, 3)))
+    np.testing.assert_array_equal(t.pad(((0, 0), (1, 2), (0, 0))).numpy(), np.pad(x, ((0, 0), (1, 2), (0, 0))))
+    np.testing.assert_array_equal(t[:, 1:3].numpy(), x[:, 1:3])
+    np.testing.assert_array_equal(t.flip(2).numpy(), x[:, :, ::-1])
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_movements_cutting_the_sharded_axis_allgather(devs, rows, capsys):
+    x = data(rows, 4)
+    t = Tensor(x).shard(devs, axis=0)
+    with config.override(DEBUG=1):
+        out = t[1:-1].numpy()
+    np.testing.assert_array_equal(out, x[1:-1])
+    assert "multi: allgather" in capsys.readouterr().out
+    np.testing.assert_array_equal(t.flip(0).numpy(), x[::-1])
+    np.testing.assert_array_equal(t.reshape(rows * 4).numpy(), x.reshape(-1))
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_reductions_over_and_beside_the_sharded_axis(devs, rows):
+    x = data(rows, 6)
+    t = Tensor(x).shard(devs, axis=0)
+    np.testing.assert_allclose(t.sum(axis=0).numpy(), x.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(t.sum(axis=1).numpy(), x.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(t.sum().numpy(), x.sum(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(t.max(axis=0).numpy(), x.max(0))
+    np.testing.assert_array_equal(t.min().numpy(), x.min())
+    np.testing.assert_allclose(t.mean(axis=0).numpy(), x.mean(0), rtol=1e-5, atol=1e-6)
+    r = t.sum(axis=0)
+    assert r.device == devs and r.realize().uop.arg[1] is None  # replicated on every device
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_matmul_batch_sharded_weight_replicated(devs, rows):
+    x, w = data(rows, 6), data(6, 3)
+    out = Tensor(x).shard(devs, axis=0) @ Tensor(w).to(devs)
+    np.testing.assert_allclose(out.numpy(), x @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", ROWS)
+def test_matmul_contraction_sharded_is_partial_products_and_allreduce(devs, k):
+    x, w = data(5, k), data(k, 3)
+    before = GlobalCounters.allreduces
+    out = Tensor(x).shard(devs, axis=1) @ Tensor(w).shard(devs, axis=0)
+    np.testing.assert_allclose(out.numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    assert GlobalCounters.allreduces == before + 1
+
+
+def test_mismatched_shardings_are_resharded(devs, capsys):
+    x, y = data(8, 8), data(8, 8)
+    a, b = Tensor(x).shard(devs, axis=0), Tensor(y).shard(devs, axis=1)
+    with config.override(DEBUG=1):
+        out = (a + b).numpy()
+    np.testing.assert_array_equal(out, x + y)
+    assert "multi: allgather" in capsys.readouterr().out
+
+
+def test_gather_to_one_device_and_shard_like(devs):
+    x = data(10, 2)
+    t = Tensor(x).shard(devs, axis=0)
+    g = (t * 2).to(devs[-1])
+    assert g.device == devs[-1] and not g.is_sharded
+    np.testing.assert_array_equal(g.numpy(), x * 2)
+    y = Tensor(data(10, 2)).shard_like(t * 3)
+    assert y.device == devs
+    np.testing.assert_array_equal((t + y).numpy(), x + y.numpy())
+
+
+def test_shard_of_an_unplaced_tensor_shards_it(devs):
+    t = Tensor.arange(12).reshape(12, 1).shard(devs, axis=0)
+    assert t.device == devs and t.uop.op is Op.MULTI and len(t.uop.src) == len(devs)
+    np.testing.assert_array_equal(t.numpy().ravel(), np.arange(12))
+    np.testing.assert_array_equal((t.sum(axis=0)).numpy(), [66])
+
+
+def test_replicated_tensor_and_integer_ops(devs):
+    x = np.arange(30, dtype=np.int32).reshape(10, 3)
+    t = Tensor(x).to(devs)
+    assert t.device == devs
+    np.testing.assert_array_equal((t * 3 - 1).numpy(), x * 3 - 1)
+    s = Tensor(x).shard(devs, axis=0)
+    np.testing.assert_array_equal(s.sum(axis=0).numpy(), x.sum(0))
+    np.testing.assert_array_equal(s.max(axis=0).numpy(), x.max(0))
+
+
+def test_assign_into_a_sharded_tensor(devs):
+    x, y = data(10, 4), data(10, 4)
+    t = Tensor(x).shard(devs, axis=0).contiguous().realize()
+    t.assign(t * 2 + Tensor(y).shard(devs, axis=0))
+    np.testing.assert_allclose(t.numpy(), x * 2 + y, rtol=1e-6)
+    r = Tensor(x[0]).to(devs).contiguous().realize()
+    r.assign(r - 1)
+    np.testing.assert_allclose(r.numpy(), x[0] - 1, rtol=1e-6)
+
+
+def test_kernels_compiled_once_per_shape_and_renderer(cpus4):
+    x = np.abs(data(16, 8))
+    t = Tensor(x).shard(cpus4, axis=0).realize()
+    before = GlobalCounters.snapshot()
+    out = (t * 1.4375 + 0.3125).sqrt().realize()  # every shard (4, 8): one kernel, compiled once for the 4 devices
+    after = GlobalCounters.snapshot()
+    np.testing.assert_allclose(out.numpy(), np.sqrt(x * 1.4375 + 0.3125), rtol=1e-6)
+    assert after["kernels_launched"] - before["kernels_launched"] == 4
+    assert after["kernels_compiled"] - before["kernels_compiled"] == 1
+    assert after["programs_shared"] - before["programs_shared"] == 3
+
+
+def test_errors_name_the_problem(cpus4):
+    t = Tensor(data(3, 4))
+    with pytest.raises(DeviceUnavailableError, match="CPU:7"):
+        t.shard(("CPU:0", "CPU:7"), axis=0)
+    with pytest.raises(ShardingError, match="axis 2"):
+        t.shard(cpus4[:2], axis=2)
+    with pytest.raises(ShardingError, match="size 3 cannot be split into 4 shards"):
+        t.shard(cpus4, axis=0)
+    with pytest.raises(ShardingError, match="sharded already"):
+        t.shard(cpus4[:2], axis=1).shard(cpus4[:2], axis=0)
+    with pytest.raises(DeviceMismatchError):
+        _ = t.shard(cpus4[:2], axis=1) + Tensor(data(3, 4)).shard(cpus4[2:], axis=1)
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+@pytest.mark.parametrize("rows", ROWS)
+def test_cpu_and_opencl_pair(rows):
+    devs = ("CPU", "OPENCL")
+    x, w = data(rows, 6), data(6, 3)
+    t = Tensor(x).shard(devs, axis=0)
+    assert t.device == ("CPU", "OPENCL:0")
+    np.testing.assert_allclose((t @ Tensor(w).to(devs)).numpy(), x @ w, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(t.sum(axis=0).numpy(), x.sum(0), rtol=1e-5, atol=1e-5)
+    a, b = Tensor(x.T.copy()).shard(devs, axis=1), Tensor(x).shard(devs, axis=0)
+    np.testing.assert_allclose((a @ b).numpy(), x.T @ x, rtol=1e-5, atol=1e-4)
+
+
+def test_safe_save_writes_the_whole_tensor(cpus4, tmp_path):
+    from tolk_core.nn.state import safe_load, safe_save
+    x = data(10, 3)
+    path = tmp_path / "sharded.safetensors"
+    safe_save({"sharded": Tensor(x).shard(cpus4[:3], axis=0), "replicated": Tensor(x).to(cpus4[:2])}, str(path))
+    loaded = safe_load(str(path))
+    np.testing.assert_array_equal(loaded["sharded"].numpy(), x)
+    np.testing.assert_array_equal(loaded["replicated"].numpy(), x)
