@@ -236,8 +236,8 @@ def _shared_load_axis(ast: UOp, outs: list[UOp], lane: UOp, budget: int) -> UOp 
     for r in reversed(outs):
         if any(r not in ld.toposort() for ld in vector_loads) and _factor(r, budget) > 1:
             return r
-    r = next((r for r in reversed(outs) if any(r not in ld.toposort() for ld in loads)), None)
-    return r if r is not None and _factor(r, budget) > 1 else None
+    shared = next((r for r in reversed(outs) if any(r not in ld.toposort() for ld in loads)), None)
+    return shared if shared is not None and _factor(shared, budget) > 1 else None
 
 
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer: Renderer, noopt: bool) -> Plan:
