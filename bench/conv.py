@@ -53,11 +53,20 @@ def _tolk_fns(shape: tuple[int, ...], device: str, rng: np.random.Generator) -> 
         assert t.grad is not None
         return t.grad.realize()
 
+    from tolk_core.plugins import Device
+    dev = Device[x.device]
+
+    def synced(f: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        def call() -> Any:
+            out = f(*args)
+            dev.synchronize()  # launches may be asynchronous (OpenCL): time until the result exists
+            return out
+        return call
     jf = tolk_core.jit(fwd)
     jdx = tolk_core.jit(lambda x, wt, g: grads(x, wt, g, "dx"))
     jdw = tolk_core.jit(lambda x, wt, g: grads(x, wt, g, "dw"))
-    return {"fwd": lambda: jf(x, wt), "dx": lambda: jdx(xg, wt, g),
-            "dw": lambda: jdw(x, wg, g), "_inputs": (xs, ws, gs)}  # type: ignore[dict-item]
+    return {"fwd": synced(jf, x, wt), "dx": synced(jdx, xg, wt, g), "dw": synced(jdw, x, wg, g),
+            "_inputs": (xs, ws, gs)}  # type: ignore[dict-item]
 
 
 def _torch_fns(shape: tuple[int, ...], inputs: tuple[np.ndarray, ...]) -> dict[str, Callable[[], Any]]:
@@ -78,18 +87,19 @@ def _torch_fns(shape: tuple[int, ...], inputs: tuple[np.ndarray, ...]) -> dict[s
     return {"fwd": lambda: conv(xs, ws, stride=s, padding=p), "dx": dx, "dw": dw}
 
 
-def _median_interleaved(a: Callable[[], Any], b: Callable[[], Any], reps: int) -> tuple[float, float]:
+def _median_interleaved(a: Callable[[], Any], b: Callable[[], Any], reps: int,
+                        clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     ta: list[float] = []
     tb: list[float] = []
     for _ in range(reps):
         for f, ts in ((a, ta), (b, tb)):
-            st = time.perf_counter()
+            st = clock()
             f()
-            ts.append(time.perf_counter() - st)
+            ts.append(clock() - st)
     return statistics.median(ta), statistics.median(tb)
 
 
-def run(device: str, reps: int, only: str | None) -> None:
+def run(device: str, reps: int, only: str | None, cpu_time: bool = False) -> None:
     import os
     # torch's OpenMP threads spin by default and then wait for a descheduled teammate on a shared machine;
     # Tolk's CPU device runs its threads passive (docs/performance.md, "Threads"): the same for both
@@ -110,7 +120,8 @@ def run(device: str, reps: int, only: str | None) -> None:
                 got = tf[key]()
             want = pf[key]().detach().numpy()
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
-            t_tolk, t_torch = _median_interleaved(tf[key], pf[key], reps)
+            t_tolk, t_torch = _median_interleaved(tf[key], pf[key], reps,
+                                                  time.process_time if cpu_time else time.perf_counter)
             print(f"| {name} | {key} | {flops / t_tolk / 1e9:.1f} | {flops / t_torch / 1e9:.1f} | "
                   f"{t_tolk * 1e3:.3f} | {t_torch * 1e3:.3f} | {t_torch / t_tolk:.2f} |", flush=True)
 
@@ -120,8 +131,11 @@ def main() -> None:
     ap.add_argument("--device", default="CPU")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time each call by the process's CPU time (with OMP_NUM_THREADS=1: the time the call "
+                         "computed, not the time other work on the machine held the core)")
     args = ap.parse_args()
-    run(args.device, args.reps, args.only)
+    run(args.device, args.reps, args.only, args.cpu_time)
 
 
 if __name__ == "__main__":

@@ -222,10 +222,11 @@ class NNMixin:
         pads = ((0, 0), (0, 0)) + spatial_pads(padding, nd)
         x = self.pad(pads)
         if any(isinstance(v, int) and v > 0 for pair in pads for v in pair):
-            # the padded input is stored (one O(input) kernel, into which the producer of `self` fuses): read
-            # through the PAD, every load of the reduction carries a bounds gate, which keeps the kernel in
-            # scalar code (docs/performance.md, "Convolutions")
-            x = x.contiguous()
+            # the padded input is stored (one O(input) copy): read through the PAD, every load of the
+            # reduction carries a bounds gate, which keeps the kernel in scalar code. `self` is stored first:
+            # else the copy would compute a producing convolution inside its gates, in scalar code too
+            # (docs/performance.md, "Convolutions")
+            x = self.contiguous().pad(pads).contiguous()
         if min(*st, *dl) < 1:
             raise ShapeError(f"conv{nd}d stride {st} and dilation {dl} must be positive")
         if any(s < d * (k - 1) + 1 for s, k, d in zip(x.shape[2:], kernel, dl, strict=True)):
