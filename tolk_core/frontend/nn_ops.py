@@ -59,14 +59,17 @@ def _conv_vjp(x: Tensor, weight: Tensor, win: Tensor, groups: int,
     nd = weight.ndim - 2
     (cout, cin_g), kernel = weight.shape[:2], weight.shape[2:]
     n, out_sp = x.shape[0], win.shape[4:4 + nd]
+    # the forward graph's nodes, not the Tensors: a Tensor kept alive here would count as a live lazy value
+    # (computed before every write into what it reads), and an assigned weight Tensor moves to a new node
+    new, device, xu, wu, winu = type(x), x.device, x.uop, weight.uop, win.uop
 
     def vjp(g: UOp) -> list[tuple[UOp, UOp]]:
-        gt = type(x)(g, x.device)
-        wt = weight.reshape((groups, cout // groups, cin_g) + kernel).transpose(1, 2)
+        gt, w = new(g, device), new(wu, device)
+        wt = w.reshape((groups, cout // groups, cin_g) + kernel).transpose(1, 2)
         wt = wt.reshape((groups * cin_g, cout // groups) + kernel).flip(tuple(range(2, 2 + nd)))
         dx = gt.reshape((n, cout) + out_sp).conv2d(wt, groups=groups, dilation=dilation,
                                                    padding=[d * (k - 1) for d, k in zip(dilation, kernel, strict=True)])
-        return [(x.uop, dx.uop), (weight.uop, _conv_weight_grad(win, gt, weight.shape, groups).uop)]
+        return [(xu, dx.uop), (wu, _conv_weight_grad(new(winu, device), gt, w.shape, groups).uop)]
     return vjp
 
 
