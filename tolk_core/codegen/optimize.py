@@ -124,14 +124,20 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
         return _gpu_plan(ast, outs, renderer, noopt)
     if noopt:
         return Plan(ast)
+    # element-operations, counted before register blocking: after it the loops count vectors and unrolled
+    # blocks, and a 16x16x32x32 convolution looked like 150k operations (one thread)
+    work = math.prod(_most(r) for r in outs + reduce_ranges)
     if reduce_ranges and renderer.vector_bytes:
         ast = _upcast(ast, outs, renderer.vector_bytes)
         outs = _output_ranges(ast)
         reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     plan = Plan(ast)
-    work = math.prod(_most(r) for r in outs + reduce_ranges)
-    if outs and work >= knob("PARALLEL_MIN_WORK", PARALLEL_MIN_WORK) and _most(outs[0]) > 1:
-        plan.loop_kinds[outs[0]] = LoopKind.PARALLEL
+    # the outermost loop with more than one iteration (the loops around it run once: a register-blocked
+    # kernel's column-block loop when one block covers the row)
+    first = next((i for i, r in enumerate(outs) if _most(r) > 1), None)
+    if first is not None and work >= knob("PARALLEL_MIN_WORK", PARALLEL_MIN_WORK) and \
+            all(_size(r) == 1 for r in outs[:first]):
+        plan.loop_kinds[outs[first]] = LoopKind.PARALLEL
     if outs and not reduce_ranges:
         inner = outs[-1]
         plan.loop_kinds[inner] = LoopKind.PARALLEL_SIMD if plan.loop_kinds.get(inner) is LoopKind.PARALLEL \
@@ -248,16 +254,27 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
     if inner.src[0].arg % 2 == 0 and budget >= 4:
         ast, inner = unroll_output(ast, inner, 2)
         budget //= 2
-    # another output axis, unrolled when some loads do not depend on it: those loads are shared by the copies
-    loads = [u for u in ast.toposort() if u.op is Op.LOAD]
-    for r in reversed(outs[:-1]):
-        if any(r not in ld.toposort() for ld in loads):
-            if (factor := _factor(r, budget)) > 1:
-                ast, _ = unroll_output(ast, r, factor)
-                # column blocks outermost: one block's slice of the shared operand stays in cache across rows
-                ast = hoist_range(ast, inner)
-            break
+    if (r := _shared_load_axis(ast, outs[:-1], lane, budget)) is not None:
+        ast, _ = unroll_output(ast, r, _factor(r, budget))
+        # column blocks outermost: one block's slice of the shared operand stays in cache across rows
+        ast = hoist_range(ast, inner)
     return vectorize_lanes(ast, lane, width)
+
+
+def _shared_load_axis(ast: UOp, outs: list[UOp], lane: UOp, budget: int) -> UOp | None:
+    """The output axis (of `outs`, not the lanes' one) to unroll for a register tile, or None: loads that do
+    not depend on it are shared by its copies. Preferred: an axis some vector load (one depending on the lanes)
+    does not depend on, innermost first, whose size `_factor` can split: a convolution's output channels, so
+    each input vector feeds a copy per channel (its rows share only a scalar weight: one vector load per FMA;
+    at the ResNet's 16->16 layer 8 channels ran 1.5-1.9x faster than 8 rows, docs/performance.md). Else the
+    innermost axis some load does not depend on (a matmul's rows: each B vector feeds a copy per row)."""
+    loads = [u for u in ast.toposort() if u.op is Op.LOAD]
+    vector_loads = [ld for ld in loads if lane in ld.toposort()]
+    for r in reversed(outs):
+        if any(r not in ld.toposort() for ld in vector_loads) and _factor(r, budget) > 1:
+            return r
+    shared = next((r for r in reversed(outs) if any(r not in ld.toposort() for ld in loads)), None)
+    return shared if shared is not None and _factor(shared, budget) > 1 else None
 
 
 def _gpu_plan(ast: UOp, outs: list[UOp], renderer: Renderer, noopt: bool) -> Plan:

@@ -161,6 +161,20 @@ def _stored(g: UOp) -> UOp:
     return out
 
 
+# node -> its gradient as a whole, for composite ops whose node-by-node gradient is slow (conv2d: docs/training.md,
+# "Convolution gradients"). Weak keys: an entry lives while its node does; the node is hash-consed, so every
+# graph holding the same node shares the entry (the same computation, the same gradient).
+Vjp = Callable[[UOp], "list[tuple[UOp, UOp]]"]
+_vjps: weakref.WeakKeyDictionary[UOp, Vjp] = weakref.WeakKeyDictionary()
+
+
+def define_gradient(u: UOp, vjp: Vjp) -> None:
+    """Differentiate `u` by `vjp` instead of its op's rule: `vjp(g)` for `u`'s gradient `g` returns
+    (node, gradient) pairs for nodes `u` is computed from (any depth below `u`: the nodes between get nothing
+    through `u`). It must equal what the rules would give; it only chooses a cheaper graph for it."""
+    _vjps[u] = vjp
+
+
 def _differentiable(u: UOp) -> bool:
     return dtypes.is_float(u.dtype)
 
@@ -181,10 +195,11 @@ def gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
         g = grads.get(u)
         if g is None or not _differentiable(u) or not any(s in on_path for s in u.src):
             continue
-        if u.op not in _RULES:
+        if u.op not in _RULES and u not in _vjps:
             raise GradientError(f"no gradient rule for {u.op.name} (dtype {u.dtype.name}, shape "
                                 f"{tuple(u.shape or ())}) between a tensor that requires grad and the root")
-        for s, sg in zip(u.src, _RULES[u.op](u, g), strict=True):
+        vjp = _vjps.get(u)
+        for s, sg in (vjp(g) if vjp is not None else zip(u.src, _RULES[u.op](u, g), strict=True)):
             if sg is None or s not in on_path or not _differentiable(s):
                 continue
             grads[s] = sg if s not in grads else _alu(Op.ADD, grads[s], sg)

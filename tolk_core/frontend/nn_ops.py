@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -47,6 +47,49 @@ def _matmul_operand(t: Tensor, other: object) -> Tensor:
                                 "Tensor or an ndarray")
     check_devices("matmul", (t, other))
     return other
+
+
+def _conv_vjp(x: Tensor, weight: Tensor, win: Tensor, groups: int,
+              dilation: tuple[int, ...]) -> Callable[[UOp], list[tuple[UOp, UOp]]]:
+    """The gradient of a stride-1 convolution's reduction (N, groups, C_out/groups, 1, *out, 1...) of the
+    (padded) input `x`'s windows `win` (N, groups, 1, C_in/groups, *out, *kernel) by `weight`, as two
+    convolutions' worth of reductions: d/dx is the gradient convolved with the flipped, transposed weight
+    (padded by the dilated kernel's extent, so every window of `x` is covered), which runs through the
+    convolution's own fast plan; the node-by-node rules would instead give every input element a sum of
+    scattered window copies (docs/training.md, "Convolution gradients"). d/dweight: `_conv_weight_grad`."""
+    nd = weight.ndim - 2
+    (cout, cin_g), kernel = weight.shape[:2], weight.shape[2:]
+    n, out_sp = x.shape[0], win.shape[4:4 + nd]
+    # the forward graph's nodes, not the Tensors: a Tensor kept alive here would count as a live lazy value
+    # (computed before every write into what it reads), and an assigned weight Tensor moves to a new node
+    new, device, xu, wu, winu = type(x), x.device, x.uop, weight.uop, win.uop
+
+    def vjp(g: UOp) -> list[tuple[UOp, UOp]]:
+        gt, w = new(g, device), new(wu, device)
+        wt = w.reshape((groups, cout // groups, cin_g) + kernel).transpose(1, 2)
+        wt = wt.reshape((groups * cin_g, cout // groups) + kernel).flip(tuple(range(2, 2 + nd)))
+        dx = gt.reshape((n, cout) + out_sp).conv2d(wt, groups=groups, dilation=dilation,
+                                                   padding=[d * (k - 1) for d, k in zip(dilation, kernel, strict=True)])
+        return [(xu, dx.uop), (wu, _conv_weight_grad(new(winu, device), gt, w.shape, groups).uop)]
+    return vjp
+
+
+def _conv_weight_grad(win: Tensor, g: Tensor, wshape: tuple[int, ...], groups: int) -> Tensor:
+    """d/dweight of a convolution: the windows `win` (N, groups, 1, C_in/groups, *out, *kernel) times its
+    gradient `g` (N, groups, C_out/groups, 1, *out, 1...), summed over the batch and the output positions,
+    as a matmul with the output channels innermost: the gradient is stored channels-last first (one O(output)
+    copy) and the sum is stored as (groups, *kernel, C_in/groups, C_out/groups), so the reduction's loads and
+    its stores are contiguous in the output channel, the axis the CPU plan splits into vector lanes (stored in
+    the weight's own layout, its innermost output axis is the kernel's width: scalar code, ~1 GFLOP/s)."""
+    nd = len(wshape) - 2
+    n, out_sp = win.shape[0], win.shape[4:4 + nd]
+    cout_g = wshape[0] // groups
+    a = win.permute((1, *range(4 + nd, 4 + 2 * nd), 3, 2, 0, *range(4, 4 + nd)))  # (groups, *k, ci, 1, n, *out)
+    gt = g.reshape((n, groups * cout_g) + out_sp).permute((0, *range(2, 2 + nd), 1)).contiguous()
+    b = gt.reshape((n, *out_sp, groups, cout_g)).permute((nd + 1, nd + 2, 0, *range(1, 1 + nd)))
+    b = b.reshape((groups,) + (1,) * (nd + 1) + (cout_g, n) + out_sp)
+    dw = (a * b).sum(axis=tuple(range(-(nd + 1), 0))).contiguous()  # (groups, *kernel, ci, co)
+    return dw.permute((0, nd + 2, nd + 1, *range(1, 1 + nd))).reshape(wshape)
 
 
 def spatial_pads(padding: int | Sequence[int], nd: int) -> tuple[tuple[int, int], ...]:
@@ -189,7 +232,14 @@ class NNMixin:
                              f"input channels {cin} must be {groups} x {cin_g} and {cout} output channels divisible "
                              f"by {groups}")
         st, dl = spatial_arg(stride, nd, "stride"), spatial_arg(dilation, nd, "dilation")
-        x = self.pad(((0, 0), (0, 0)) + spatial_pads(padding, nd))
+        pads = ((0, 0), (0, 0)) + spatial_pads(padding, nd)
+        x = self.pad(pads)
+        if any(isinstance(v, int) and v > 0 for pair in pads for v in pair):
+            # the padded input is stored (one O(input) copy): read through the PAD, every load of the
+            # reduction carries a bounds gate, which keeps the kernel in scalar code. `self` is stored first:
+            # else the copy would compute a producing convolution inside its gates, in scalar code too
+            # (docs/performance.md, "Convolutions")
+            x = self.contiguous().pad(pads).contiguous()
         if min(*st, *dl) < 1:
             raise ShapeError(f"conv{nd}d stride {st} and dilation {dl} must be positive")
         if any(s < d * (k - 1) + 1 for s, k, d in zip(x.shape[2:], kernel, dl, strict=True)):
@@ -199,7 +249,11 @@ class NNMixin:
         out_sp = win.shape[2:2 + nd]
         win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
         w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
-        out = (win * w).sum(axis=(3,) + tuple(range(4 + nd, 4 + 2 * nd))).reshape((n, cout) + out_sp)
+        red = (win * w).sum(axis=(3,) + tuple(range(4 + nd, 4 + 2 * nd)), keepdim=True)
+        if all(v == 1 for v in st):
+            from tolk_core.frontend import autograd  # deferred, as Tensor.backward does
+            autograd.define_gradient(red.uop, _conv_vjp(x, weight, win, groups, dl))
+        out = red.reshape((n, cout) + out_sp)
         return out if bias is None else out + bias.reshape((1, cout) + (1,) * nd)
 
     def _pool_windows(self: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
