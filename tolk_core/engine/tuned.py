@@ -12,6 +12,7 @@ from tolk_core import config
 from tolk_core.codegen.choices import Choices
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine.source_cache import structure_text
+from tolk_core.errors import TolkError
 from tolk_core.ir.uop import UOp
 from tolk_core.tune import cache
 
@@ -33,9 +34,13 @@ def tune_key(ast: UOp, name: str, device: Any) -> str | None:
 def tuned_choices(ast: UOp, name: str, device: Any) -> Choices | None:
     """The choices kernel `ast` was tuned to on device `name`, or None (never tuned, or the caches are off).
     An entry that kept the heuristic's plan gives the empty Choices."""
-    if config.get("DISABLE_COMPILER_CACHE") or (key := tune_key(ast, name, device)) is None:
+    if config.get("DISABLE_COMPILER_CACHE") or not cache.any_entries():
+        return None  # nothing tuned here: no key to compute (it asks the compiler for its identity)
+    try:
+        key = tune_key(ast, name, device)
+    except TolkError:  # the compiler's identity query failed: the compile itself reports it, with its context
         return None
-    if (entry := cache.lookup(key)) is None:
+    if key is None or (entry := cache.lookup(key)) is None:
         return None
     GlobalCounters.tune_cache_hits += 1
     return Choices.of(entry.choices)

@@ -79,6 +79,11 @@ def store(k: str, entry: Entry) -> None:
         cache_file.write_entry(_path(k), payload)
 
 
+def any_entries() -> bool:
+    """Whether the tuning cache folder exists (anything was ever tuned with this cache directory)."""
+    return (cache_dir() / "tune").is_dir()
+
+
 def entries() -> list[tuple[str, Entry]]:
     """Every readable entry as (key, entry), oldest first."""
     root = cache_dir() / "tune"
