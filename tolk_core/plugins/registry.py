@@ -106,16 +106,9 @@ class _Status:
         return self._fixed
 
 
-@dataclass(frozen=True)
-class BackendRecord:
-    """One declared backend, its provider, its state and reason, and what other plugins attach to it.
-    `state`, `reason`, `hint` and `availability` run the backend's probe on first access (see `_Status`)."""
-    name: str
-    spec: BackendSpec
-    plugin: PluginRecord
-    status: _Status = field(repr=False, compare=False)
-    graph: ProvidedSpec | None = None
-    renderers: tuple[ProvidedSpec, ...] = ()
+class _Probed:
+    """The probe-backed facts of a record holding a `status` (_Status): its state, reason and hint."""
+    status: _Status
 
     @property
     def state(self) -> str:
@@ -128,6 +121,18 @@ class BackendRecord:
     @property
     def hint(self) -> str:
         return self.status.get()[2]
+
+
+@dataclass(frozen=True)
+class BackendRecord(_Probed):
+    """One declared backend, its provider, its state and reason, and what other plugins attach to it.
+    `state`, `reason`, `hint` and `availability` run the backend's probe on first access (see `_Status`)."""
+    name: str
+    spec: BackendSpec
+    plugin: PluginRecord
+    status: _Status = field(repr=False, compare=False)
+    graph: ProvidedSpec | None = None
+    renderers: tuple[ProvidedSpec, ...] = ()
 
     @property
     def availability(self) -> Availability | None:
@@ -148,25 +153,13 @@ class BackendRecord:
 
 
 @dataclass(frozen=True)
-class CollectiveRecord:
+class CollectiveRecord(_Probed):
     """One declared collectives provider, its plugin and its state (available, unavailable, incompatible,
     conflict); `state`, `reason` and `hint` run its probe on first access, as a backend's do."""
     name: str
     spec: CollectiveSpec
     plugin: PluginRecord
     status: _Status = field(repr=False, compare=False)
-
-    @property
-    def state(self) -> str:
-        return self.status.get()[0]
-
-    @property
-    def reason(self) -> str:
-        return self.status.get()[1]
-
-    @property
-    def hint(self) -> str:
-        return self.status.get()[2]
 
     @property
     def priority(self) -> int:
