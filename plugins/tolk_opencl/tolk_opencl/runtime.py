@@ -95,8 +95,23 @@ class OpenCLAllocator(Allocator):
         return handle.get_sub_region(byte_offset, max(nbytes, 1))
 
 
+# A PoCL program's binary is costly to ask for: PoCL then generates every kernel's work-group function for a
+# generic local size, 0.34 s per kernel on these machines against 0.07 s to build from source; built from source,
+# each kernel is compiled at its first launch for the geometry it runs with, and PoCL caches that itself
+# (POCL_CACHE_DIR). The parity suite's 472 kernels took 220 s to first results through binaries and 22 s this way
+# (docs/performance.md "Compile and schedule speed"). So on PoCL the compiled form Tolk caches is the checked
+# source, tagged; on other drivers it is the driver's binary.
+SOURCE_TAG = b"tolk-opencl-source\n"
+
+
+def keeps_source(device: cl.Device) -> bool:
+    """Whether `device`'s compiled form is its checked source (PoCL) rather than the driver's binary."""
+    return "Portable Computing Language" in device.platform.name
+
+
 class OpenCLCompiler(Compiler):
-    """OpenCL C source -> the device's program binary (pyopencl build). Usable without an opened device."""
+    """OpenCL C source -> the device's program binary (pyopencl build), or on PoCL the source itself, built once
+    to check it (`keeps_source`). Usable without an opened device."""
     kind = "opencl"
 
     def __init__(self, device_index: int = 0, options: Sequence[str] = (), ctx: cl.Context | None = None):
@@ -104,6 +119,9 @@ class OpenCLCompiler(Compiler):
         self.options = list(options)
         self.cl_device = all_devices()[device_index]
         self.ctx = ctx if ctx is not None else cl.Context([self.cl_device])
+        # programs built from source by `compile`, kept until the device sharing this context loads them, so a
+        # kept source is not built twice
+        self.built: dict[str, cl.Program] = {}
 
     def identity(self) -> str:
         d = self.cl_device
@@ -115,7 +133,11 @@ class OpenCLCompiler(Compiler):
             prg = cl.Program(self.ctx, src).build(options=self.options)
         except cl.Error as e:
             raise CompileError(f"OpenCL build failed on {self.cl_device.name}", src, str(e)) from None
-        return prg.get_info(cl.program_info.BINARIES)[0]
+        if not keeps_source(self.cl_device):
+            return prg.get_info(cl.program_info.BINARIES)[0]
+        lib = SOURCE_TAG + src.encode()
+        self.built[hashlib.sha256(lib).hexdigest()] = prg
+        return lib
 
 
 class OpenCLProgram(Program):
@@ -163,7 +185,8 @@ class OpenCLDevice(CompiledDevice):
         self.ctx = cl.Context([self.cl_device])
         self.queue = cl.CommandQueue(self.ctx, self.cl_device,
                                      properties=cl.command_queue_properties.PROFILING_ENABLE)
-        super().__init__(name, OpenCLAllocator(self), OpenCLCompiler(self.index, ctx=self.ctx), OpenCLProgram)
+        self.cl_compiler = OpenCLCompiler(self.index, ctx=self.ctx)
+        super().__init__(name, OpenCLAllocator(self), self.cl_compiler, OpenCLProgram)
         self._programs: dict[str, cl.Program] = {}
 
     @property
@@ -178,11 +201,18 @@ class OpenCLDevice(CompiledDevice):
         return self.cl_device.max_compute_units if self.cl_device.type & cl.device_type.CPU else 0
 
     def load(self, lib: bytes) -> cl.Program:
-        """The built cl.Program for a binary (built once per distinct binary)."""
+        """The built cl.Program for a compiled form (built once per distinct one): a driver binary, or a source
+        kept by the compiler (`keeps_source`), taken from the compiler when it has just built it."""
         key = hashlib.sha256(lib).hexdigest()
         if (prg := self._programs.get(key)) is None:
-            # building a binary prints the driver's notes too (pyopencl's CompilerWarning): held back likewise
-            prg = self._programs[key] = quietly(cl.Program(self.ctx, [self.cl_device], [lib]).build)
+            if lib.startswith(SOURCE_TAG):
+                src, options = lib[len(SOURCE_TAG):].decode(), self.cl_compiler.options
+                prg = self.cl_compiler.built.pop(key, None) or quietly(
+                    lambda: cl.Program(self.ctx, src).build(options=options))
+            else:
+                # building a binary prints the driver's notes too (pyopencl's CompilerWarning): held back likewise
+                prg = quietly(cl.Program(self.ctx, [self.cl_device], [lib]).build)
+            self._programs[key] = prg
         return prg
 
     def synchronize(self) -> None:
