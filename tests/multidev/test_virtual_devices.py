@@ -69,3 +69,18 @@ def test_copies_between_virtual_devices_are_direct(cpus4):
     out = Tensor(x, device="CPU:3").to("CPU:1").numpy()
     np.testing.assert_array_equal(out, x)
     assert GlobalCounters.copies_direct == before + 1
+
+
+def test_devices_compute_at_the_same_time(cpus4):
+    # each device's kernels are launched from its own thread: their runs overlap in time (the runtime's spans),
+    # whatever the speed of this machine
+    from tolk_core.engine import concurrent
+    x = np.random.default_rng(1).random((4, 1 << 20)).astype(np.float32)
+    t = Tensor(x).shard(cpus4, axis=0).realize()
+    before = GlobalCounters.concurrent_runs
+    out = (t.sin() * t.cos() + t.sqrt()).exp().realize()
+    spans = concurrent.spans()
+    assert GlobalCounters.concurrent_runs == before + 1
+    assert sorted(d for d, _, _ in spans) == sorted(cpus4)
+    assert max(s for _, s, _ in spans) < min(e for _, _, e in spans)  # every run started before any ended
+    np.testing.assert_allclose(out.numpy(), np.exp(np.sin(x) * np.cos(x) + np.sqrt(x)), rtol=1e-5)

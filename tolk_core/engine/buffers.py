@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tolk_core.counters import GlobalCounters
+from tolk_core.engine import concurrent
 from tolk_core.errors import ShapeError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
@@ -63,6 +64,7 @@ def host_memory(u: UOp) -> tuple[memoryview, Buffer] | None:
     holding it, where the device computes on host memory (`Allocator.host_memory`); None otherwise."""
     if (buf := base_buffer(u)) is None:
         return None
+    concurrent.settle()  # launches still queued may write it
     rb = runtime_buffer(buf)
     mv = rb.allocator.host_memory(rb.handle)
     return None if mv is None else (mv, rb)
@@ -85,6 +87,7 @@ def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
     if buf is None:
         raise ShapeError("internal: to_numpy of an unrealized value")
     out = np.empty(shape, dtypes.to_np(dtype))
+    concurrent.settle()
     if math.prod(shape):
         runtime_buffer(buf).copyout(out.reshape(-1).view(np.uint8).data)
     return out
@@ -106,6 +109,7 @@ def copy_handles(dest_alloc: Any, dest: Any, src_alloc: Any, src: Any, nbytes: i
     whether the copy was direct."""
     if not nbytes:
         return True
+    concurrent.settle()  # the source may be a value still being computed (engine/concurrent.py)
     smv, dmv = src_alloc.host_memory(src), dest_alloc.host_memory(dest)
     if smv is not None and dmv is not None:
         dmv[:nbytes] = smv[:nbytes]

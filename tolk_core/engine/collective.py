@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
+from tolk_core.engine import concurrent
 from tolk_core.errors import ShardingError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -131,7 +132,8 @@ def run_allreduces(realize: Realize, sink: UOp) -> UOp:
         for g in wave:
             for d, s in zip(groups[g][0].arg[1], g, strict=True):
                 per_device.setdefault(d, []).append(s.substitute(done) if done else s)
-        views = {d: iter(realize(d, ps)) for d, ps in per_device.items()}
+        with concurrent.together():  # the partials of each device computed from its own thread
+            views = {d: iter(realize(d, ps)) for d, ps in per_device.items()}
         for g in wave:
             nodes = groups[g]
             op, devs, _ = nodes[0].arg

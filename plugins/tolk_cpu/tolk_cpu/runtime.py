@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -150,15 +151,18 @@ void tolk_smoke(float* restrict out, const float* restrict a, const float* restr
 """
 
 
-_omp_threads: list[int] = [0]  # the OpenMP thread count last set for this process's launching thread
+# the OpenMP thread count last set by each launching thread: libgomp keeps the count per thread, and virtual
+# devices launch from threads of their own (tolk_core/engine/concurrent.py)
+_omp_threads = threading.local()
 
 
 def _set_threads(n: int) -> None:
-    """Make the next parallel loop use `n` OpenMP threads (libgomp's omp_set_num_threads, which the kernel
-    libraries link through -fopenmp); only called when the count changes."""
-    if _omp_threads[0] != n:
+    """Make the next parallel loop launched from this thread use `n` OpenMP threads (libgomp's
+    omp_set_num_threads, which the kernel libraries link through -fopenmp); only called when the count
+    changes."""
+    if getattr(_omp_threads, "n", 0) != n:
         ctypes.CDLL("libgomp.so.1").omp_set_num_threads(ctypes.c_int(n))
-        _omp_threads[0] = n
+        _omp_threads.n = n
 
 
 def device_threads(n_devices: int) -> int | None:
