@@ -18,7 +18,8 @@ class _Counters:
     programs_shared: int = 0    # programs a device loaded from the module another device compiled (multi-device)
     copies_direct: int = 0      # copies between devices made host memory to host memory, with no staging copy
     allreduces: int = 0         # collective allreduces run (docs/multi-device.md)
-    concurrent_runs: int = 0    # runs of several devices' queued launches at once, one thread each (engine/concurrent.py)
+    allreduces_direct: int = 0  # of those, folded on each device straight from the others' memory (no copy)
+    concurrent_runs: int = 0    # several devices' queued launches run at once (engine/concurrent.py)
     bytes_copied: int = 0       # bytes copied between host and device buffers (copyin and copyout)
     schedules: int = 0          # tensor graphs scheduled into kernels
     schedule_cache_hits: int = 0  # schedules reused from the cache (structurally equal graph: no scheduling)

@@ -4,8 +4,10 @@
 Inside `together()` a device's launches are not run where they are asked for: `defer(device, work)` queues
 them per device, in order. `settle()` runs what is queued: each device's queue on that device's worker thread
 (the first device's on the calling thread), all at once, and returns when every one is done (re-raising the
-first error). A kernel call releases the GIL (ctypes, an OpenCL enqueue), so virtual CPU devices compute on
-their own cores at the same time; the Python that builds the calls still takes turns.
+first error). A queue whose thread has not started it by the time the calling thread is done with its own
+is run by the calling thread instead (on a loaded machine a thread waits a scheduler slice to start). A
+kernel call releases the GIL (ctypes, an OpenCL enqueue), so virtual CPU devices compute on their own cores
+at the same time; the Python that builds the calls still takes turns.
 
 Work queued on different devices must be independent: a device's kernels read and write that device's
 buffers only, and whatever reads another device's memory (a copy, a read to the host, an allreduce's fold)
@@ -96,9 +98,11 @@ def settle() -> None:
         spans.append(_run_all(*todo[0]))
     except BaseException as e:  # the other devices' work still finishes before this returns
         error = e
-    for f in futures:
+    for f, (d, ws) in zip(futures, todo[1:], strict=True):
         try:
-            spans.append(f.result())
+            # a device whose thread has not started yet (its core busy elsewhere) has its work run here: on
+            # a loaded machine waiting for the thread to be scheduled costs more than the work
+            spans.append(_run_all(d, ws) if f.cancel() else f.result())
         except BaseException as e:
             error = error or e
     if error is not None:

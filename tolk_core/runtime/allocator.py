@@ -145,6 +145,14 @@ class Allocator:
         default) where it does not. What `__array__` / `__dlpack__` share instead of copying."""
         return None
 
+    def reads_peer(self, other: Allocator) -> bool:
+        """Whether this device's kernels may take handles of `other` (another device's allocator) as arguments
+        and read and write that memory in place (docs/plugins.md, copies between devices). False (the
+        default): another device's data reaches a kernel here only through a copy. Host-memory devices whose
+        kernels take host addresses say True for each other: an allreduce then folds every partial where it
+        lies (docs/multi-device.md)."""
+        return False
+
     def adopt(self, arr: Any) -> Any | None:
         """A handle for the memory of `arr` (a C-contiguous, writable, aligned numpy array), used in place: the
         memory stays `arr`'s, never freed nor cached by this allocator. None (the default) where this device

@@ -68,6 +68,10 @@ class CPUAllocator(Allocator):
     def host_memory(self, handle: HostMemory) -> memoryview:
         return handle.mv
 
+    def reads_peer(self, other: Allocator) -> bool:
+        # every CPU device's handle is a host address its kernels take as it is (virtual devices: CPU:i)
+        return isinstance(other, CPUAllocator)
+
     def adopt(self, arr: np.ndarray) -> HostMemory:
         # kernels need element alignment only (vector types are declared unaligned: tolk_cpu/renderer.py)
         return HostMemory(arr.reshape(-1).view(np.uint8), 0, arr.nbytes)
