@@ -93,29 +93,41 @@ def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
     return out
 
 
-def copy_buffer(dest: UOp, src: UOp) -> bool:
-    """Copy BUFFER `src`'s bytes into BUFFER `dest` (same size, on another device). Where both devices
-    compute on host memory (`Allocator.host_memory`: virtual CPU devices) the bytes go straight from one to the
-    other; otherwise out to the host and in again. Returns whether the copy was direct (counted in
-    `GlobalCounters.copies_direct`)."""
+def copy_buffer(dest: UOp, src: UOp) -> str:
+    """Copy BUFFER `src`'s bytes into BUFFER `dest` (same size, on another device) by `copy_handles`; returns
+    how the copy went."""
     rs, rd = runtime_buffer(src), runtime_buffer(dest)
     return copy_handles(rd.allocator, rd.allocate().handle, rs.allocator, rs.allocate().handle, rs.nbytes)
 
 
 def copy_handles(dest_alloc: Any, dest: Any, src_alloc: Any, src: Any, nbytes: int,
-                 staging: np.ndarray | None = None) -> bool:
-    """Copy `nbytes` from handle `src` (of `src_alloc`) to handle `dest` (of `dest_alloc`): directly between
-    host memories when both allocators expose it, else through `staging` (or a new host array). Returns
-    whether the copy was direct."""
+                 staging: np.ndarray | None = None) -> str:
+    """Copy `nbytes` from handle `src` (of `src_alloc`) to handle `dest` (of `dest_alloc`), the first way that
+    applies (docs/plugins.md, copies between devices), and return which:
+
+    - "device": the destination's device copies it itself (`Allocator.copy_from_peer`: OpenCL buffers of one
+      context), counted in `GlobalCounters.copies_device`;
+    - "direct": both devices' memory is host memory (`Allocator.host_memory`: virtual CPU devices), one
+      memcpy, counted in `GlobalCounters.copies_direct`;
+    - "host": through the host: read out of the source's memory into the destination (straight from or into
+      host memory where one side is host memory), else through `staging` (or a new host array)."""
     if not nbytes:
-        return True
+        return "direct"
     concurrent.settle()  # the source may be a value still being computed (engine/concurrent.py)
+    if dest_alloc.copy_from_peer(dest, src_alloc, src, nbytes):
+        GlobalCounters.copies_device += 1
+        return "device"
     smv, dmv = src_alloc.host_memory(src), dest_alloc.host_memory(dest)
     if smv is not None and dmv is not None:
         dmv[:nbytes] = smv[:nbytes]
         GlobalCounters.copies_direct += 1
-        return True
-    host = staging if staging is not None else np.empty(nbytes, np.uint8)
-    src_alloc.copyout(host.data, src)
-    dest_alloc.copyin(dest, host.data)
-    return False
+        return "direct"
+    if smv is not None:
+        dest_alloc.copyin(dest, smv[:nbytes])
+    elif dmv is not None:
+        src_alloc.copyout(dmv[:nbytes], src)
+    else:
+        host = staging if staging is not None else np.empty(nbytes, np.uint8)
+        src_alloc.copyout(host.data, src)
+        dest_alloc.copyin(dest, host.data)
+    return "host"

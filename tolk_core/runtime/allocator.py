@@ -145,6 +145,15 @@ class Allocator:
         default) where it does not. What `__array__` / `__dlpack__` share instead of copying."""
         return None
 
+    # --- copies between devices (docs/plugins.md, copies between devices)
+    def copy_from_peer(self, dest: Any, src_alloc: Allocator, src: Any, nbytes: int) -> bool:
+        """Copy `nbytes` bytes from `src`, a handle of another device's allocator `src_alloc`, into `dest`, a
+        handle of this one, by the device itself (no host copy), complete when this returns; True when it did.
+        False (the default) where this device cannot copy from that one: the engine then copies host memory to
+        host memory where both devices' memory is the host's (`host_memory`), else through the host
+        (`copyout`, `copyin`). OpenCL offers it between buffers of one context."""
+        return False
+
     def reads_peer(self, other: Allocator) -> bool:
         """Whether this device's kernels may take handles of `other` (another device's allocator) as arguments
         and read and write that memory in place (docs/plugins.md, copies between devices). False (the
