@@ -12,13 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.counters import GlobalCounters
 from tolk_core.engine import concurrent
 from tolk_core.errors import ShapeError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.runtime import Buffer
+from tolk_core.runtime import Buffer, copy_between
 
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 _RESHAPES = frozenset({Op.RESHAPE})
@@ -102,32 +101,8 @@ def copy_buffer(dest: UOp, src: UOp) -> str:
 
 def copy_handles(dest_alloc: Any, dest: Any, src_alloc: Any, src: Any, nbytes: int,
                  staging: np.ndarray | None = None) -> str:
-    """Copy `nbytes` from handle `src` (of `src_alloc`) to handle `dest` (of `dest_alloc`), the first way that
-    applies (docs/plugins.md, copies between devices), and return which:
-
-    - "device": the destination's device copies it itself (`Allocator.copy_from_peer`: OpenCL buffers of one
-      context), counted in `GlobalCounters.copies_device`;
-    - "direct": both devices' memory is host memory (`Allocator.host_memory`: virtual CPU devices), one
-      memcpy, counted in `GlobalCounters.copies_direct`;
-    - "host": through the host: read out of the source's memory into the destination (straight from or into
-      host memory where one side is host memory), else through `staging` (or a new host array)."""
-    if not nbytes:
-        return "direct"
-    concurrent.settle()  # the source may be a value still being computed (engine/concurrent.py)
-    if dest_alloc.copy_from_peer(dest, src_alloc, src, nbytes):
-        GlobalCounters.copies_device += 1
-        return "device"
-    smv, dmv = src_alloc.host_memory(src), dest_alloc.host_memory(dest)
-    if smv is not None and dmv is not None:
-        dmv[:nbytes] = smv[:nbytes]
-        GlobalCounters.copies_direct += 1
-        return "direct"
-    if smv is not None:
-        dest_alloc.copyin(dest, smv[:nbytes])
-    elif dmv is not None:
-        src_alloc.copyout(dmv[:nbytes], src)
-    else:
-        host = staging if staging is not None else np.empty(nbytes, np.uint8)
-        src_alloc.copyout(host.data, src)
-        dest_alloc.copyin(dest, host.data)
-    return "host"
+    """`runtime.copy_between` (which way the copy went: "device", "direct", "host"), after the launches still
+    queued have run: the source may be a value still being computed (engine/concurrent.py)."""
+    if nbytes:
+        concurrent.settle()
+    return copy_between(dest_alloc, dest, src_alloc, src, nbytes, staging)

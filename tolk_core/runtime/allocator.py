@@ -5,6 +5,9 @@ import os
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+
+from tolk_core.counters import GlobalCounters
 from tolk_core.errors import OutOfMemoryError
 
 # allocations below this many bytes skip the host-memory check (it reads /proc: ~20 us, too much per buffer)
@@ -182,3 +185,35 @@ class Allocator:
     def offset(self, handle: Any, byte_offset: int, nbytes: int) -> Any:
         """A view handle on `nbytes` bytes of `handle` from `byte_offset`; optional per backend."""
         raise NotImplementedError(f"{type(self).__name__} does not support buffer views")
+
+
+def copy_between(dest_alloc: Allocator, dest: Any, src_alloc: Allocator, src: Any, nbytes: int,
+                 staging: np.ndarray | None = None) -> str:
+    """Copy `nbytes` from handle `src` (of `src_alloc`) to handle `dest` (of `dest_alloc`, another device's),
+    the first way that applies (docs/plugins.md, copies between devices), and return which:
+
+    - "device": the destination's device copies it itself (`Allocator.copy_from_peer`: OpenCL buffers of one
+      context), counted in `GlobalCounters.copies_device`;
+    - "direct": both devices' memory is host memory (`Allocator.host_memory`: virtual CPU devices), one
+      memcpy, counted in `GlobalCounters.copies_direct`;
+    - "host": through the host: read out of the source's memory into the destination's (straight from or
+      into host memory where one side is host memory), else through `staging` (or a new host array)."""
+    if not nbytes:
+        return "direct"
+    if dest_alloc.copy_from_peer(dest, src_alloc, src, nbytes):
+        GlobalCounters.copies_device += 1
+        return "device"
+    smv, dmv = src_alloc.host_memory(src), dest_alloc.host_memory(dest)
+    if smv is not None and dmv is not None:
+        dmv[:nbytes] = smv[:nbytes]
+        GlobalCounters.copies_direct += 1
+        return "direct"
+    if smv is not None:
+        dest_alloc.copyin(dest, smv[:nbytes])
+    elif dmv is not None:
+        src_alloc.copyout(dmv[:nbytes], src)
+    else:
+        host = staging if staging is not None else np.empty(nbytes, np.uint8)
+        src_alloc.copyout(host.data, src)
+        dest_alloc.copyin(dest, host.data)
+    return "host"

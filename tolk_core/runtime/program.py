@@ -5,6 +5,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tolk_core.runtime.allocator import Allocator, copy_between
+
 if TYPE_CHECKING:
     from tolk_core.runtime.device import CompiledDevice
 
@@ -35,13 +37,18 @@ class Launch:
 
     `source` is the kernel's function text in the device's dialect when known (a graph may compile the batch's
     kernels again into one unit with a driver function); empty otherwise.
+
+    A copy into the graph's device (only for a Graph whose spec says `supports_copy`, docs/plugins.md) has no
+    program: `copy_from` is the source device's allocator, `bufs` are (destination, source) handles and
+    `vals` holds the byte count; `copy_between` performs it.
     """
-    program: Program
+    program: Program | None
     bufs: list[Any]
     vals: list[int] = field(default_factory=list)
     global_size: tuple[int, ...] = (1, 1, 1)
     local_size: tuple[int, ...] | None = None
     source: str = ""
+    copy_from: Allocator | None = None
 
 
 class Graph:
@@ -56,7 +63,7 @@ class Graph:
     def __init__(self, device: CompiledDevice, launches: Sequence[Launch]):
         self.device = device
         self.launches = [Launch(ln.program, list(ln.bufs), list(ln.vals), tuple(ln.global_size),
-                                None if ln.local_size is None else tuple(ln.local_size), ln.source)
+                                None if ln.local_size is None else tuple(ln.local_size), ln.source, ln.copy_from)
                          for ln in launches]
 
     def update(self, index: int, *, bufs: Sequence[Any] | None = None, vals: Sequence[int] | None = None) -> None:
@@ -73,6 +80,10 @@ class Graph:
     def __call__(self, wait: bool = False) -> float | None:
         total = 0.0
         for ln in self.launches:
+            if ln.program is None:  # a copy (Launch.copy_from)
+                assert ln.copy_from is not None
+                copy_between(self.device.allocator, ln.bufs[0], ln.copy_from, ln.bufs[1], ln.vals[0])
+                continue
             t = ln.program(*ln.bufs, global_size=ln.global_size, local_size=ln.local_size, vals=tuple(ln.vals),
                            wait=wait)
             total += t or 0.0
