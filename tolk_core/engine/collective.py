@@ -63,7 +63,8 @@ def allreduce(realize: Realize, partials: Sequence[UOp], devices: Sequence[str],
         print(f"allreduce {how} {op if isinstance(op, str) else op.name} {partials[0].dtype.name}{shape} over "
               f"{len(devices)} devices")
     if how == "naive" and (direct := _direct(partials, devices, op, mean)) is not None:
-        return [buffers.view_as(b, shape) for b in direct]
+        # stored partials (the direct fold's condition) have a concrete shape
+        return [buffers.view_as(b, shape) for b in direct]  # type: ignore[arg-type]
     outs = _naive(realize, partials, devices, op) if how == "naive" else _ring(realize, partials, devices, op)
     if mean:
         outs = [realize(d, [_mean(o, len(devices))])[0] for d, o in zip(devices, outs, strict=True)]

@@ -98,10 +98,17 @@ def _work(chunk: Chunk, rbs: list[Buffer], outs: list[Buffer], i: int) -> None:
     off, nbytes = lo * isz, (hi - lo) * isz
     args = [(outs[i] if s < 0 else rbs[s]) for s in slots]
     prg(*(b.allocator.offset(b.handle, off, nbytes) for b in args), global_size=gs, local_size=ls, vals=vals)
-    mine = np.frombuffer(outs[i].allocator.host_memory(outs[i].handle), np.uint8)[off:off + nbytes]
+    mine = _host(outs[i])[off:off + nbytes]
     for j, o in enumerate(outs):
         if j != i:  # numpy's copy lets the other devices' threads run meanwhile
-            np.copyto(np.frombuffer(o.allocator.host_memory(o.handle), np.uint8)[off:off + nbytes], mine)
+            np.copyto(_host(o)[off:off + nbytes], mine)
+
+
+def _host(b: Buffer) -> np.ndarray:
+    """The bytes of host-memory Buffer `b` as a numpy array (`_peer_buffers` checked that they are)."""
+    mv = b.allocator.host_memory(b.handle)
+    assert mv is not None
+    return np.frombuffer(mv, np.uint8)
 
 
 def fold(partials: Sequence[UOp], devices: Sequence[str], key: tuple, build: Build) -> list[UOp] | None:

@@ -32,7 +32,7 @@ from tolk_core.errors import JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.runtime import Buffer, Launch
+from tolk_core.runtime import Buffer, CopyProgram, Launch
 from tolk_core.schedule.memory import plan_memory, written_slots
 
 T = TypeVar("T")
@@ -219,7 +219,7 @@ class _GraphStep:
     def __init__(self, graph: Any, launches: list[Launch], patches: list[tuple[int, tuple[tuple[int, int], ...]]],
                  var_launches: list[tuple[int, Any]], calls: Sequence[UOp], device: str):
         self.graph, self.patches, self.var_launches = graph, patches, var_launches
-        self.n = sum(ln.copy_from is None for ln in launches)  # the kernels (a Graph may take copies too)
+        self.n = sum(not isinstance(ln.program, CopyProgram) for ln in launches)  # kernels (not copies)
         self.bufs = [list(ln.bufs) for ln in launches]
         self.vals = [tuple(ln.vals) for ln in launches]
         self.launches, self.calls, self.device = launches, tuple(calls), device
@@ -238,8 +238,8 @@ class _GraphStep:
         recorded in the open profiles; the graph is kept up to date for the replays after the profile."""
         self._update(inputs, var_vals)
         for ln, bufs, vals, call in zip(self.launches, self.bufs, self.vals, self.calls, strict=True):
-            if ln.copy_from is not None:  # a copy the Graph takes (GraphSpec.supports_copy)
-                storage.copy_handles(self.graph.device.allocator, bufs[0], ln.copy_from, bufs[1], vals[0])
+            if isinstance(ln.program, CopyProgram):  # a copy the Graph takes (GraphSpec.supports_copy)
+                ln.program(*bufs, vals=vals)
                 continue
             seconds = profile.timed(ln.program, *bufs, global_size=ln.global_size, local_size=ln.local_size,
                                     vals=vals)
@@ -337,14 +337,16 @@ class CapturedJit(Generic[T]):
 
     def _graph_step(self, calls: Sequence[UOp], args: Callable[[UOp], tuple[list[Any], tuple]],
                     var_vals: dict[str, int]) -> _GraphStep:
-        """The replay step of one graph batch: its launches (a copy's is `Launch.copy_from` its source's
-        allocator, its size the one value) built into the Graph of the batch's device."""
+        """The replay step of one graph batch: its launches (a copy's program a `CopyProgram`, its size
+        the one value) built into the Graph of the batch's device."""
+        device = arg_device(calls[0].src[1])
+        dev = _device(device)
         launches, gpatches, var_launches = [], [], []
         for li, inner in enumerate(calls):
             hs, patches = args(inner)
             if inner.src[0].op is Op.COPY:
-                launches.append(Launch(None, hs, [_nbytes(inner.src[2])],
-                                       copy_from=_device(arg_device(inner.src[2])).allocator))
+                launches.append(Launch(CopyProgram(dev, _device(arg_device(inner.src[2])).allocator), hs,
+                                       [_nbytes(inner.src[2])]))
             else:
                 ck: CompiledKernel = inner.src[0].arg
                 launches.append(Launch(ck.program, hs, list(kernel_vals(ck.source, var_vals)),
@@ -353,8 +355,6 @@ class CapturedJit(Generic[T]):
                     var_launches.append((li, ck.source))
             if patches:
                 gpatches.append((li, patches))
-        device = arg_device(calls[0].src[1])
-        dev = _device(device)
         return _GraphStep(dev.graph(dev, launches), launches, gpatches, var_launches, calls, device)
 
     def input_handles(self, input_uops: Sequence[UOp], resolve: Resolver) -> list[Any]:

@@ -106,8 +106,8 @@ class GraphSpec:
     """Supplies a Graph capability for a device (possibly from another distribution than the device).
 
     graph: ref to a ``Graph`` subclass. When several providers exist the highest priority wins (ties: by
-    provider name). supports_copy: the Graph takes copies into its device in a batch (a ``Launch`` whose
-    ``copy_from`` is the source's allocator, performed in order with the kernels); False (the default): a
+    provider name). supports_copy: the Graph takes copies into its device in a batch (a ``Launch`` of a
+    ``CopyProgram``, performed in order with the kernels); False (the default): a
     copy, and the collectives made of copies, close the batch (docs/plugins.md, docs/jit.md).
     """
     device: str

@@ -1,6 +1,7 @@
 """Program (one compiled kernel, launchable) and Graph (a batch of launches replayed at once)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,23 @@ class Program:
         raise NotImplementedError
 
 
+class CopyProgram(Program):
+    """A copy into `device` from another device's allocator `source`, launched like a kernel:
+    ``prg(dest, src, vals=(nbytes,))`` copies by `copy_between` (docs/plugins.md, copies between devices). What
+    a Graph whose spec says `supports_copy` receives for a copy in its batch; it may perform the copy its own
+    way (the same bytes)."""
+
+    def __init__(self, device: CompiledDevice, source: Allocator):
+        super().__init__(device, "copy", b"")
+        self.source = source
+
+    def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        t0 = time.perf_counter()
+        copy_between(self.device.allocator, bufs[0], self.source, bufs[1], vals[0])
+        return time.perf_counter() - t0 if wait else None
+
+
 @dataclass
 class Launch:
     """One kernel launch of a Graph: the program, its buffer handles, values and sizes.
@@ -38,17 +56,15 @@ class Launch:
     `source` is the kernel's function text in the device's dialect when known (a graph may compile the batch's
     kernels again into one unit with a driver function); empty otherwise.
 
-    A copy into the graph's device (only for a Graph whose spec says `supports_copy`, docs/plugins.md) has no
-    program: `copy_from` is the source device's allocator, `bufs` are (destination, source) handles and
-    `vals` holds the byte count; `copy_between` performs it.
+    A copy into the graph's device (only for a Graph whose spec says `supports_copy`, docs/plugins.md) is a
+    launch of a `CopyProgram`: `bufs` are (destination, source) handles, `vals` holds the byte count.
     """
-    program: Program | None
+    program: Program
     bufs: list[Any]
     vals: list[int] = field(default_factory=list)
     global_size: tuple[int, ...] = (1, 1, 1)
     local_size: tuple[int, ...] | None = None
     source: str = ""
-    copy_from: Allocator | None = None
 
 
 class Graph:
@@ -63,7 +79,7 @@ class Graph:
     def __init__(self, device: CompiledDevice, launches: Sequence[Launch]):
         self.device = device
         self.launches = [Launch(ln.program, list(ln.bufs), list(ln.vals), tuple(ln.global_size),
-                                None if ln.local_size is None else tuple(ln.local_size), ln.source, ln.copy_from)
+                                None if ln.local_size is None else tuple(ln.local_size), ln.source)
                          for ln in launches]
 
     def update(self, index: int, *, bufs: Sequence[Any] | None = None, vals: Sequence[int] | None = None) -> None:
@@ -80,10 +96,6 @@ class Graph:
     def __call__(self, wait: bool = False) -> float | None:
         total = 0.0
         for ln in self.launches:
-            if ln.program is None:  # a copy (Launch.copy_from)
-                assert ln.copy_from is not None
-                copy_between(self.device.allocator, ln.bufs[0], ln.copy_from, ln.bufs[1], ln.vals[0])
-                continue
             t = ln.program(*ln.bufs, global_size=ln.global_size, local_size=ln.local_size, vals=tuple(ln.vals),
                            wait=wait)
             total += t or 0.0
