@@ -84,3 +84,11 @@ def test_devices_compute_at_the_same_time(cpus4):
     assert sorted(d for d, _, _ in spans) == sorted(cpus4)
     assert max(s for _, s, _ in spans) < min(e for _, _, e in spans)  # every run started before any ended
     np.testing.assert_allclose(out.numpy(), np.exp(np.sin(x) * np.cos(x) + np.sqrt(x)), rtol=1e-5)
+    # a jitted replay too: each device's steps from its own thread
+    import tolk_core
+    jitted = tolk_core.jit(lambda v: (v.sin() * v.cos() + v.sqrt()).exp().realize())
+    for _ in range(3):
+        out = jitted(t)
+        spans = concurrent.spans()
+        assert max(s for _, s, _ in spans) < min(e for _, _, e in spans)
+    np.testing.assert_allclose(out.numpy(), np.exp(np.sin(x) * np.cos(x) + np.sqrt(x)), rtol=1e-5)

@@ -17,6 +17,7 @@ Variable values (`var_vals`) travel per call into the kernels' scalar arguments 
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -25,7 +26,7 @@ import numpy as np
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers as storage
-from tolk_core.engine import profile, run
+from tolk_core.engine import concurrent, profile, run
 from tolk_core.engine.compile import CompiledKernel, arg_device, compile_linear, kernel_vals, to_program
 from tolk_core.engine.target import target_for
 from tolk_core.errors import JitError
@@ -391,9 +392,21 @@ class CapturedJit(Generic[T]):
             for step in steps:
                 step.profiled(inputs, var_vals)
             return self.ret
-        last = len(steps) - 1
-        for i, step in enumerate(steps):
-            step(inputs, var_vals, wait and i == last)
+        if wait or len({s.device for s in steps if not isinstance(s, _CopyStep)}) < 2:
+            last = len(steps) - 1
+            for i, step in enumerate(steps):
+                step(inputs, var_vals, wait and i == last)
+            return self.ret
+        # several devices: each device's launches from its own thread (engine/concurrent.py); a step that reads
+        # another device (a copy, a Graph batch holding one) runs here once every queued launch has run, before
+        # any later launch may overwrite what it reads
+        with concurrent.together():
+            for step in steps:
+                if isinstance(step, _CopyStep) or (isinstance(step, _GraphStep) and step.n < len(step.launches)):
+                    concurrent.settle()
+                    step(inputs, var_vals, False)
+                else:
+                    concurrent.defer(step.device, functools.partial(step, inputs, var_vals, False))
         return self.ret
 
 
