@@ -7,7 +7,8 @@
   copy, ...) so that load from other processes hits both alike; medians and their ratio;
 - the digits MLP data-parallel SGD step (batch 64) on 1 device (all cores) and on 2 (half the cores each),
   eager and jitted, each in a child process of its own (TOLK_CPU_DEVICES differs); median step time.
-The load average is printed with the rows: on a shared machine the ratios are what to compare.
+Each allreduce row runs with TOLK_DEVICE_THREADS 2 (auto), 1 (each device from its own thread) and 0 (one after
+another). The load average is printed with the rows: on a shared machine the ratios are what to compare.
 """
 from __future__ import annotations
 
@@ -101,16 +102,24 @@ def step_row(ndev: int, jit: bool, steps: int) -> float:
     return statistics.median(times[3:]) * 1e3
 
 
-def _child(args: list[str]) -> Any:
+def _child(args: list[str], threads: str | None = None) -> Any:
+    """Run one row in a child process (TOLK_CPU_DEVICES=2 unless the row is one device's; TOLK_DEVICE_THREADS
+    `threads` when given) and return its JSON result."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    env.pop("TOLK_CPU_DEVICES", None)
+    for k in ("TOLK_CPU_DEVICES", "TOLK_DEVICE_THREADS"):
+        env.pop(k, None)
     if args[0] == "allreduce" or int(args[1]) > 1:
         env["TOLK_CPU_DEVICES"] = "2"
+    if threads is not None:
+        env["TOLK_DEVICE_THREADS"] = threads
     out = subprocess.run([sys.executable, "-m", "bench.multidev", "--child", *args], capture_output=True,
                          text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"bench.multidev child {args} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+MODES = {"2": "auto", "1": "threads", "0": "one after another"}  # TOLK_DEVICE_THREADS
 
 
 def main() -> None:
@@ -124,16 +133,18 @@ def main() -> None:
         print(json.dumps(allreduce_rows(a.reps) if kind == "allreduce" else
                          step_row(int(a.child[1]), a.child[2] == "jit", a.steps)))
         return
-    r = _child(["allreduce"])
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
-    print(f"np.copyto 4 MiB: {r['copyto']:.3f} ms")
-    print(f"naive allreduce 4 MiB over 2 devices, eager: {r['allreduce']:.3f} ms ({r['allreduce'] / r['copyto']:.1f}x "
-          f"the copy; {r['direct']} of the calls folded in place)")
-    print(f"the same sum over a sharded axis, jitted: {r['jitted']:.3f} ms ({r['jitted'] / r['copyto']:.1f}x the copy)")
+    for threads, mode in MODES.items():
+        r = _child(["allreduce"], threads)
+        print(f"DEVICE_THREADS={threads} ({mode}): np.copyto 4 MiB {r['copyto']:.3f} ms; naive allreduce 4 MiB over "
+              f"2 devices, eager {r['allreduce']:.3f} ms ({r['allreduce'] / r['copyto']:.1f}x the copy, "
+              f"{r['direct']} calls folded in place); the sum over a sharded axis, jitted {r['jitted']:.3f} ms "
+              f"({r['jitted'] / r['copyto']:.1f}x)")
     for how in ("eager", "jit"):
-        one, two = _child(["step", "1", how]), _child(["step", "2", how])
-        print(f"digits MLP data-parallel step, {how}: 1 device {one:.2f} ms, 2 devices {two:.2f} ms "
-              f"({one / two:.2f}x)")
+        one = _child(["step", "1", how])
+        two = {t: _child(["step", "2", how], t) for t in ("2", "1")}
+        print(f"digits MLP data-parallel step, {how}: 1 device {one:.2f} ms, 2 devices {two['2']:.2f} ms (auto), "
+              f"{two['1']:.2f} ms (threads)")
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

@@ -82,7 +82,8 @@ def test_host_memory_devices_fold_in_place(cpus4, monkeypatch, ndev, size):
     for a in arrays[1:]:
         want = want + a  # float32, in device order
     before = GlobalCounters.snapshot()
-    direct = _run(devs, arrays, "sum", "naive")
+    with config.override(DEVICE_THREADS=1):
+        direct = _run(devs, arrays, "sum", "naive")
     after = GlobalCounters.snapshot()
     assert after["allreduces_direct"] == before["allreduces_direct"] + 1
     for got in direct:

@@ -71,7 +71,15 @@ def test_copies_between_virtual_devices_are_direct(cpus4):
     assert GlobalCounters.copies_direct == before + 1
 
 
-def test_devices_compute_at_the_same_time(cpus4):
+@pytest.fixture
+def device_threads():
+    """Devices launch from their own threads whatever the load of this machine (DEVICE_THREADS=1)."""
+    from tolk_core import config
+    with config.override(DEVICE_THREADS=1):
+        yield
+
+
+def test_devices_compute_at_the_same_time(cpus4, device_threads):
     # each device's kernels are launched from its own thread: their runs overlap in time (the runtime's spans),
     # whatever the speed of this machine
     from tolk_core.engine import concurrent
@@ -92,3 +100,16 @@ def test_devices_compute_at_the_same_time(cpus4):
         spans = concurrent.spans()
         assert max(s for _, s, _ in spans) < min(e for _, _, e in spans)
     np.testing.assert_allclose(out.numpy(), np.exp(np.sin(x) * np.cos(x) + np.sqrt(x)), rtol=1e-5)
+
+
+def test_device_threads_0_runs_devices_one_after_another(cpus4):
+    from tolk_core import config
+    from tolk_core.engine import concurrent
+    x = np.random.default_rng(2).random((4, 1 << 12)).astype(np.float32)
+    t = Tensor(x).shard(cpus4, axis=0).realize()
+    before = GlobalCounters.concurrent_runs
+    with config.override(DEVICE_THREADS=0):
+        out = (t * 3 + 1).realize()
+        assert not concurrent.threads_pay(4)
+    assert GlobalCounters.concurrent_runs == before
+    np.testing.assert_allclose(out.numpy(), x * 3 + 1, rtol=1e-6)

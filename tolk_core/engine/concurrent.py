@@ -14,18 +14,23 @@ buffers only, and whatever reads another device's memory (a copy, a read to the 
 calls `settle()` first (engine/buffers.py does for copies and reads). Leaving the outermost `together()`
 settles. Outside one, `defer` runs the work at once.
 
+Threads pay only where cores are free (`threads_pay`, setting DEVICE_THREADS): otherwise `settle()` runs the
+queues one after another on the calling thread.
+
 `spans()` are the (device, start, end) times, in `time.perf_counter` seconds, of each device's run in the
 last settle that ran more than one device: what shows that they overlapped.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from tolk_core import config
 from tolk_core.counters import GlobalCounters
 
 Work = Callable[[], Any]
@@ -34,6 +39,7 @@ _state = threading.local()  # .queues: dict device -> [work, ...] while a togeth
 _workers: dict[str, ThreadPoolExecutor] = {}
 _workers_lock = threading.Lock()
 _last_spans: list[tuple[str, float, float]] = []
+_load = [0.0, -10.0]  # the 1-minute load average last read, and when (time.monotonic)
 
 
 def _worker(device: str) -> ThreadPoolExecutor:
@@ -83,14 +89,29 @@ def _run_all(device: str, works: list[Work]) -> tuple[str, float, float]:
     return device, t0, time.perf_counter()
 
 
+def threads_pay(n: int) -> bool:
+    """Whether `n` devices' queues run each on its own thread (DEVICE_THREADS): 1 always, 0 never, 2 while
+    the 1-minute load average leaves a core free per device (read at most once a second). On a machine whose
+    cores are busy a woken thread waits a scheduler slice before it starts, and the devices' work then takes
+    longer than one after another."""
+    mode = config.get("DEVICE_THREADS")
+    if mode != 2:
+        return bool(mode)
+    now = time.monotonic()
+    if now - _load[1] > 1.0:
+        _load[:] = [os.getloadavg()[0], now]
+    return _load[0] + n - 1 <= (os.cpu_count() or 1)  # the load counts this thread already
+
+
 def settle() -> None:
-    """Run every queued launch, each device's on its own thread, and wait for all of them."""
+    """Run every queued launch, each device's on its own thread (when `threads_pay`), and wait for all."""
     if not (queues := _queues()):
         return
     todo = list(queues.items())
     queues.clear()
-    if len(todo) == 1:
-        _run_all(*todo[0])
+    if len(todo) == 1 or not threads_pay(len(todo)):
+        for d, ws in todo:
+            _run_all(d, ws)
         return
     futures: list[Future] = [_worker(d).submit(_run_all, d, ws) for d, ws in todo[1:]]
     spans, error = [], None
