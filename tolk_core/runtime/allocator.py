@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from tolk_core.counters import GlobalCounters
 from tolk_core.errors import OutOfMemoryError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # allocations below this many bytes skip the host-memory check (it reads /proc: ~20 us, too much per buffer)
 HOST_CHECK_BYTES = 64 << 20
@@ -213,7 +214,8 @@ def copy_between(dest_alloc: Allocator, dest: Any, src_alloc: Allocator, src: An
     elif dmv is not None:
         src_alloc.copyout(dmv[:nbytes], src)
     else:
-        host = staging if staging is not None else np.empty(nbytes, np.uint8)
+        import numpy  # deferred: the plugin registry imports this module and must not load numpy (its probes)
+        host = staging if staging is not None else numpy.empty(nbytes, numpy.uint8)
         src_alloc.copyout(host.data, src)
         dest_alloc.copyin(dest, host.data)
     return "host"
