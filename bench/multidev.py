@@ -4,7 +4,8 @@
 
 - the 4 MiB naive allreduce over 2 devices (`engine.realize.allreduce`, eager) and the same sum over a
   sharded axis jitted, each next to one `np.copyto` of the same 4 MiB, the calls interleaved (copy, allreduce,
-  copy, ...) so that load from other processes hits both alike; medians and their ratio;
+  copy, ...) so that load from other processes hits both alike; medians of wall time and of process CPU time
+  (what the call did, whatever the load) and their ratios to the copy's;
 - the digits MLP data-parallel SGD step (batch 64) on 1 device (all cores) and on 2 (half the cores each),
   eager and jitted, each in a child process of its own (TOLK_CPU_DEVICES differs); median step time.
 Each allreduce row runs with TOLK_DEVICE_THREADS 2 (auto), 1 (each device from its own thread) and 0 (one after
@@ -28,17 +29,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NBYTES = 4 << 20
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
-    """Median seconds of each of `fns`, called in turn `reps` times after one warm-up call each."""
+def _interleaved(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, tuple[float, float]]:
+    """Median (wall, process CPU) seconds of each of `fns`, called in turn `reps` times after one warm-up call
+    each. CPU time counts what the call did whatever the machine's load (a call preempted by other processes
+    waits in wall time only)."""
     for f in fns.values():
         f()
-    times: dict[str, list[float]] = {k: [] for k in fns}
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
     for _ in range(reps):
         for k, f in fns.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             f()
-            times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+            times[k].append((time.perf_counter() - t0, time.process_time() - c0))
+    return {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
 
 
 def allreduce_rows(reps: int) -> dict[str, float]:
@@ -61,7 +64,8 @@ def allreduce_rows(reps: int) -> dict[str, float]:
     med = _interleaved({"copyto": lambda: np.copyto(dst, a),
                         "allreduce": lambda: engine.allreduce(parts, "sum"),
                         "jitted": lambda: summed(sharded)}, reps)
-    return {**{k: v * 1e3 for k, v in med.items()}, "direct": GlobalCounters.allreduces_direct - before}
+    return {**{k: v[0] * 1e3 for k, v in med.items()}, **{f"{k}_cpu": v[1] * 1e3 for k, v in med.items()},
+            "direct": GlobalCounters.allreduces_direct - before}
 
 
 def step_row(ndev: int, jit: bool, steps: int) -> float:
@@ -102,7 +106,7 @@ def step_row(ndev: int, jit: bool, steps: int) -> float:
     return statistics.median(times[3:]) * 1e3
 
 
-def _child(args: list[str], threads: str | None = None) -> Any:
+def _child(args: list[str], threads: str | None = None, reps: int = 31) -> Any:
     """Run one row in a child process (TOLK_CPU_DEVICES=2 unless the row is one device's; TOLK_DEVICE_THREADS
     `threads` when given) and return its JSON result."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])}
@@ -112,7 +116,8 @@ def _child(args: list[str], threads: str | None = None) -> Any:
         env["TOLK_CPU_DEVICES"] = "2"
     if threads is not None:
         env["TOLK_DEVICE_THREADS"] = threads
-    out = subprocess.run([sys.executable, "-m", "bench.multidev", "--child", *args], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "bench.multidev", "--reps", str(reps), "--child", *args],
+                         capture_output=True,
                          text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"bench.multidev child {args} failed:\n{out.stderr[-2000:]}")
@@ -135,11 +140,12 @@ def main() -> None:
         return
     print(f"load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
     for threads, mode in MODES.items():
-        r = _child(["allreduce"], threads)
-        print(f"DEVICE_THREADS={threads} ({mode}): np.copyto 4 MiB {r['copyto']:.3f} ms; naive allreduce 4 MiB over "
-              f"2 devices, eager {r['allreduce']:.3f} ms ({r['allreduce'] / r['copyto']:.1f}x the copy, "
-              f"{r['direct']} calls folded in place); the sum over a sharded axis, jitted {r['jitted']:.3f} ms "
-              f"({r['jitted'] / r['copyto']:.1f}x)")
+        r = _child(["allreduce"], threads, a.reps)
+        print(f"DEVICE_THREADS={threads} ({mode}), {r['direct']} calls folded in place:")
+        for k, what in (("copyto", "np.copyto 4 MiB"), ("allreduce", "naive allreduce 4 MiB over 2 devices, eager"),
+                        ("jitted", "the same sum over a sharded axis, jitted")):
+            print(f"  {what}: {r[k]:.3f} ms wall ({r[k] / r['copyto']:.1f}x the copy), {r[k + '_cpu']:.3f} ms CPU "
+                  f"({r[k + '_cpu'] / r['copyto_cpu']:.1f}x)")
     for how in ("eager", "jit"):
         one = _child(["step", "1", how])
         two = {t: _child(["step", "2", how], t) for t in ("2", "1")}
