@@ -86,8 +86,14 @@ def test_host_memory_devices_fold_in_place(cpus4, monkeypatch, ndev, size):
         direct = _run(devs, arrays, "sum", "naive")
     after = GlobalCounters.snapshot()
     assert after["allreduces_direct"] == before["allreduces_direct"] + 1
+    assert after["kernels_compiled"] - before["kernels_compiled"] <= len({-(-size // ndev), size % -(-size // ndev)})
     for got in direct:
         np.testing.assert_array_equal(got, want)
+    again = _run(devs, arrays, "sum", "naive")  # planned: no schedule, no compile
+    np.testing.assert_array_equal(again[-1], want)
+    assert GlobalCounters.schedules == after["schedules"]
+    assert GlobalCounters.kernels_compiled == after["kernels_compiled"]
+    after = GlobalCounters.snapshot()
     if size * 4 >= 1 << 20:  # a large fold runs each device's chunk from its own thread
         assert sorted(d for d, _, _ in concurrent.spans()) == sorted(devs)
     from tolk_cpu.runtime import CPUAllocator

@@ -118,6 +118,7 @@ def fold(partials: Sequence[UOp], devices: Sequence[str], key: tuple, build: Bui
     timed (DEBUG>=2, a profile)."""
     if capturing() or profile.profiling() or config.get("DEBUG") >= 2:
         return None
+    concurrent.settle()  # the partials may still be being computed (an allreduce inside a sharded realize)
     if (rbs := _peer_buffers(partials)) is None:
         return None
     dtype, numel = partials[0].dtype, rbs[0].size
