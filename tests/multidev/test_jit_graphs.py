@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tolk_core
+from tests.conftest import has_opencl
 from tolk_core import Tensor, config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine.compile import arg_device
@@ -81,3 +82,15 @@ def test_graph_spec_flag_defaults_to_closing_batches(supports_copy):
     spec = GraphSpec(device="X", graph="m:G", supports_copy=supports_copy)
     assert GraphSpec(device="X", graph="m:G").supports_copy is False
     assert spec.supports_copy is supports_copy
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+def test_cpu_and_opencl_each_batch_their_kernels():
+    devs = ("CPU", "OPENCL")
+    jitted = tolk_core.jit(lambda x: _chain(x).realize())
+    with config.override(DEVICE_THREADS=1):  # the OpenCL steps from their own thread too
+        for i in range(3):
+            x = np.random.default_rng(i).random((4, 8), dtype=np.float32)
+            out = jitted(Tensor(x).shard(devs, axis=0).realize())
+            np.testing.assert_allclose(out.numpy(), _chain(Tensor(x)).numpy(), rtol=1e-6)
+    assert sorted(d for d, _ in _batches(jitted.captured.linear)) == ["CPU", "OPENCL:0"]

@@ -215,3 +215,17 @@ def test_cpu_and_opencl_gather_is_bit_exact():
     x[0, 0], x[5, 1] = -0.0, -0.0
     got = Tensor(x).shard(("CPU", "OPENCL"), axis=0).numpy()
     np.testing.assert_array_equal(got.view(np.uint32), x.view(np.uint32))
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+def test_cpu_and_opencl_launch_from_their_own_threads():
+    devs = ("CPU", "OPENCL")
+    x, w = data(10, 6), data(6, 3)
+    t, wr = Tensor(x).shard(devs, axis=0).realize(), Tensor(w).to(devs).realize()  # shards stored: no copy
+    before = GlobalCounters.concurrent_runs
+    with config.override(DEVICE_THREADS=1):
+        got = ((t @ wr).relu() * 2).numpy()
+        assert GlobalCounters.concurrent_runs > before
+        total = t.sum(axis=0).numpy()
+    np.testing.assert_allclose(got, np.maximum(x @ w, 0) * 2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(total, x.sum(0), rtol=1e-5, atol=1e-5)

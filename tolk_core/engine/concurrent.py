@@ -42,6 +42,14 @@ _last_spans: list[tuple[str, float, float]] = []
 _load = [0.0, -10.0]  # the 1-minute load average last read, and when (time.monotonic)
 
 
+def _forget_workers() -> None:
+    _workers.clear()
+
+
+# a forked child has none of the parent's threads: it makes its own workers
+os.register_at_fork(after_in_child=_forget_workers)
+
+
 def _worker(device: str) -> ThreadPoolExecutor:
     """The one thread that runs `device`'s queued work (made on first use, kept for the process)."""
     with _workers_lock:
@@ -67,11 +75,6 @@ def together() -> Iterator[None]:
         settle()
     finally:
         _state.queues = None
-
-
-def deferring() -> bool:
-    """Whether launches are being queued (a `together()` is open in this thread)."""
-    return _queues() is not None
 
 
 def defer(device: str, work: Work) -> None:
