@@ -4,8 +4,8 @@
 Inside `together()` a device's launches are not run where they are asked for: `defer(device, work)` queues
 them per device, in order. `settle()` runs what is queued: each device's queue on that device's worker thread
 (the first device's on the calling thread), all at once, and returns when every one is done (re-raising the
-first error). A queue whose thread has not started it by the time the calling thread is done with its own
-is run by the calling thread instead (on a loaded machine a thread waits a scheduler slice to start). A
+first error). With DEVICE_THREADS=2 (auto), a queue whose thread has not started it by the time the calling
+thread is done with its own is run by the calling thread instead (a thread may wait a scheduler slice). A
 kernel call releases the GIL (ctypes, an OpenCL enqueue), so virtual CPU devices compute on their own cores
 at the same time; the Python that builds the calls still takes turns.
 
@@ -116,6 +116,7 @@ def settle() -> None:
         for d, ws in todo:
             _run_all(d, ws)
         return
+    steal = config.get("DEVICE_THREADS") == 2  # DEVICE_THREADS=1 asks for threads, whatever they cost
     futures: list[Future] = [_worker(d).submit(_run_all, d, ws) for d, ws in todo[1:]]
     spans, error = [], None
     try:
@@ -126,7 +127,7 @@ def settle() -> None:
         try:
             # a device whose thread has not started yet (its core busy elsewhere) has its work run here: on
             # a loaded machine waiting for the thread to be scheduled costs more than the work
-            spans.append(_run_all(d, ws) if f.cancel() else f.result())
+            spans.append(_run_all(d, ws) if steal and f.cancel() else f.result())
         except BaseException as e:
             error = error or e
     if error is not None:
