@@ -32,10 +32,11 @@ def buffer_device(buf: UOp) -> str:
     return buf.src[1].arg
 
 
-def runtime_buffer(buf: UOp) -> Buffer:
-    """The runtime Buffer behind a BUFFER UOp, created (unallocated) on first request."""
+def runtime_buffer(buf: UOp, allocator: Any = None) -> Buffer:
+    """The runtime Buffer behind a BUFFER UOp, created (unallocated) on first request; `allocator`, the
+    device's allocator where the caller holds it, spares the Buffer looking its device up."""
     if (rb := _buffers.get(buf)) is None:
-        rb = _buffers[buf] = Buffer(buffer_device(buf), buf.arg, buf.dtype)
+        rb = _buffers[buf] = Buffer(buffer_device(buf), buf.arg, buf.dtype, allocator=allocator)
     return rb
 
 

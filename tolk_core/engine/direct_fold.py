@@ -129,7 +129,7 @@ def fold(partials: Sequence[UOp], devices: Sequence[str], key: tuple, build: Bui
     if (chunks := hit[1]) is None:
         return None
     outs = [buffers.new_buffer(d, numel, dtype) for d in devices]
-    held = [buffers.runtime_buffer(o).allocate() for o in outs]
+    held = [buffers.runtime_buffer(o, a).allocate() for o, a in zip(outs, allocs, strict=True)]
     # each device's chunk from its own thread, where the chunks are worth a thread's wake-up
     with concurrent.together() if numel * dtype.itemsize >= CONCURRENT_BYTES else contextlib.nullcontext():
         for i, (d, chunk) in enumerate(zip(devices, chunks, strict=False)):

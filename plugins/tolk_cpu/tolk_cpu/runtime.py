@@ -32,12 +32,19 @@ ALIGN = 64
 
 class HostMemory:
     """A handle: `nbytes` bytes at address `ptr` (64-byte aligned for fresh allocations) kept alive by `owner`."""
-    __slots__ = ("owner", "ptr", "nbytes", "mv")
+    __slots__ = ("owner", "ptr", "nbytes", "start", "_mv")
 
     def __init__(self, owner: np.ndarray, start: int, nbytes: int):
-        self.owner, self.nbytes = owner, nbytes
+        self.owner, self.nbytes, self.start = owner, nbytes, start
         self.ptr: int = owner.ctypes.data + start
-        self.mv = owner[start:start + nbytes].data
+        self._mv: memoryview | None = None
+
+    @property
+    def mv(self) -> memoryview:
+        """The bytes as a writable memoryview (made on first use: a view passed to kernels only needs `ptr`)."""
+        if self._mv is None:
+            self._mv = self.owner[self.start:self.start + self.nbytes].data
+        return self._mv
 
     def __repr__(self) -> str:
         return f"<HostMemory {self.nbytes}B @0x{self.ptr:x}>"
@@ -62,8 +69,7 @@ class CPUAllocator(Allocator):
         dest[:] = handle.mv
 
     def offset(self, handle: HostMemory, byte_offset: int, nbytes: int) -> HostMemory:
-        start = handle.ptr - handle.owner.ctypes.data + byte_offset
-        return HostMemory(handle.owner, start, nbytes)
+        return HostMemory(handle.owner, handle.start + byte_offset, nbytes)
 
     def host_memory(self, handle: HostMemory) -> memoryview:
         return handle.mv
