@@ -130,6 +130,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             env="TOLK_CPU_DEVICES", check=in_range(1, 64)),
     Setting("CPU_THREADS", int, 0, "OpenMP threads of each virtual CPU device when CPU_DEVICES > 1 "
             "(0: the cores divided by CPU_DEVICES, at least 1)", env="TOLK_CPU_THREADS", check=in_range(0)),
+    Setting("DEVICE_THREADS", int, 2, "whether devices launch at the same time, each from its own thread: 1 always, "
+            "0 never (one after another), 2 while the load average leaves a core free per device "
+            "(docs/multi-device.md)", env="TOLK_DEVICE_THREADS", check=in_range(0, 2)),
     Setting("RING_ALLREDUCE_THRESHOLD", int, 262144, "elements above which an allreduce over more than 2 devices "
             "uses the ring algorithm instead of the naive one (docs/multi-device.md)", check=in_range(0)),
     Setting("PROBE_TIMEOUT", float, 10.0, "seconds a backend probe may take before it counts as unavailable",

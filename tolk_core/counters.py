@@ -17,7 +17,10 @@ class _Counters:
     kernels_compiled: int = 0   # kernels the engine handed to a device's compiler (not yet loaded in this process)
     programs_shared: int = 0    # programs a device loaded from the module another device compiled (multi-device)
     copies_direct: int = 0      # copies between devices made host memory to host memory, with no staging copy
+    copies_device: int = 0      # copies between devices the destination device made itself (copy_from_peer)
     allreduces: int = 0         # collective allreduces run (docs/multi-device.md)
+    allreduces_direct: int = 0  # of those, folded on each device straight from the others' memory (no copy)
+    concurrent_runs: int = 0    # several devices' queued launches run at once (engine/concurrent.py)
     bytes_copied: int = 0       # bytes copied between host and device buffers (copyin and copyout)
     schedules: int = 0          # tensor graphs scheduled into kernels
     schedule_cache_hits: int = 0  # schedules reused from the cache (structurally equal graph: no scheduling)

@@ -67,3 +67,38 @@ def test_sharded_sum_takes_the_ring_past_the_threshold(cpus4, capsys):
     assert "allreduce naive ADD" in capsys.readouterr().out
     np.testing.assert_allclose(ring, x.sum(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(naive, ring, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ndev,size", [(3, 10), (2, 1 << 18)], ids=["3dev-10", "2dev-1MiB"])
+def test_host_memory_devices_fold_in_place(cpus4, monkeypatch, ndev, size):
+    # virtual CPU devices read each other's memory: the naive fold copies no partial, and every device holds
+    # the bits of the fold in device order, the same as the fold over copies gives
+    from tolk_core.counters import GlobalCounters
+    from tolk_core.engine import concurrent
+    rng = np.random.default_rng(5)
+    devs = cpus4[:ndev]
+    arrays = [rng.standard_normal(size).astype(np.float32) for _ in devs]
+    want = arrays[0].copy()
+    for a in arrays[1:]:
+        want = want + a  # float32, in device order
+    before = GlobalCounters.snapshot()
+    with config.override(DEVICE_THREADS=1):
+        direct = _run(devs, arrays, "sum", "naive")
+    after = GlobalCounters.snapshot()
+    assert after["allreduces_direct"] == before["allreduces_direct"] + 1
+    assert after["kernels_compiled"] - before["kernels_compiled"] <= len({-(-size // ndev), size % -(-size // ndev)})
+    for got in direct:
+        np.testing.assert_array_equal(got, want)
+    again = _run(devs, arrays, "sum", "naive")  # planned: no schedule, no compile
+    np.testing.assert_array_equal(again[-1], want)
+    assert GlobalCounters.schedules == after["schedules"]
+    assert GlobalCounters.kernels_compiled == after["kernels_compiled"]
+    after = GlobalCounters.snapshot()
+    if size * 4 >= 1 << 20:  # a large fold runs each device's chunk from its own thread
+        assert sorted(d for d, _, _ in concurrent.spans()) == sorted(devs)
+    from tolk_cpu.runtime import CPUAllocator
+    monkeypatch.setattr(CPUAllocator, "reads_peer", lambda self, other: False)
+    copied = _run(devs, arrays, "sum", "naive")
+    assert GlobalCounters.allreduces_direct == after["allreduces_direct"]  # the fold over copies
+    for got in copied:
+        np.testing.assert_array_equal(got, want)

@@ -193,3 +193,39 @@ def test_safe_save_writes_the_whole_tensor(cpus4, tmp_path):
     loaded = safe_load(str(path))
     np.testing.assert_array_equal(loaded["sharded"].numpy(), x)
     np.testing.assert_array_equal(loaded["replicated"].numpy(), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.bool_])
+def test_gather_is_bit_exact(devs, dtype):
+    # -0.0 and a NaN with a payload survive the gather bit for bit (a gather that pads and adds would read 0.0)
+    x = RNG.standard_normal((10, 3)).astype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        x[0, 0], x[9, 2], x[4, 1] = -0.0, -0.0, np.nan
+        bits = x.view(f"u{x.itemsize}")
+        bits[5, 1] = bits[4, 1] | 1  # a NaN with another payload
+    got = Tensor(x).shard(devs, axis=0).numpy()
+    np.testing.assert_array_equal(got.view(np.uint8), x.view(np.uint8))
+    moved = Tensor(x).shard(devs, axis=0).to(devs[-1]).numpy()
+    np.testing.assert_array_equal(moved.view(np.uint8), x.view(np.uint8))
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+def test_cpu_and_opencl_gather_is_bit_exact():
+    x = data(6, 2)
+    x[0, 0], x[5, 1] = -0.0, -0.0
+    got = Tensor(x).shard(("CPU", "OPENCL"), axis=0).numpy()
+    np.testing.assert_array_equal(got.view(np.uint32), x.view(np.uint32))
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+def test_cpu_and_opencl_launch_from_their_own_threads():
+    devs = ("CPU", "OPENCL")
+    x, w = data(10, 6), data(6, 3)
+    t, wr = Tensor(x).shard(devs, axis=0).realize(), Tensor(w).to(devs).realize()  # shards stored: no copy
+    before = GlobalCounters.concurrent_runs
+    with config.override(DEVICE_THREADS=1):
+        got = ((t @ wr).relu() * 2).numpy()
+        assert GlobalCounters.concurrent_runs > before
+        total = t.sum(axis=0).numpy()
+    np.testing.assert_allclose(got, np.maximum(x @ w, 0) * 2, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(total, x.sum(0), rtol=1e-5, atol=1e-5)

@@ -69,3 +69,49 @@ def test_copies_between_virtual_devices_are_direct(cpus4):
     out = Tensor(x, device="CPU:3").to("CPU:1").numpy()
     np.testing.assert_array_equal(out, x)
     assert GlobalCounters.copies_direct == before + 1
+
+
+@pytest.fixture
+def device_threads():
+    """Devices launch from their own threads whatever the load of this machine (DEVICE_THREADS=1)."""
+    from tolk_core import config
+    with config.override(DEVICE_THREADS=1):
+        yield
+
+
+def test_devices_compute_at_the_same_time(cpus4, device_threads):
+    # each device's kernels are launched from its own thread: the two devices' runs overlap in time (the
+    # runtime's spans; each run is long enough that the other thread has started, whatever the machine's load)
+    from tolk_core.engine import concurrent
+    devs = cpus4[:2]
+    x = np.random.default_rng(1).random((2, 1 << 21)).astype(np.float32)
+    t = Tensor(x).shard(devs, axis=0).realize()
+    want = np.exp(np.sin(x) * np.cos(x) + np.sqrt(x))
+    before = GlobalCounters.concurrent_runs
+    out = (t.sin() * t.cos() + t.sqrt()).exp().realize()
+    spans = concurrent.spans()
+    assert GlobalCounters.concurrent_runs == before + 1
+    assert sorted(d for d, _, _ in spans) == sorted(devs)
+    assert max(s for _, s, _ in spans) < min(e for _, _, e in spans)  # each run started before the other ended
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+    # a jitted replay too: each device's steps from its own thread
+    import tolk_core
+    jitted = tolk_core.jit(lambda v: (v.sin() * v.cos() + v.sqrt()).exp().realize())
+    for _ in range(3):
+        out = jitted(t)
+        spans = concurrent.spans()
+        assert max(s for _, s, _ in spans) < min(e for _, _, e in spans)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5)
+
+
+def test_device_threads_0_runs_devices_one_after_another(cpus4):
+    from tolk_core import config
+    from tolk_core.engine import concurrent
+    x = np.random.default_rng(2).random((4, 1 << 12)).astype(np.float32)
+    t = Tensor(x).shard(cpus4, axis=0).realize()
+    before = GlobalCounters.concurrent_runs
+    with config.override(DEVICE_THREADS=0):
+        out = (t * 3 + 1).realize()
+        assert not concurrent.threads_pay(4)
+    assert GlobalCounters.concurrent_runs == before
+    np.testing.assert_allclose(out.numpy(), x * 3 + 1, rtol=1e-6)

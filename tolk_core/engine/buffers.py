@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from tolk_core.counters import GlobalCounters
+from tolk_core.engine import concurrent
 from tolk_core.errors import ShapeError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.runtime import Buffer
+from tolk_core.runtime import Buffer, copy_between
 
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 _RESHAPES = frozenset({Op.RESHAPE})
@@ -32,10 +32,11 @@ def buffer_device(buf: UOp) -> str:
     return buf.src[1].arg
 
 
-def runtime_buffer(buf: UOp) -> Buffer:
-    """The runtime Buffer behind a BUFFER UOp, created (unallocated) on first request."""
+def runtime_buffer(buf: UOp, allocator: Any = None) -> Buffer:
+    """The runtime Buffer behind a BUFFER UOp, created (unallocated) on first request; `allocator`, the
+    device's allocator where the caller holds it, spares the Buffer looking its device up."""
     if (rb := _buffers.get(buf)) is None:
-        rb = _buffers[buf] = Buffer(buffer_device(buf), buf.arg, buf.dtype)
+        rb = _buffers[buf] = Buffer(buffer_device(buf), buf.arg, buf.dtype, allocator=allocator)
     return rb
 
 
@@ -63,6 +64,7 @@ def host_memory(u: UOp) -> tuple[memoryview, Buffer] | None:
     holding it, where the device computes on host memory (`Allocator.host_memory`); None otherwise."""
     if (buf := base_buffer(u)) is None:
         return None
+    concurrent.settle()  # launches still queued may write it
     rb = runtime_buffer(buf)
     mv = rb.allocator.host_memory(rb.handle)
     return None if mv is None else (mv, rb)
@@ -85,33 +87,23 @@ def to_numpy(u: UOp, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
     if buf is None:
         raise ShapeError("internal: to_numpy of an unrealized value")
     out = np.empty(shape, dtypes.to_np(dtype))
+    concurrent.settle()
     if math.prod(shape):
         runtime_buffer(buf).copyout(out.reshape(-1).view(np.uint8).data)
     return out
 
 
-def copy_buffer(dest: UOp, src: UOp) -> bool:
-    """Copy BUFFER `src`'s bytes into BUFFER `dest` (same size, on another device). Where both devices
-    compute on host memory (`Allocator.host_memory`: virtual CPU devices) the bytes go straight from one to the
-    other; otherwise out to the host and in again. Returns whether the copy was direct (counted in
-    `GlobalCounters.copies_direct`)."""
+def copy_buffer(dest: UOp, src: UOp) -> str:
+    """Copy BUFFER `src`'s bytes into BUFFER `dest` (same size, on another device) by `copy_handles`; returns
+    how the copy went."""
     rs, rd = runtime_buffer(src), runtime_buffer(dest)
     return copy_handles(rd.allocator, rd.allocate().handle, rs.allocator, rs.allocate().handle, rs.nbytes)
 
 
 def copy_handles(dest_alloc: Any, dest: Any, src_alloc: Any, src: Any, nbytes: int,
-                 staging: np.ndarray | None = None) -> bool:
-    """Copy `nbytes` from handle `src` (of `src_alloc`) to handle `dest` (of `dest_alloc`): directly between
-    host memories when both allocators expose it, else through `staging` (or a new host array). Returns
-    whether the copy was direct."""
-    if not nbytes:
-        return True
-    smv, dmv = src_alloc.host_memory(src), dest_alloc.host_memory(dest)
-    if smv is not None and dmv is not None:
-        dmv[:nbytes] = smv[:nbytes]
-        GlobalCounters.copies_direct += 1
-        return True
-    host = staging if staging is not None else np.empty(nbytes, np.uint8)
-    src_alloc.copyout(host.data, src)
-    dest_alloc.copyin(dest, host.data)
-    return False
+                 staging: np.ndarray | None = None) -> str:
+    """`runtime.copy_between` (which way the copy went: "device", "direct", "host"), after the launches still
+    queued have run: the source may be a value still being computed (engine/concurrent.py)."""
+    if nbytes:
+        concurrent.settle()
+    return copy_between(dest_alloc, dest, src_alloc, src, nbytes, staging)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
+from tolk_core.engine import buffers, concurrent, direct_fold
 from tolk_core.errors import ShardingError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
@@ -61,12 +62,30 @@ def allreduce(realize: Realize, partials: Sequence[UOp], devices: Sequence[str],
     if config.get("DEBUG") >= 2:
         print(f"allreduce {how} {op if isinstance(op, str) else op.name} {partials[0].dtype.name}{shape} over "
               f"{len(devices)} devices")
+    if how == "naive" and (direct := _direct(partials, devices, op, mean)) is not None:
+        # stored partials (the direct fold's condition) have a concrete shape
+        return [buffers.view_as(b, shape) for b in direct]  # type: ignore[arg-type]
     outs = _naive(realize, partials, devices, op) if how == "naive" else _ring(realize, partials, devices, op)
     if mean:
-        n = UOp.const(outs[0].dtype, float(len(devices)) if dtypes.is_float(outs[0].dtype) else len(devices))
-        scale = [o.alu(Op.FDIV if dtypes.is_float(o.dtype) else Op.IDIV, _broadcast(n, shape)) for o in outs]
-        outs = [realize(d, [s])[0] for d, s in zip(devices, scale, strict=True)]
+        outs = [realize(d, [_mean(o, len(devices))])[0] for d, o in zip(devices, outs, strict=True)]
     return outs
+
+
+def _mean(total: UOp, n: int) -> UOp:
+    """`total` divided by the device count `n` (for integers C's division, toward zero)."""
+    c = UOp.const(total.dtype, float(n) if dtypes.is_float(total.dtype) else n)
+    return total.alu(Op.FDIV if dtypes.is_float(total.dtype) else Op.IDIV, _broadcast(c, tuple(total.tensor_shape)))
+
+
+def _direct(partials: Sequence[UOp], devices: Sequence[str], op: Op | str, mean: bool) -> list[UOp] | None:
+    """The naive fold computed on each device straight from the others' memory (engine/direct_fold.py), the
+    partials in device order as `_naive` folds them; None where the devices cannot read each other's."""
+    def build(values: list[UOp]) -> UOp:
+        acc = values[0]
+        for v in values[1:]:
+            acc = _fold(op, acc, v)
+        return _mean(acc, len(values)) if mean else acc
+    return direct_fold.fold(partials, devices, ("naive", op, mean), build)
 
 
 def _broadcast(c: UOp, shape: tuple) -> UOp:
@@ -131,7 +150,8 @@ def run_allreduces(realize: Realize, sink: UOp) -> UOp:
         for g in wave:
             for d, s in zip(groups[g][0].arg[1], g, strict=True):
                 per_device.setdefault(d, []).append(s.substitute(done) if done else s)
-        views = {d: iter(realize(d, ps)) for d, ps in per_device.items()}
+        with concurrent.together():  # the partials of each device computed from its own thread
+            views = {d: iter(realize(d, ps)) for d, ps in per_device.items()}
         for g in wave:
             nodes = groups[g]
             op, devs, _ = nodes[0].arg

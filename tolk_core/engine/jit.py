@@ -17,6 +17,7 @@ Variable values (`var_vals`) travel per call into the kernels' scalar arguments 
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -25,14 +26,14 @@ import numpy as np
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers as storage
-from tolk_core.engine import profile, run
+from tolk_core.engine import concurrent, profile, run
 from tolk_core.engine.compile import CompiledKernel, arg_device, compile_linear, kernel_vals, to_program
 from tolk_core.engine.target import target_for
 from tolk_core.errors import JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.runtime import Buffer, Launch
+from tolk_core.runtime import Buffer, CopyProgram, Launch
 from tolk_core.schedule.memory import plan_memory, written_slots
 
 T = TypeVar("T")
@@ -52,12 +53,21 @@ def view_alignment(device: str) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------- graph batching
-def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
+def _batch_device(call: UOp) -> str | None:
+    """The device whose Graph a call could join: a kernel's (its first argument's), a copy's destination."""
     body = call.src[0]
-    if not (body.op is Op.PROGRAM or (body.op is Op.COPY and supports_copy)):
+    return arg_device(call.src[1]) if body.op in (Op.PROGRAM, Op.COPY) and len(call.src) > 1 else None
+
+
+def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
+    """Whether `call` may join a batch of `device`'s Graph: a kernel whose every argument lives there and whose
+    launch size does not depend on a variable, or a copy into it when the Graph takes copies."""
+    body = call.src[0]
+    if body.op is Op.COPY:
+        return supports_copy and arg_device(call.src[1]) == device
+    if body.op is not Op.PROGRAM:
         return False
-    if body.op is Op.PROGRAM and not isinstance(body.arg, str) and \
-            any(not isinstance(g, int) for g in body.arg.source.global_size):
+    if not isinstance(body.arg, str) and any(not isinstance(g, int) for g in body.arg.source.global_size):
         return False  # Graph updates rebind buffers and values, not launch sizes
     return all(arg_device(a) == device for a in call.src[1:])
 
@@ -67,45 +77,63 @@ def _input_params(calls: Sequence[UOp]) -> tuple[UOp, ...]:
     return tuple(dict.fromkeys(a for c in calls for a in c.src[1:] if a.op is Op.PARAM))
 
 
+def _graph_of(device: str) -> tuple[Any, bool] | None:
+    """`device`'s Graph class and whether it takes copies (docs/plugins.md), or None without a Graph."""
+    dev = _device(device)
+    return None if dev.graph is None else (dev.graph, dev.graph_takes_copies)
+
+
 def batch_graphs(device: str, linear: UOp) -> UOp:
-    """Group consecutive graph-compatible calls of compiled `linear` into CALL(CUSTOM_FUNCTION "graph").
+    """Group the graph-compatible calls of compiled `linear` into CALL(CUSTOM_FUNCTION "graph"), one batch per
+    device (`device`, the JIT's, is where a capture started; every call batches on its own device).
 
-    Compatible: a PROGRAM call (or COPY, when the Graph class has `supports_copy`) whose every argument lives on
-    `device` and whose launch size does not depend on a variable (Graph updates rebind buffers and values only).
-    Incompatible calls break a batch; SLICE calls are dropped (views are call arguments here).
-    JIT_BATCH_SIZE caps the first batch and the cap doubles per emitted batch (0: unlimited); a batch of one call
-    stays a plain call. The identity when JIT >= 2 or the device has no Graph capability.
+    Compatible (`_graphable`): a kernel whose every argument lives on one device with a Graph capability and
+    whose launch size does not depend on a variable (Graph updates rebind buffers and values only); a copy
+    into a device whose Graph takes copies (`GraphSpec.supports_copy`). Kernels of different devices touch
+    different buffers, so each device's batch gathers its kernels across the others'; a call that is not
+    compatible, and a copy (the only call that reads another device), first closes every open batch, in the
+    order they were opened. SLICE calls are dropped (views are call arguments here). JIT_BATCH_SIZE caps a
+    device's first batch and the cap doubles per batch of that device (0: unlimited); a batch of one call stays
+    a plain call. The identity when JIT >= 2 or no call can batch.
     """
-    graph = _device(device).graph
-    if config.get("JIT") >= 2 or graph is None:
+    if config.get("JIT") >= 2:
         return linear
-    supports_copy = bool(getattr(graph, "supports_copy", False))
-    cap = config.get("JIT_BATCH_SIZE")
+    graphs: dict[str, tuple[Any, bool] | None] = {}
+    caps: dict[str, int] = {}
     out: list[UOp] = []
-    batch: list[UOp] = []
+    open_: dict[str, list[UOp]] = {}  # device -> its open batch (insertion order: the order they opened)
 
-    def flush() -> None:
-        nonlocal cap
+    def close(d: str) -> None:
+        batch = open_.pop(d)
         if len(batch) > 1:
             fn = UOp(Op.CUSTOM_FUNCTION, dtypes.void, (UOp(Op.LINEAR, dtypes.void, tuple(batch)),), "graph")
             out.append(UOp(Op.CALL, dtypes.void, (fn, *_input_params(batch))))
-            cap *= 2
+            caps[d] = caps.get(d, config.get("JIT_BATCH_SIZE")) * 2
         else:
             out.extend(batch)
-        batch.clear()
+
+    def close_all() -> None:
+        for d in list(open_):
+            close(d)
 
     for call in linear.src:
         if call.src[0].op is Op.SLICE:
             continue
-        if not _graphable(call, device, supports_copy):
-            flush()
+        d = _batch_device(call)
+        if d is not None and d not in graphs:
+            graphs[d] = _graph_of(d)
+        g = graphs.get(d) if d is not None else None
+        if d is None or g is None or not _graphable(call, d, g[1]):
+            close_all()
             out.append(call)
             continue
-        if cap and len(batch) >= cap:
-            flush()
-        batch.append(call)
-    flush()
-    return linear.replace(src=tuple(out))
+        if call.src[0].op is Op.COPY:
+            close_all()
+        if (cap := caps.get(d, config.get("JIT_BATCH_SIZE"))) and len(open_.get(d, ())) >= cap:
+            close(d)
+        open_.setdefault(d, []).append(call)
+    close_all()
+    return linear if tuple(out) == linear.src else linear.replace(src=tuple(out))
 
 
 # ---------------------------------------------------------------------------------------------- lowering
@@ -191,7 +219,8 @@ class _GraphStep:
 
     def __init__(self, graph: Any, launches: list[Launch], patches: list[tuple[int, tuple[tuple[int, int], ...]]],
                  var_launches: list[tuple[int, Any]], calls: Sequence[UOp], device: str):
-        self.graph, self.patches, self.var_launches, self.n = graph, patches, var_launches, len(launches)
+        self.graph, self.patches, self.var_launches = graph, patches, var_launches
+        self.n = sum(not isinstance(ln.program, CopyProgram) for ln in launches)  # kernels (not copies)
         self.bufs = [list(ln.bufs) for ln in launches]
         self.vals = [tuple(ln.vals) for ln in launches]
         self.launches, self.calls, self.device = launches, tuple(calls), device
@@ -210,6 +239,9 @@ class _GraphStep:
         recorded in the open profiles; the graph is kept up to date for the replays after the profile."""
         self._update(inputs, var_vals)
         for ln, bufs, vals, call in zip(self.launches, self.bufs, self.vals, self.calls, strict=True):
+            if isinstance(ln.program, CopyProgram):  # a copy the Graph takes (GraphSpec.supports_copy)
+                ln.program(*bufs, vals=vals)
+                continue
             seconds = profile.timed(ln.program, *bufs, global_size=ln.global_size, local_size=ln.local_size,
                                     vals=vals)
             GlobalCounters.kernels_launched += 1
@@ -301,20 +333,30 @@ class CapturedJit(Generic[T]):
                 hs, patches = args(call)
                 steps.append(_CopyStep(call, hs, patches))
                 continue
-            launches, gpatches, var_launches = [], [], []
-            for li, inner in enumerate(body.src[0].src):
+            steps.append(self._graph_step(body.src[0].src, args, var_vals))
+        self._steps, self._owned = steps, owned
+
+    def _graph_step(self, calls: Sequence[UOp], args: Callable[[UOp], tuple[list[Any], tuple]],
+                    var_vals: dict[str, int]) -> _GraphStep:
+        """The replay step of one graph batch: its launches (a copy's program a `CopyProgram`, its size
+        the one value) built into the Graph of the batch's device."""
+        device = arg_device(calls[0].src[1])
+        dev = _device(device)
+        launches, gpatches, var_launches = [], [], []
+        for li, inner in enumerate(calls):
+            hs, patches = args(inner)
+            if inner.src[0].op is Op.COPY:
+                launches.append(Launch(CopyProgram(dev, _device(arg_device(inner.src[2])).allocator), hs,
+                                       [_nbytes(inner.src[2])]))
+            else:
                 ck: CompiledKernel = inner.src[0].arg
-                hs, patches = args(inner)
                 launches.append(Launch(ck.program, hs, list(kernel_vals(ck.source, var_vals)),
                                        ck.source.launch_dims(var_vals), ck.source.local_size, ck.source.source))
-                if patches:
-                    gpatches.append((li, patches))
                 if ck.source.vars:
                     var_launches.append((li, ck.source))
-            dev = _device(self.device)
-            steps.append(_GraphStep(dev.graph(dev, launches), launches, gpatches, var_launches, body.src[0].src,
-                                    self.device))
-        self._steps, self._owned = steps, owned
+            if patches:
+                gpatches.append((li, patches))
+        return _GraphStep(dev.graph(dev, launches), launches, gpatches, var_launches, calls, device)
 
     def input_handles(self, input_uops: Sequence[UOp], resolve: Resolver) -> list[Any]:
         """Validate the inputs against the capture and return their handles (aliased ones via scratch copies)."""
@@ -350,9 +392,21 @@ class CapturedJit(Generic[T]):
             for step in steps:
                 step.profiled(inputs, var_vals)
             return self.ret
-        last = len(steps) - 1
-        for i, step in enumerate(steps):
-            step(inputs, var_vals, wait and i == last)
+        if wait or len({s.device for s in steps if not isinstance(s, _CopyStep)}) < 2:
+            last = len(steps) - 1
+            for i, step in enumerate(steps):
+                step(inputs, var_vals, wait and i == last)
+            return self.ret
+        # several devices: each device's launches from its own thread (engine/concurrent.py); a step that reads
+        # another device (a copy, a Graph batch holding one) runs here once every queued launch has run, before
+        # any later launch may overwrite what it reads
+        with concurrent.together():
+            for step in steps:
+                if isinstance(step, _CopyStep) or (isinstance(step, _GraphStep) and step.n < len(step.launches)):
+                    concurrent.settle()
+                    step(inputs, var_vals, False)
+                else:
+                    concurrent.defer(step.device, functools.partial(step, inputs, var_vals, False))
         return self.ret
 
 

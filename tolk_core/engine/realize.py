@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tolk_core.engine import buffers, collective
+from tolk_core.engine import buffers, collective, concurrent
 from tolk_core.engine.run import capturing, run_linear
 from tolk_core.engine.schedule import concrete, schedule, schedule_stores
 from tolk_core.engine.target import is_disk, reading, target_for
@@ -165,7 +165,8 @@ def realize_sharded(devices: tuple[str, ...], values: Sequence[UOp]) -> list[UOp
     for r in roots:
         if r.arg[0] != devices:
             raise DeviceMismatchError(f"a value sharded over {r.arg[0]} was asked for on {devices}")
-    per_device = [realize(d, [r.src[i] for r in roots]) for i, d in enumerate(devices)]
+    with concurrent.together():  # each device's kernels from its own thread (docs/multi-device.md)
+        per_device = [realize(d, [r.src[i] for r in roots]) for i, d in enumerate(devices)]
     return [r if all(v is s for v, s in zip((views[j] for views in per_device), r.src, strict=True)) else
             multi.multi([views[j] for views in per_device], devices, r.arg[1], r.arg[2]) for j, r in enumerate(roots)]
 
@@ -200,6 +201,7 @@ def _bytes_of(src: UOp, device: str) -> tuple[np.ndarray, tuple, dict[str, int],
         linear, (buf,), var_vals = schedule(target_for(device), [src])
         run_linear(linear, var_vals=var_vals)
     host = np.empty(buf.arg * buf.dtype.itemsize, np.uint8)
+    concurrent.settle()
     if host.size:
         buffers.runtime_buffer(buf).copyout(host.data)
     return host, tuple(src.tensor_shape), var_vals, buf.dtype

@@ -14,7 +14,7 @@ from typing import Any
 
 from tolk_core import config
 from tolk_core.counters import GlobalCounters
-from tolk_core.engine import buffers, profile
+from tolk_core.engine import buffers, concurrent, profile
 from tolk_core.engine.compile import arg_device, compile_linear, kernel_vals
 from tolk_core.engine.scoped import Scopes
 from tolk_core.engine.tuning import tune_linear
@@ -67,14 +67,17 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
     if config.get("BEAM"):  # kernels not tuned before are searched on these buffers first (docs/tuning.md)
         programs = tune_linear(linear, programs, all_bufs, var_vals)
     debug = config.get("DEBUG")
-    timing = debug >= 2 or profile.profiling()
+    if not (debug >= 2 or profile.profiling()):
+        launches = [(prg, handles, ks.launch_dims(var_vals), ks.local_size, kernel_vals(ks, var_vals))
+                    for (prg, ks), handles in zip(programs, all_handles, strict=True)]
+        GlobalCounters.kernels_launched += len(launches)
+        # the buffers stay referenced until the launches ran (queued on the device inside together())
+        concurrent.defer(arg_device(linear.src[0].src[1]) if linear.src else "",
+                         lambda: _launch(launches, all_bufs))
+        return
     for call, (prg, ks), handles in zip(linear.src, programs, all_handles, strict=True):
         vals = kernel_vals(ks, var_vals)
         gsize = ks.launch_dims(var_vals)
-        if not timing:
-            prg(*handles, global_size=gsize, local_size=ks.local_size, vals=vals)
-            GlobalCounters.kernels_launched += 1
-            continue
         seconds = profile.timed(prg, *handles, global_size=gsize, local_size=ks.local_size, vals=vals)
         GlobalCounters.kernels_launched += 1
         cost = profile.launch_cost(call, var_vals)
@@ -82,3 +85,9 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
         if debug >= 2:
             GlobalCounters.time_sum_s += seconds
             print(profile.launch_line(device, ks.name, gsize, ks.local_size, seconds, cost))
+
+
+def _launch(launches: list[tuple[Any, list[Any], Any, Any, tuple[int, ...]]], keep: list[Any]) -> None:
+    """Launch each (program, handles, global size, local size, values) in order; `keep` holds their Buffers."""
+    for prg, handles, gsize, lsize, vals in launches:
+        prg(*handles, global_size=gsize, local_size=lsize, vals=vals)

@@ -364,8 +364,9 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
 
     def numpy(self) -> np.ndarray:
         """A copy of the data (`np.asarray(t)` shares it where it can: frontend/interop.py)."""
-        if isinstance(self.device, tuple):  # sharded: gathered on its first device
-            return self.to(self.device[0]).numpy()
+        if isinstance(self.device, tuple):  # sharded: its shards computed (the devices at the same time, as
+            # realize does: docs/multi-device.md), then gathered on its first device
+            return self.realize().to(self.device[0]).numpy()
         with self._reading():
             return storage.to_numpy(self.uop, self.shape, self.dtype)
 

@@ -106,7 +106,9 @@ class GraphSpec:
     """Supplies a Graph capability for a device (possibly from another distribution than the device).
 
     graph: ref to a ``Graph`` subclass. When several providers exist the highest priority wins (ties: by
-    provider name).
+    provider name). supports_copy: the Graph takes copies into its device in a batch (a ``Launch`` of a
+    ``CopyProgram``, performed in order with the kernels); False (the default): a
+    copy, and the collectives made of copies, close the batch (docs/plugins.md, docs/jit.md).
     """
     device: str
     graph: Ref
@@ -114,6 +116,7 @@ class GraphSpec:
     api_version: tuple[int, int] = API_VERSION
     supports_update: bool = True
     max_batch: int = 0
+    supports_copy: bool = False
 
 
 @dataclass(frozen=True)

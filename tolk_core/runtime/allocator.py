@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tolk_core.counters import GlobalCounters
 from tolk_core.errors import OutOfMemoryError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # allocations below this many bytes skip the host-memory check (it reads /proc: ~20 us, too much per buffer)
 HOST_CHECK_BYTES = 64 << 20
@@ -145,6 +149,23 @@ class Allocator:
         default) where it does not. What `__array__` / `__dlpack__` share instead of copying."""
         return None
 
+    # --- copies between devices (docs/plugins.md, copies between devices)
+    def copy_from_peer(self, dest: Any, src_alloc: Allocator, src: Any, nbytes: int) -> bool:
+        """Copy `nbytes` bytes from `src`, a handle of another device's allocator `src_alloc`, into `dest`, a
+        handle of this one, by the device itself (no host copy), complete when this returns; True when it did.
+        False (the default) where this device cannot copy from that one: the engine then copies host memory to
+        host memory where both devices' memory is the host's (`host_memory`), else through the host
+        (`copyout`, `copyin`). OpenCL offers it between buffers of one context."""
+        return False
+
+    def reads_peer(self, other: Allocator) -> bool:
+        """Whether this device's kernels may take handles of `other` (another device's allocator) as arguments
+        and read and write that memory in place (docs/plugins.md, copies between devices). False (the
+        default): another device's data reaches a kernel here only through a copy. Host-memory devices whose
+        kernels take host addresses say True for each other: an allreduce then folds every partial where it
+        lies (docs/multi-device.md)."""
+        return False
+
     def adopt(self, arr: Any) -> Any | None:
         """A handle for the memory of `arr` (a C-contiguous, writable, aligned numpy array), used in place: the
         memory stays `arr`'s, never freed nor cached by this allocator. None (the default) where this device
@@ -165,3 +186,36 @@ class Allocator:
     def offset(self, handle: Any, byte_offset: int, nbytes: int) -> Any:
         """A view handle on `nbytes` bytes of `handle` from `byte_offset`; optional per backend."""
         raise NotImplementedError(f"{type(self).__name__} does not support buffer views")
+
+
+def copy_between(dest_alloc: Allocator, dest: Any, src_alloc: Allocator, src: Any, nbytes: int,
+                 staging: np.ndarray | None = None) -> str:
+    """Copy `nbytes` from handle `src` (of `src_alloc`) to handle `dest` (of `dest_alloc`, another device's),
+    the first way that applies (docs/plugins.md, copies between devices), and return which:
+
+    - "device": the destination's device copies it itself (`Allocator.copy_from_peer`: OpenCL buffers of one
+      context), counted in `GlobalCounters.copies_device`;
+    - "direct": both devices' memory is host memory (`Allocator.host_memory`: virtual CPU devices), one
+      memcpy, counted in `GlobalCounters.copies_direct`;
+    - "host": through the host: read out of the source's memory into the destination's (straight from or
+      into host memory where one side is host memory), else through `staging` (or a new host array)."""
+    if not nbytes:
+        return "direct"
+    if dest_alloc.copy_from_peer(dest, src_alloc, src, nbytes):
+        GlobalCounters.copies_device += 1
+        return "device"
+    smv, dmv = src_alloc.host_memory(src), dest_alloc.host_memory(dest)
+    if smv is not None and dmv is not None:
+        dmv[:nbytes] = smv[:nbytes]
+        GlobalCounters.copies_direct += 1
+        return "direct"
+    if smv is not None:
+        dest_alloc.copyin(dest, smv[:nbytes])
+    elif dmv is not None:
+        src_alloc.copyout(dmv[:nbytes], src)
+    else:
+        import numpy  # deferred: the plugin registry imports this module and must not load numpy (its probes)
+        host = staging if staging is not None else numpy.empty(nbytes, numpy.uint8)
+        src_alloc.copyout(host.data, src)
+        dest_alloc.copyin(dest, host.data)
+    return "host"

@@ -29,7 +29,8 @@ class Buffer:
     storage from byte ``offset`` and keeps the base alive.
     """
 
-    def __init__(self, device: str, size: int, dtype: Any, *, base: Buffer | None = None, offset: int = 0):
+    def __init__(self, device: str, size: int, dtype: Any, *, base: Buffer | None = None, offset: int = 0,
+                 allocator: Allocator | None = None):
         if size < 0:
             raise ValueError(f"buffer size must be >= 0, got {size}")
         self.device, self.size, self.dtype = device, size, dtype
@@ -47,7 +48,8 @@ class Buffer:
         self.base: Buffer | None = base
         self.offset: int = offset
         self._handle: Any = None
-        self._allocator: Allocator | None = None
+        # the device's allocator, looked up on first use unless the caller holds it (`allocator`)
+        self._allocator: Allocator | None = allocator
 
     def __repr__(self) -> str:
         name = getattr(self.dtype, "name", self.dtype)

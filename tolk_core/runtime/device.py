@@ -64,6 +64,12 @@ class CompiledDevice:
         return self._renderer
 
     @property
+    def graph_takes_copies(self) -> bool:
+        """Whether this device's Graph takes copies into the device in its batches (`GraphSpec.supports_copy`,
+        docs/plugins.md); False without a Graph."""
+        return self._graph_spec is not None and self._graph_spec.supports_copy
+
+    @property
     def graph(self) -> type[Graph] | None:
         """The Graph class to batch launches with, or None when no plugin supplies one."""
         if self._graph_spec is not None:

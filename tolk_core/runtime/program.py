@@ -1,9 +1,12 @@
 """Program (one compiled kernel, launchable) and Graph (a batch of launches replayed at once)."""
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from tolk_core.runtime.allocator import Allocator, copy_between
 
 if TYPE_CHECKING:
     from tolk_core.runtime.device import CompiledDevice
@@ -29,12 +32,32 @@ class Program:
         raise NotImplementedError
 
 
+class CopyProgram(Program):
+    """A copy into `device` from another device's allocator `source`, launched like a kernel:
+    ``prg(dest, src, vals=(nbytes,))`` copies by `copy_between` (docs/plugins.md, copies between devices). What
+    a Graph whose spec says `supports_copy` receives for a copy in its batch; it may perform the copy its own
+    way (the same bytes)."""
+
+    def __init__(self, device: CompiledDevice, source: Allocator):
+        super().__init__(device, "copy", b"")
+        self.source = source
+
+    def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+        t0 = time.perf_counter()
+        copy_between(self.device.allocator, bufs[0], self.source, bufs[1], vals[0])
+        return time.perf_counter() - t0 if wait else None
+
+
 @dataclass
 class Launch:
     """One kernel launch of a Graph: the program, its buffer handles, values and sizes.
 
     `source` is the kernel's function text in the device's dialect when known (a graph may compile the batch's
     kernels again into one unit with a driver function); empty otherwise.
+
+    A copy into the graph's device (only for a Graph whose spec says `supports_copy`, docs/plugins.md) is a
+    launch of a `CopyProgram`: `bufs` are (destination, source) handles, `vals` holds the byte count.
     """
     program: Program
     bufs: list[Any]

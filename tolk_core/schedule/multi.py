@@ -63,16 +63,24 @@ def copy_to(x: UOp, device: str) -> UOp:
     return UOp(Op.COPY, x.dtype, (x, UOp(Op.DEVICE, dtypes.void, (), device)))
 
 
+_BITS = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+
+
 def concat(parts: Sequence[UOp], axis: int, bounds: Bounds) -> UOp:
-    """The parts joined along `axis` (part i at `bounds[i]`): each padded with zeros to the whole axis, summed."""
-    size = bounds[-1][1]
+    """The parts joined along `axis` (part i at `bounds[i]`), bit for bit: each part is seen as unsigned
+    integers of its width, padded with zero bits to the whole axis, and the padded parts ORed together (each
+    element is one part's bits ORed with zeros), then seen as the parts' dtype again. Adding zero-padded parts
+    instead would turn a -0.0 into 0.0 (-0.0 + 0.0 is 0.0) and could change NaN payloads."""
+    size, dt = bounds[-1][1], parts[0].dtype
+    bits = dtypes.bool if dt == dtypes.bool else _BITS[dt.itemsize]
     out = None
     for p, (lo, hi) in zip(parts, bounds, strict=True):
         pad = tuple((lo, size - hi) if i == axis else (0, 0) for i in range(len(p.tensor_shape)))
-        padded = UOp(Op.PAD, p.dtype, (p,), pad) if lo or size - hi else p
-        out = padded if out is None else out.alu(Op.ADD, padded)
+        raw = p.bitcast(bits)
+        padded = UOp(Op.PAD, bits, (raw,), pad) if lo or size - hi else raw
+        out = padded if out is None else out.alu(Op.OR, padded)
     assert out is not None
-    return out
+    return out.bitcast(dt)
 
 
 def gather(m: UOp, device: str) -> UOp:

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,12 +32,19 @@ ALIGN = 64
 
 class HostMemory:
     """A handle: `nbytes` bytes at address `ptr` (64-byte aligned for fresh allocations) kept alive by `owner`."""
-    __slots__ = ("owner", "ptr", "nbytes", "mv")
+    __slots__ = ("owner", "ptr", "nbytes", "start", "_mv")
 
     def __init__(self, owner: np.ndarray, start: int, nbytes: int):
-        self.owner, self.nbytes = owner, nbytes
+        self.owner, self.nbytes, self.start = owner, nbytes, start
         self.ptr: int = owner.ctypes.data + start
-        self.mv = owner[start:start + nbytes].data
+        self._mv: memoryview | None = None
+
+    @property
+    def mv(self) -> memoryview:
+        """The bytes as a writable memoryview (made on first use: a view passed to kernels only needs `ptr`)."""
+        if self._mv is None:
+            self._mv = self.owner[self.start:self.start + self.nbytes].data
+        return self._mv
 
     def __repr__(self) -> str:
         return f"<HostMemory {self.nbytes}B @0x{self.ptr:x}>"
@@ -61,11 +69,14 @@ class CPUAllocator(Allocator):
         dest[:] = handle.mv
 
     def offset(self, handle: HostMemory, byte_offset: int, nbytes: int) -> HostMemory:
-        start = handle.ptr - handle.owner.ctypes.data + byte_offset
-        return HostMemory(handle.owner, start, nbytes)
+        return HostMemory(handle.owner, handle.start + byte_offset, nbytes)
 
     def host_memory(self, handle: HostMemory) -> memoryview:
         return handle.mv
+
+    def reads_peer(self, other: Allocator) -> bool:
+        # every CPU device's handle is a host address its kernels take as it is (virtual devices: CPU:i)
+        return isinstance(other, CPUAllocator)
 
     def adopt(self, arr: np.ndarray) -> HostMemory:
         # kernels need element alignment only (vector types are declared unaligned: tolk_cpu/renderer.py)
@@ -150,15 +161,18 @@ void tolk_smoke(float* restrict out, const float* restrict a, const float* restr
 """
 
 
-_omp_threads: list[int] = [0]  # the OpenMP thread count last set for this process's launching thread
+# the OpenMP thread count last set by each launching thread: libgomp keeps the count per thread, and virtual
+# devices launch from threads of their own (tolk_core/engine/concurrent.py)
+_omp_threads = threading.local()
 
 
 def _set_threads(n: int) -> None:
-    """Make the next parallel loop use `n` OpenMP threads (libgomp's omp_set_num_threads, which the kernel
-    libraries link through -fopenmp); only called when the count changes."""
-    if _omp_threads[0] != n:
+    """Make the next parallel loop launched from this thread use `n` OpenMP threads (libgomp's
+    omp_set_num_threads, which the kernel libraries link through -fopenmp); only called when the count
+    changes."""
+    if getattr(_omp_threads, "n", 0) != n:
         ctypes.CDLL("libgomp.so.1").omp_set_num_threads(ctypes.c_int(n))
-        _omp_threads[0] = n
+        _omp_threads.n = n
 
 
 def device_threads(n_devices: int) -> int | None:

@@ -87,6 +87,15 @@ class OpenCLAllocator(Allocator):
         if dest.nbytes:
             cl.enqueue_copy(self.dev.queue, np.frombuffer(dest, np.uint8), handle, is_blocking=True)
 
+    def copy_from_peer(self, dest: cl.Buffer, src_alloc: Allocator, src: Any, nbytes: int) -> bool:
+        """A buffer of a device in this device's context is copied by the device (clEnqueueCopyBuffer), after
+        the source's queue has finished writing it."""
+        if not isinstance(src_alloc, OpenCLAllocator) or src_alloc.dev.ctx != self.dev.ctx:
+            return False
+        src_alloc.dev.queue.finish()
+        cl.enqueue_copy(self.dev.queue, dest, src, byte_count=nbytes).wait()
+        return True
+
     def offset(self, handle: cl.Buffer, byte_offset: int, nbytes: int) -> cl.Buffer:
         align = self.offset_alignment
         if byte_offset % align:
