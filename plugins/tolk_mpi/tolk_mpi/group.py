@@ -1,12 +1,15 @@
 """MpiGroup: the ProcessGroup over MPI.COMM_WORLD (a duplicate of it), through mpi4py.
 
-Every operation first agrees: each rank contributes (ok, a digest of what it calls) with one small nonblocking
-allgather, so that a rank with bad input (ok = 0, `_abort`) or a mismatched call makes every rank raise
-CollectiveError naming the rank, before any data moves. Every request is waited on by polling ``Test`` against
-the group's deadline, so a rank that never comes makes the others raise CollectiveTimeoutError instead of
-blocking (MPI cannot cancel a collective: the group is closed after it; a rank that exits ends the whole job
-under mpiexec). Dtypes MPI has no reduction for (bool, float16, bfloat16) are gathered as bytes and reduced in
-rank order with numpy; persistent allreduce uses MPI-4's Allreduce_init where the dtype allows.
+Every operation first agrees: one small nonblocking allreduce (MIN over ok, digest, -digest) of what each rank
+calls, so that a rank with bad input (ok = 0, `_abort`) or a mismatched call makes every rank raise
+CollectiveError naming the rank, before any data moves. The agreement is polled with ``Test`` against the
+group's deadline, so a rank that never comes makes the others raise CollectiveTimeoutError instead of blocking
+(MPI cannot cancel a collective: the group is closed after it). Once every rank has agreed, the data moves with
+MPI's blocking collective (Open MPI's tuned algorithms; its nonblocking ones are slower for large messages, and
+every rank is known to be there): a rank that dies in between ends the whole job under mpiexec. The digest of
+each call signature (op, dtype, shape) is computed once and remembered. Dtypes MPI has no reduction for (bool,
+float16, bfloat16) are gathered as bytes and reduced in rank order with numpy; persistent allreduce uses MPI-4's
+Allreduce_init where the dtype allows (agreed once, when it is bound).
 """
 from __future__ import annotations
 
@@ -40,8 +43,9 @@ class MpiGroup(ProcessGroup):
         from mpi4py import MPI
         self._mpi, self._comm = MPI, comm
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-        self._mine = np.zeros(2, np.int64)  # the agreement's buffers, reused by every operation
-        self._every = np.zeros((self.size, 2), np.int64)
+        self._mine = np.zeros(3, np.int64)  # the agreement's buffers, reused by every operation
+        self._least = np.zeros(3, np.int64)
+        self._digests: dict[str, int] = {}
 
     @classmethod
     def join(cls, timeout: float) -> MpiGroup:
@@ -77,15 +81,21 @@ class MpiGroup(ProcessGroup):
                                              "joined it. The group is closed")
 
     def _agree(self, text: str, ok: bool = True) -> None:
-        """Raise CollectiveError on every rank unless every rank is ok and calls `text`."""
-        digest = zlib.crc32(text.encode())
-        mine, every = self._mine, self._every
-        mine[0], mine[1] = 1 if ok else 0, digest
-        self._wait(self._comm.Iallgather(mine, every), f"agreeing on {text}")
-        if every[:, 0].all() and (every[:, 1] == digest).all():
+        """Raise CollectiveError on every rank unless every rank is ok and calls `text`: the MIN of (ok, digest,
+        -digest) over the ranks is (1, digest, -digest) only when every rank is ok with the same digest."""
+        digest = self._digests.get(text)
+        if digest is None:
+            if len(self._digests) > 4096:  # a program with ever new shapes: keep the memo bounded
+                self._digests.clear()
+            digest = self._digests[text] = zlib.crc32(text.encode())
+        mine, least = self._mine, self._least
+        mine[0], mine[1], mine[2] = 1 if ok else 0, digest, -digest
+        self._wait(self._comm.Iallreduce(mine, least, op=self._mpi.MIN), f"agreeing on {text}")
+        if least[0] == 1 and least[1] == digest and least[2] == -digest:
             return
-        texts = self._comm.allgather(text)  # every rank is here: this cannot hang
-        bad = next((r for r in range(self.size) if not every[r, 0]), None)
+        every = self._comm.allgather((ok, text))  # every rank is here: this cannot hang
+        bad = next((r for r in range(self.size) if not every[r][0]), None)
+        texts = [t for _, t in every]
         msg = (texts[bad] if bad is not None else
                f"ranks disagree: rank 0 called {texts[0]} but rank "
                f"{next(r for r in range(self.size) if texts[r] != texts[0])} called "
@@ -103,46 +113,45 @@ class MpiGroup(ProcessGroup):
 
     # ------------------------------------------------------------ the operations
 
-    def _gathered(self, a: np.ndarray, what: str) -> np.ndarray:
-        """Every rank's `a`, shape (size, *a.shape), moved as bytes."""
+    def _gathered(self, a: np.ndarray) -> np.ndarray:
+        """Every rank's `a`, shape (size, *a.shape), moved as bytes (after an agreement)."""
         out = np.empty((self.size, *a.shape), a.dtype)
         if a.size:
-            self._wait(self._comm.Iallgather(_u8(a), _u8(out)), what)
+            self._comm.Allgather(_u8(a), _u8(out))
         return out
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
         self._agree(describe(f"allreduce_{op}", a))
         if dtype_name(a.dtype) not in NATIVE:
-            return reduce_arrays(list(self._gathered(a, "allreduce")), op)
+            return reduce_arrays(list(self._gathered(a)), op)
         out = np.empty_like(a)
         if a.size:
-            self._wait(self._comm.Iallreduce(a, out, op=self._ops[op]), f"allreduce_{op}")
+            self._comm.Allreduce(a, out, op=self._ops[op])
         return out
 
     def _allgather(self, a: np.ndarray) -> np.ndarray:
         self._agree(describe("allgather", a))
-        return self._gathered(a, "allgather")
+        return self._gathered(a)
 
     def _broadcast(self, a: np.ndarray, root: int) -> np.ndarray:
         self._agree(describe("broadcast", a, f"root={root}"))
         out = a.copy() if self.rank == root else np.empty_like(a)
         if a.size:
-            self._wait(self._comm.Ibcast(_u8(out), root=root), "broadcast")
+            self._comm.Bcast(_u8(out), root=root)
         return out
 
     def _reduce_scatter(self, a: np.ndarray, op: str) -> np.ndarray:
         self._agree(describe(f"reduce_scatter_{op}", a))
         k = a.shape[0] // self.size
         if dtype_name(a.dtype) not in NATIVE:
-            return reduce_arrays(list(self._gathered(a, "reduce_scatter")), op)[self.rank * k:(self.rank + 1) * k]
+            return reduce_arrays(list(self._gathered(a)), op)[self.rank * k:(self.rank + 1) * k]
         out = np.empty((k, *a.shape[1:]), a.dtype)
         if a.size:
-            self._wait(self._comm.Ireduce_scatter_block(a, out, op=self._ops[op]), f"reduce_scatter_{op}")
+            self._comm.Reduce_scatter_block(a, out, op=self._ops[op])
         return out
 
     def _barrier(self) -> None:
-        self._agree("barrier()")
-        self._wait(self._comm.Ibarrier(), "barrier")
+        self._agree("barrier()")  # the agreement is an allreduce: it completes once every rank has entered it
 
     def _allreduce_init(self, x: np.ndarray, op: str) -> PersistentOp:
         self._agree(describe(f"allreduce_init_{op}", x))
