@@ -149,6 +149,16 @@ def shard_local(local: np.ndarray, devs: tuple[str, ...], total: int, axis: int 
     return Tensor(multi.multi(parts, devs, axis, bounds), devs)
 
 
+def local_shard(t: Tensor) -> np.ndarray:
+    """This rank's shard of `t` (sharded over a tuple spanning ranks, or unsharded: all of it) as numpy;
+    `t.numpy()` of a value sharded along an axis would have to read the other ranks' parts."""
+    if not isinstance(t.device, tuple):
+        return t.numpy()
+    t.realize()
+    mine = ranks.local_of(t.device)
+    return Tensor(t.uop.src[t.device.index(mine)], device=mine).numpy()
+
+
 def print0(*args: Any, **kwargs: Any) -> None:
     """`print` on rank 0 only (progress of a job is printed once)."""
     if rank() == 0:
@@ -176,4 +186,4 @@ def _host_device(t: Tensor) -> str:
 
 
 __all__ = ["all_reduce", "barrier", "broadcast_parameters", "check_replicated", "devices", "init", "local_rows",
-           "part", "print0", "rank", "save", "shard_local", "world_size"]
+           "local_shard", "part", "print0", "rank", "save", "shard_local", "world_size"]

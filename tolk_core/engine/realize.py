@@ -85,7 +85,7 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
 
 def _placeholder(device: str, v: UOp) -> UOp:
     """Value `v` of another rank's `device` as storage this process never allocates (a BUFFER of its size)."""
-    if buffers.base_buffer(v) is not None:
+    if (base := buffers.base_buffer(v)) is not None and buffers.buffer_device(base) == device:
         return v
     shape = tuple(int(s) for s in v.tensor_shape)
     return buffers.view_as(buffers.new_buffer(device, math.prod(shape), v.dtype), shape)
@@ -123,6 +123,9 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
             continue
         src, dest = u.src[0].substitute(done) if done else u.src[0], u.src[1].arg
         if (home := src.device) is None or home == dest:
+            continue
+        if ranks.is_remote(dest):  # that rank makes its own copy
+            done[u] = _placeholder(dest, src)
             continue
         if ranks.is_remote(home):
             raise DeviceMismatchError(f"a copy from {home} to {dest}: this process (rank {ranks.place()[0]}) cannot "
