@@ -109,7 +109,7 @@ def check_replicated(tensors: Sequence[Tensor]) -> None:
     rank 0, unless every rank holds the same bytes in each of `tensors` (one seed on every rank, checked)."""
     if joined() is None:
         return
-    mine = np.array([zlib.crc32(np.ascontiguousarray(t.numpy()).view(np.uint8)) for t in tensors], np.int64)
+    mine = np.array([zlib.crc32(np.ascontiguousarray(t.numpy()).tobytes()) for t in tensors], np.int64)
     every = world().allgather(mine)
     if (odd := np.argwhere(every != every[0])).size:
         r, i = (int(v) for v in odd[0])

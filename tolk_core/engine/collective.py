@@ -133,7 +133,7 @@ def _ranks(realize: Realize, partials: Sequence[UOp], devices: Sequence[str], op
         total = world().allreduce(host, name)
         if total.size:
             buffers.runtime_buffer(out).copyin(total.reshape(-1).view(np.uint8).data)
-    shape = tuple(partials[i].tensor_shape)
+    shape = tuple(s for s in partials[i].tensor_shape if isinstance(s, int))  # concrete (realize: _placeholder)
     return [buffers.view_as(out, shape) if j == i else realize(d, [p])[0]
             for j, (d, p) in enumerate(zip(devices, partials, strict=True))]
 

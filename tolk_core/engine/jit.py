@@ -353,7 +353,7 @@ class CapturedJit(Generic[T]):
         if len(input_uops) != len(self.input_info):
             raise JitError(f"JIT input mismatch: captured with {len(self.input_info)} input(s), called with "
                            f"{len(input_uops)}")
-        handles = []
+        handles: list[Any] = []
         for i, (u, (size, dtype, device)) in enumerate(zip(input_uops, self.input_info, strict=True)):
             if u.op is not Op.BUFFER:
                 raise JitError(f"JIT input {i} must be a BUFFER node, got {u.op.name}")

@@ -87,7 +87,10 @@ def _placeholder(device: str, v: UOp) -> UOp:
     """Value `v` of another rank's `device` as storage this process never allocates (a BUFFER of its size)."""
     if (base := buffers.base_buffer(v)) is not None and buffers.buffer_device(base) == device:
         return v
-    shape = tuple(int(s) for s in v.tensor_shape)
+    shape = tuple(s for s in v.tensor_shape if isinstance(s, int))
+    if len(shape) != len(v.tensor_shape):
+        raise ShardingError(f"a value of symbolic shape {v.tensor_shape} on {device}: tuples spanning ranks take "
+                            "concrete shapes (docs/distributed.md, limits)")
     return buffers.view_as(buffers.new_buffer(device, math.prod(shape), v.dtype), shape)
 
 

@@ -256,7 +256,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             self.device = resolve_devices(device)  # type: ignore[assignment]
             if not isinstance(data, UOp):  # data replicated: uploaded to the first device (of this process, when
                 # the devices span ranks), copied to the others
-                data = Tensor(data, ranks.local_of(self.device), dtype).shard(self.device).uop
+                data = Tensor(data, ranks.local_of(tuple(self.device)), dtype).shard(self.device).uop
             self._adopt(data)
             return
         self.device = resolve_device(device)
