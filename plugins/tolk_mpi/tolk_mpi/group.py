@@ -4,10 +4,11 @@ Every operation first agrees: one small nonblocking allreduce (MIN over ok, dige
 calls, so that a rank with bad input (ok = 0, `_abort`) or a mismatched call makes every rank raise
 CollectiveError naming the rank, before any data moves. The agreement is polled with ``Test`` against the
 group's deadline, so a rank that never comes makes the others raise CollectiveTimeoutError instead of blocking
-(MPI cannot cancel a collective: the group is closed after it). Once every rank has agreed, the data moves with
-MPI's blocking collective (Open MPI's tuned algorithms; its nonblocking ones are slower for large messages, and
-every rank is known to be there): a rank that dies in between ends the whole job under mpiexec. The digest of
-each call signature (op, dtype, shape) is computed once and remembered. Dtypes MPI has no reduction for (bool,
+(MPI cannot cancel a collective: the group is closed after it; a rank that exits ends the whole job under
+mpiexec). The data moves by a nonblocking collective polled the same way: past a short spin the poll yields
+its core, which lets a descheduled peer run on a loaded or oversubscribed host, where MPI's blocking calls spin
+(measured in docs/plugins.md). The digest of each call signature (op, dtype, shape) is computed once and
+remembered. Dtypes MPI has no reduction for (bool,
 float16, bfloat16) are gathered as bytes and reduced in rank order with numpy; persistent allreduce uses MPI-4's
 Allreduce_init where the dtype allows (agreed once, when it is bound).
 """
@@ -113,41 +114,41 @@ class MpiGroup(ProcessGroup):
 
     # ------------------------------------------------------------ the operations
 
-    def _gathered(self, a: np.ndarray) -> np.ndarray:
+    def _gathered(self, a: np.ndarray, what: str) -> np.ndarray:
         """Every rank's `a`, shape (size, *a.shape), moved as bytes (after an agreement)."""
         out = np.empty((self.size, *a.shape), a.dtype)
         if a.size:
-            self._comm.Allgather(_u8(a), _u8(out))
+            self._wait(self._comm.Iallgather(_u8(a), _u8(out)), what)
         return out
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
         self._agree(describe(f"allreduce_{op}", a))
         if dtype_name(a.dtype) not in NATIVE:
-            return reduce_arrays(list(self._gathered(a)), op)
+            return reduce_arrays(list(self._gathered(a, "allreduce")), op)
         out = np.empty_like(a)
         if a.size:
-            self._comm.Allreduce(a, out, op=self._ops[op])
+            self._wait(self._comm.Iallreduce(a, out, op=self._ops[op]), f"allreduce_{op}")
         return out
 
     def _allgather(self, a: np.ndarray) -> np.ndarray:
         self._agree(describe("allgather", a))
-        return self._gathered(a)
+        return self._gathered(a, "allgather")
 
     def _broadcast(self, a: np.ndarray, root: int) -> np.ndarray:
         self._agree(describe("broadcast", a, f"root={root}"))
         out = a.copy() if self.rank == root else np.empty_like(a)
         if a.size:
-            self._comm.Bcast(_u8(out), root=root)
+            self._wait(self._comm.Ibcast(_u8(out), root=root), "broadcast")
         return out
 
     def _reduce_scatter(self, a: np.ndarray, op: str) -> np.ndarray:
         self._agree(describe(f"reduce_scatter_{op}", a))
         k = a.shape[0] // self.size
         if dtype_name(a.dtype) not in NATIVE:
-            return reduce_arrays(list(self._gathered(a)), op)[self.rank * k:(self.rank + 1) * k]
+            return reduce_arrays(list(self._gathered(a, "reduce_scatter")), op)[self.rank * k:(self.rank + 1) * k]
         out = np.empty((k, *a.shape[1:]), a.dtype)
         if a.size:
-            self._comm.Reduce_scatter_block(a, out, op=self._ops[op])
+            self._wait(self._comm.Ireduce_scatter_block(a, out, op=self._ops[op]), f"reduce_scatter_{op}")
         return out
 
     def _barrier(self) -> None:
