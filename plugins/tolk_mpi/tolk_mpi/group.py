@@ -1,16 +1,19 @@
 """MpiGroup: the ProcessGroup over MPI.COMM_WORLD (a duplicate of it), through mpi4py.
 
-Every operation first agrees: one small nonblocking allreduce (MIN over ok, digest, -digest) of what each rank
-calls, so that a rank with bad input (ok = 0, `_abort`) or a mismatched call makes every rank raise
-CollectiveError naming the rank, before any data moves. The agreement is polled with ``Test`` against the
-group's deadline, so a rank that never comes makes the others raise CollectiveTimeoutError instead of blocking
-(MPI cannot cancel a collective: the group is closed after it; a rank that exits ends the whole job under
-mpiexec). The data moves by a nonblocking collective polled the same way: past a short spin the poll yields
-its core, which lets a descheduled peer run on a loaded or oversubscribed host, where MPI's blocking calls spin
-(measured in docs/plugins.md). The digest of each call signature (op, dtype, shape) is computed once and
-remembered. Dtypes MPI has no reduction for (bool,
-float16, bfloat16) are gathered as bytes and reduced in rank order with numpy; persistent allreduce uses MPI-4's
-Allreduce_init where the dtype allows (agreed once, when it is bound).
+Every operation first agrees: one nonblocking allgather of a fixed-size frame per rank (ok, a digest of what it
+calls, and up to SMALL bytes of data), so that a rank with bad input (ok = 0, `_abort`) or a mismatched call
+makes every rank raise CollectiveError naming the rank, before any data is used. The frame's size never
+depends on the call, so ranks that disagree still meet in the same collective. An allreduce of at most SMALL
+bytes rides in its own agreement (one round: each rank folds the gathered rows in rank order with numpy, so
+every rank holds the same bits); a larger one, and the other operations, then move their data with a
+nonblocking collective. Every request is polled with ``Test`` against the group's deadline, so a rank that
+never comes makes the others raise CollectiveTimeoutError instead of blocking (MPI cannot cancel a collective:
+the group is closed after it; a rank that exits ends the whole job under mpiexec); past a short spin the poll
+yields its core, which lets a descheduled peer run on a loaded or oversubscribed host, where MPI's blocking
+calls spin (measured in docs/plugins.md). The digest of each call signature (op, dtype, shape) is computed once
+and remembered. Dtypes MPI has no reduction for (bool, float16, bfloat16) are gathered as bytes and reduced in
+rank order with numpy; persistent allreduce uses MPI-4's Allreduce_init where the dtype allows (agreed once,
+when it is bound).
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ from tolk_core.collectives import PersistentOp, ProcessGroup, reduce_arrays
 from tolk_core.collectives.group import describe, dtype_name
 from tolk_core.errors import CollectiveError, CollectiveTimeoutError
 
+SMALL = 4096
+"""Bytes of data an agreement frame carries: an allreduce this small is done by its agreement alone."""
+_HEADER = 24  # ok, digest, data bytes: three int64
 NATIVE = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"})
 """Dtypes MPI reduces itself (mpi4py maps them to MPI datatypes); the others go through bytes."""
 
@@ -44,8 +50,10 @@ class MpiGroup(ProcessGroup):
         from mpi4py import MPI
         self._mpi, self._comm = MPI, comm
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-        self._mine = np.zeros(3, np.int64)  # the agreement's buffers, reused by every operation
-        self._least = np.zeros(3, np.int64)
+        self._mine = np.zeros(_HEADER + SMALL, np.uint8)  # the agreement's frames, reused by every operation
+        self._every = np.zeros((self.size, _HEADER + SMALL), np.uint8)
+        self._mine_head = self._mine[:_HEADER].view(np.int64)
+        self._every_head = self._every[:, :_HEADER].view(np.int64)  # (size, 3)
         self._digests: dict[str, int] = {}
 
     @classmethod
@@ -81,19 +89,22 @@ class MpiGroup(ProcessGroup):
                                              f"{self.timeout:g}s (TOLK_COLLECTIVES_TIMEOUT); another rank never "
                                              "joined it. The group is closed")
 
-    def _agree(self, text: str, ok: bool = True) -> None:
-        """Raise CollectiveError on every rank unless every rank is ok and calls `text`: the MIN of (ok, digest,
-        -digest) over the ranks is (1, digest, -digest) only when every rank is ok with the same digest."""
+    def _agree(self, text: str, ok: bool = True, payload: np.ndarray | None = None) -> np.ndarray | None:
+        """Raise CollectiveError on every rank unless every rank is ok and calls `text`. With `payload` (at most
+        SMALL bytes, C-contiguous) the frames carry it: returns every rank's payload bytes, shape (size, n)."""
         digest = self._digests.get(text)
         if digest is None:
             if len(self._digests) > 4096:  # a program with ever new shapes: keep the memo bounded
                 self._digests.clear()
             digest = self._digests[text] = zlib.crc32(text.encode())
-        mine, least = self._mine, self._least
-        mine[0], mine[1], mine[2] = 1 if ok else 0, digest, -digest
-        self._wait(self._comm.Iallreduce(mine, least, op=self._mpi.MIN), f"agreeing on {text}")
-        if least[0] == 1 and least[1] == digest and least[2] == -digest:
-            return
+        n = 0 if payload is None else payload.nbytes
+        head = self._mine_head
+        head[0], head[1], head[2] = 1 if ok else 0, digest, n
+        if n:
+            self._mine[_HEADER:_HEADER + n] = _u8(payload)  # type: ignore[arg-type]
+        self._wait(self._comm.Iallgather(self._mine, self._every), f"agreeing on {text}")
+        if ok and (self._every_head == head).all():
+            return self._every[:, _HEADER:_HEADER + n] if payload is not None else None
         every = self._comm.allgather((ok, text))  # every rank is here: this cannot hang
         bad = next((r for r in range(self.size) if not every[r][0]), None)
         texts = [t for _, t in every]
@@ -122,6 +133,10 @@ class MpiGroup(ProcessGroup):
         return out
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
+        if a.nbytes <= SMALL:  # the data rides in the agreement's frames
+            rows = self._agree(describe(f"allreduce_{op}", a), payload=a)
+            assert rows is not None
+            return reduce_arrays([row.view(a.dtype).reshape(a.shape) for row in rows], op)
         self._agree(describe(f"allreduce_{op}", a))
         if dtype_name(a.dtype) not in NATIVE:
             return reduce_arrays(list(self._gathered(a, "allreduce")), op)
