@@ -53,8 +53,11 @@ class MpiGroup(ProcessGroup):
         self._mine = np.zeros(_HEADER + SMALL, np.uint8)  # the agreement's frames, reused by every operation
         self._every = np.zeros((self.size, _HEADER + SMALL), np.uint8)
         self._mine_head = self._mine[:_HEADER].view(np.int64)
-        self._every_head = self._every[:, :_HEADER].view(np.int64)  # (size, 3)
         self._digests: dict[str, int] = {}
+        self._rows: dict[tuple[np.dtype, tuple[int, ...]], list[np.ndarray]] = {}  # typed views of the frames
+        # the agreement as an MPI-4 persistent allgather, bound once: each agreement is a Start (no buffer
+        # parsing, no new request); an MPI without persistent collectives makes a new Iallgather each time
+        self._agreement = comm.Allgather_init(self._mine, self._every) if hasattr(comm, "Allgather_init") else None
 
     @classmethod
     def join(cls, timeout: float) -> MpiGroup:
@@ -65,6 +68,11 @@ class MpiGroup(ProcessGroup):
     def close(self) -> None:
         if not self.closed and self._comm is not None:
             comm, self._comm = self._comm, None
+            if self._agreement is not None:
+                try:
+                    self._agreement.Free()
+                except Exception:  # noqa: BLE001  # a pending agreement after a timeout cannot be freed: closed anyway
+                    pass
             try:
                 comm.Free()
             except Exception:  # noqa: BLE001  # freeing after a failed collective may itself fail: closed anyway
@@ -102,8 +110,12 @@ class MpiGroup(ProcessGroup):
         head[0], head[1], head[2] = 1 if ok else 0, digest, n
         if n:
             self._mine[_HEADER:_HEADER + n] = _u8(payload)  # type: ignore[arg-type]
-        self._wait(self._comm.Iallgather(self._mine, self._every), f"agreeing on {text}")
-        if ok and (self._every_head == head).all():
+        if self._agreement is not None:
+            self._agreement.Start()
+            self._wait(self._agreement, f"agreeing on {text}")
+        else:
+            self._wait(self._comm.Iallgather(self._mine, self._every), f"agreeing on {text}")
+        if ok and self._every[:, :_HEADER].tobytes() == self._mine[:_HEADER].tobytes() * self.size:
             return self._every[:, _HEADER:_HEADER + n] if payload is not None else None
         every = self._comm.allgather((ok, text))  # every rank is here: this cannot hang
         bad = next((r for r in range(self.size) if not every[r][0]), None)
@@ -134,9 +146,13 @@ class MpiGroup(ProcessGroup):
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
         if a.nbytes <= SMALL:  # the data rides in the agreement's frames
-            rows = self._agree(describe(f"allreduce_{op}", a), payload=a)
-            assert rows is not None
-            return reduce_arrays([row.view(a.dtype).reshape(a.shape) for row in rows], op)
+            self._agree(describe(f"allreduce_{op}", a), payload=a)
+            if (rows := self._rows.get((a.dtype, a.shape))) is None:
+                if len(self._rows) > 256:
+                    self._rows.clear()
+                rows = self._rows[(a.dtype, a.shape)] = [
+                    self._every[r, _HEADER:_HEADER + a.nbytes].view(a.dtype).reshape(a.shape) for r in range(self.size)]
+            return reduce_arrays(rows, op)
         self._agree(describe(f"allreduce_{op}", a))
         if dtype_name(a.dtype) not in NATIVE:
             return reduce_arrays(list(self._gathered(a, "allreduce")), op)
