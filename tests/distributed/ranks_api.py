@@ -20,6 +20,7 @@ def main(out: Path) -> None:
     got: dict = {"rank": r, "size": dist.world_size(), "devices": list(dist.devices("CPU"))}
     for op in ("sum", "mean", "max", "min"):
         got[op] = dist.all_reduce(x, op).numpy().tolist()
+    got["mean_int"] = dist.all_reduce(Tensor(np.array([-3, 4, 5], np.int32) * (r + 1)), "mean").numpy().tolist()
     w = Tensor(np.full(4, float(r + 10), np.float32))
     w.to_(dist.devices("CPU"))
     dist.broadcast_parameters([w])

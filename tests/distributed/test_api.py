@@ -81,6 +81,7 @@ def test_the_api_across_two_ranks(tmp_path):
         np.testing.assert_array_equal(g["sum"], every[0] + every[1])
         np.testing.assert_allclose(g["mean"], (every[0] + every[1]) / 2)
         np.testing.assert_array_equal(g["max"], np.maximum(*every))
+        assert g["mean_int"] == [-4, 6, 7]  # (-9, 12, 15) / 2 toward zero, as C divides
         np.testing.assert_array_equal(g["min"], np.minimum(*every))
         assert g["broadcast"] == [10.0] * 4  # rank 0's values
         assert "tensor 1 of 2 differs between rank 0 and rank 1" in g["mismatch"]

@@ -33,16 +33,16 @@ from tolk_core.runtime import ranks
 from tolk_core.schedule import multi
 
 # what a launcher sets in each rank's environment: tolk's own launcher (TCP), Open MPI, PMIx (Slurm's srun), PMI
-LAUNCHED_BY = {"TOLK_WORLD_SIZE": None, "OMPI_COMM_WORLD_SIZE": "MPI", "PMIX_RANK": "MPI", "PMI_SIZE": "MPI"}
+LAUNCHED_BY = {"TOLK_WORLD_SIZE": "TCP", "OMPI_COMM_WORLD_SIZE": "MPI", "PMIX_RANK": "MPI", "PMI_SIZE": "MPI"}
 REDUCE_OPS = ("sum", "mean", "max", "min")
 
 
-def _launcher_provider() -> tuple[bool, str | None]:
-    """Whether this process was launched as a rank, and the provider its launcher implies (None: configured)."""
+def _launcher_provider() -> tuple[bool, str]:
+    """Whether this process was launched as a rank, and the provider its launcher implies."""
     for var, name in LAUNCHED_BY.items():
         if var in os.environ:
             return True, name
-    return False, None
+    return False, ""
 
 
 def init(provider: str | None = None, *, timeout: float | None = None) -> ProcessGroup | None:
@@ -90,8 +90,8 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
     host = tensor.numpy()
     if joined() is not None:
         host = world().allreduce(host, "sum" if op == "mean" else op)
-        if op == "mean":
-            host = (host / world_size()).astype(host.dtype) if host.dtype.kind == "f" else host // world_size()
+        if op == "mean":  # integers: C's division, toward zero, as the allreduce's mean (docs/multi-device.md)
+            host = (host / world_size() if host.dtype.kind == "f" else np.trunc(host / world_size())).astype(host.dtype)
     return Tensor(np.array(host, copy=True), device=tensor.device)
 
 
