@@ -29,6 +29,8 @@ from tolk_core.collectives.group import describe, dtype_name
 from tolk_core.errors import CollectiveError, CollectiveTimeoutError
 
 SMALL = 4096
+BOUND = 8
+"""Call signatures whose large allreduce keeps a persistent request and its two buffers bound (see `_bound`)."""
 """Bytes of data an agreement frame carries: an allreduce this small is done by its agreement alone."""
 _HEADER = 24  # ok, digest, data bytes: three int64
 NATIVE = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"})
@@ -55,6 +57,8 @@ class MpiGroup(ProcessGroup):
         self._mine_head = self._mine[:_HEADER].view(np.int64)
         self._digests: dict[str, int] = {}
         self._rows: dict[tuple[np.dtype, tuple[int, ...]], list[np.ndarray]] = {}  # typed views of the frames
+        self._can_bind = hasattr(comm, "Allreduce_init")
+        self._bound_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, np.ndarray, np.ndarray]] = {}
         # the agreement as an MPI-4 persistent allgather, bound once: each agreement is a Start (no buffer
         # parsing, no new request); an MPI without persistent collectives makes a new Iallgather each time
         self._agreement = comm.Allgather_init(self._mine, self._every) if hasattr(comm, "Allgather_init") else None
@@ -68,11 +72,13 @@ class MpiGroup(ProcessGroup):
     def close(self) -> None:
         if not self.closed and self._comm is not None:
             comm, self._comm = self._comm, None
-            if self._agreement is not None:
+            for req in [self._agreement, *(b[0] for b in self._bound_ops.values())]:
                 try:
-                    self._agreement.Free()
-                except Exception:  # noqa: BLE001  # a pending agreement after a timeout cannot be freed: closed anyway
+                    if req is not None:
+                        req.Free()
+                except Exception:  # noqa: BLE001  # a request pending after a timeout cannot be freed: closed anyway
                     pass
+            self._bound_ops.clear()
             try:
                 comm.Free()
             except Exception:  # noqa: BLE001  # freeing after a failed collective may itself fail: closed anyway
@@ -156,10 +162,35 @@ class MpiGroup(ProcessGroup):
         self._agree(describe(f"allreduce_{op}", a))
         if dtype_name(a.dtype) not in NATIVE:
             return reduce_arrays(list(self._gathered(a, "allreduce")), op)
+        if self._can_bind:
+            try:
+                return self._bound(a, op)
+            except NotImplementedError:  # an MPI before 4.0 (every rank links the same library)
+                self._can_bind = False
         out = np.empty_like(a)
         if a.size:
             self._wait(self._comm.Iallreduce(a, out, op=self._ops[op]), f"allreduce_{op}")
         return out
+
+    def _bound(self, a: np.ndarray, op: str) -> np.ndarray:
+        """A large allreduce through a persistent request bound to two buffers of its signature, made on first
+        use and kept (BOUND signatures; more frees them all). Open MPI moves data from buffers it has seen
+        before much faster (measured 2x at 4 MiB, docs/plugins.md) than from a new array each call; the two
+        copies in and out cost far less. Every rank agreed on the call first, so every rank binds and frees
+        the same requests in the same order (binding is itself collective)."""
+        key = (a.dtype, a.shape, op)
+        if (hit := self._bound_ops.get(key)) is None:
+            if len(self._bound_ops) >= BOUND:
+                for req, _, _ in self._bound_ops.values():
+                    req.Free()
+                self._bound_ops.clear()
+            send, recv = np.empty_like(a), np.empty_like(a)
+            hit = self._bound_ops[key] = (self._comm.Allreduce_init(send, recv, op=self._ops[op]), send, recv)
+        req, send, recv = hit
+        np.copyto(send, a)
+        req.Start()
+        self._wait(req, f"allreduce_{op}")
+        return recv.copy()
 
     def _allgather(self, a: np.ndarray) -> np.ndarray:
         self._agree(describe("allgather", a))
