@@ -4,8 +4,9 @@ With tolk-mpi (provider MPI) it runs ``mpiexec -n N [--hostfile F] python script
 flags only where they are needed, and saying so on stderr: the two OMPI_ALLOW_RUN_AS_ROOT variables as root,
 ``--oversubscribe`` and ``--mca mpi_yield_when_idle 1`` when N exceeds the slots (the hostfile's, else this
 machine's cores). With the reference provider TCP it starts the N ranks itself on this machine
-(tolk_core.collectives.launch.supervise); a hostfile may then name only this machine. Either way the exit
-status is non-zero when a rank fails, and the last line on stderr names that rank.
+(tolk_core.collectives.launch.supervise); a hostfile may then name only this machine. Without a hostfile each
+rank gets OMP_NUM_THREADS = cores / N (unless set). Either way the exit status is non-zero when a rank fails,
+and the last line on stderr names that rank.
 """
 from __future__ import annotations
 
@@ -68,6 +69,17 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def thread_env(n: int, hostfile: str | None) -> tuple[dict[str, str], list[str]]:
+    """OMP_NUM_THREADS for `n` ranks sharing this machine's cores (each rank's CPU kernels would otherwise start
+    a thread per core, and n ranks would fight over them); nothing when the user set it or a hostfile spreads
+    the ranks over machines."""
+    if hostfile or "OMP_NUM_THREADS" in os.environ:
+        return {}, []
+    k = max(1, _cores() // n)
+    return {"OMP_NUM_THREADS": str(k)}, [f"{n} ranks on {_cores()} cores: OMP_NUM_THREADS={k} in each (set "
+                                         "OMP_NUM_THREADS to choose)"]
+
+
 def mpi_command(n: int, mpiexec: str, argv: Sequence[str], hostfile: str | None = None,
                 is_root: bool | None = None) -> tuple[list[str], dict[str, str], list[str]]:
     """The mpiexec command line running `argv` as `n` ranks, the environment it adds, and one note per flag
@@ -81,6 +93,9 @@ def mpi_command(n: int, mpiexec: str, argv: Sequence[str], hostfile: str | None 
         cmd += ["--oversubscribe", "--mca", "mpi_yield_when_idle", "1"]
         notes.append(f"{n} ranks on {slots} slots ({'the hostfile' if hostfile else 'cores'}): --oversubscribe, "
                      "and mpi_yield_when_idle so that waiting ranks give their core away")
+    threads, said = thread_env(n, hostfile)
+    env.update(threads)
+    notes += said
     if is_root:
         env.update(ROOT_ENV)
         notes.append("running as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
@@ -134,7 +149,11 @@ def run_local(n: int, argv: Sequence[str], hostfile: str | None, timeout: float 
                               "ranks on this machine only. Use tolk-mpi (--provider MPI) across machines, or "
                               "start each rank there with TOLK_RANK, TOLK_WORLD_SIZE, TOLK_MASTER_ADDR/PORT")
     grace = float(config.get("COLLECTIVES_TIMEOUT")) + 5.0
-    code, failed = supervise(n, argv, env={**os.environ, "TOLK_COLLECTIVES": "TCP"}, grace=grace, timeout=timeout)
+    threads, said = thread_env(n, hostfile)
+    for note in said:
+        print(f"tolk launch: {note}", file=sys.stderr)
+    code, failed = supervise(n, argv, env={**os.environ, **threads, "TOLK_COLLECTIVES": "TCP"}, grace=grace,
+                             timeout=timeout)
     if failed:
         print(f"tolk launch: {failed}", file=sys.stderr)
     return code
