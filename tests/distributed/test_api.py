@@ -108,3 +108,17 @@ def test_tcp_launch_refuses_other_machines(tmp_path):
     hosts.write_text("localhost\nnode7\n")
     p = launch(["-n", "2", "--provider", "TCP", "--hostfile", str(hosts), "x.py"])
     assert p.returncode == 2 and "names node7: the reference provider TCP starts ranks on this machine" in p.stderr
+
+
+def test_threads_per_rank_and_oversubscription(monkeypatch):
+    from tolk_core.distributed import launch as launch_mod
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(launch_mod, "_cores", lambda: 8)
+    assert launch_mod.thread_env(4, None)[0] == {"OMP_NUM_THREADS": "2"}
+    assert launch_mod.thread_env(16, None)[0] == {"OMP_NUM_THREADS": "1"}
+    assert launch_mod.thread_env(4, "hosts") == ({}, [])  # ranks spread over machines: not ours to divide
+    cmd, env, _ = mpi_command(12, "mpiexec", ["python", "t.py"], is_root=False)
+    assert "--oversubscribe" in cmd and env["OMP_NUM_THREADS"] == "1"  # 12 ranks on 8 cores
+    assert "--oversubscribe" not in mpi_command(8, "mpiexec", ["t.py"], is_root=False)[0]
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert launch_mod.thread_env(4, None) == ({}, [])  # the user's choice stands
