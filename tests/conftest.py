@@ -158,3 +158,17 @@ def pytest_sessionstart(session) -> None:
     if missing:
         raise pytest.UsageError(f"CI=true but {', '.join(missing)} not installed: tests/models would skip; "
                                 "install the models extra (`make install` does) or unset CI")
+    _require_mpi()
+
+
+def _require_mpi() -> None:
+    """Under CI=true, MPI (mpi4py and an mpiexec, as tolk-mpi's probe sees them) must be there: the collectives
+    tier under mpiexec and the distributed tests would otherwise skip."""
+    import importlib
+    try:
+        probe = importlib.import_module("tolk_mpi.plugin").probe()
+    except ImportError:
+        raise pytest.UsageError("CI=true but tolk-mpi is not installed: install it (`make install` does)") from None
+    if not probe.ok:
+        raise pytest.UsageError(f"CI=true but MPI is unavailable ({probe.reason}): the mpiexec tests would skip; "
+                                "`make mpi` installs mpi4py and Open MPI (make test does), or unset CI")

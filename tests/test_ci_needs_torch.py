@@ -1,5 +1,5 @@
-"""Under CI=true a missing torch fails the run at session start (tests/conftest.py) instead of letting every torch
-comparison skip."""
+"""Under CI=true a missing torch (or models extra, or MPI) fails the run at session start (tests/conftest.py)
+instead of letting every comparison that needs it skip."""
 from __future__ import annotations
 
 import importlib.util
@@ -33,3 +33,13 @@ def test_ci_without_the_models_extra_fails_the_run(monkeypatch) -> None:
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.UsageError, match="onnxruntime not installed"):
         conftest.pytest_sessionstart(None)
+
+
+def test_ci_without_mpi_fails_the_run(monkeypatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mpi4py" else real(name, *a))
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.UsageError, match="MPI is unavailable \\(mpi4py is not installed\\)"):
+        conftest.pytest_sessionstart(None)
+    monkeypatch.delenv("CI")
+    assert conftest.pytest_sessionstart(None) is None  # without CI the mpiexec tests only skip

@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     add_viz(sub)
     from tolk_core.tune.command import add_parser as add_tune  # docs/tuning.md
     add_tune(sub)
+    from tolk_core.distributed.launch import add_parser as add_launch  # docs/distributed.md
+    add_launch(sub)
     args = parser.parse_args(argv)
     import warnings
     warnings.filterwarnings("ignore", category=PluginWarning)  # the table shows broken plugins itself

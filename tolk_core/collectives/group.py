@@ -61,7 +61,9 @@ def as_bytes(a: np.ndarray) -> memoryview:
 def to_host(x: Any, what: str) -> np.ndarray:
     """`x` as a C-contiguous numpy array: an ndarray (copied only when not contiguous) or a device Buffer
     (copied out through its allocator). Raises ArgumentTypeError or DTypeError naming `what`."""
-    if isinstance(x, Buffer):
+    if type(x) is np.ndarray and x.flags.c_contiguous:  # the common case first: no isinstance against a union
+        a = x
+    elif isinstance(x, Buffer):
         a = np.empty(x.size, dtype=dtypes.to_np(x.dtype) if isinstance(x.dtype, DType) else np.dtype(x.dtype))
         x.copyout(as_bytes(a))
     elif isinstance(x, np.ndarray | np.generic):

@@ -23,13 +23,19 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def rank_env(n: int, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every rank of an `n`-rank local job shares (its TOLK_RANK set per rank)."""
+    base = dict(os.environ if env is None else env)
+    base.update(TOLK_WORLD_SIZE=str(n), TOLK_MASTER_ADDR="127.0.0.1", TOLK_MASTER_PORT=str(free_port()))
+    base.setdefault("TOLK_COLLECTIVES", "TCP")
+    return base
+
+
 def spawn(n: int, argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 600.0,
           ) -> list[tuple[int, str]]:
     """Run `argv` as ranks 0..n-1 of one job and wait for all (killing them past `timeout` seconds). Returns
     each rank's (exit status, stderr tail); a killed rank's status is -9."""
-    base = dict(os.environ if env is None else env)
-    base.update(TOLK_WORLD_SIZE=str(n), TOLK_MASTER_ADDR="127.0.0.1", TOLK_MASTER_PORT=str(free_port()))
-    base.setdefault("TOLK_COLLECTIVES", "TCP")
+    base = rank_env(n, env)
     procs = [subprocess.Popen(list(argv), env={**base, "TOLK_RANK": str(r)}, stderr=subprocess.PIPE,
                               stdout=None, text=True) for r in range(n)]
     deadline = time.monotonic() + timeout
@@ -43,6 +49,36 @@ def spawn(n: int, argv: Sequence[str], env: Mapping[str, str] | None = None, tim
             _, err = p.communicate()
         out.append((p.returncode, (err or "")[-4000:]))
     return out
+
+
+def supervise(n: int, argv: Sequence[str], env: Mapping[str, str] | None = None, grace: float = 65.0,
+              timeout: float | None = None) -> tuple[int, str]:
+    """Run `argv` as ranks 0..n-1 with their output passed through, and wait. When a rank fails (non-zero
+    exit or a signal), the others get `grace` seconds to finish (their collectives raise within their
+    timeout) before they are killed. Returns the job's exit status (the first failing rank's, 0 when all
+    succeed) and a line naming that rank ("" when none failed)."""
+    base = rank_env(n, env)
+    procs = [subprocess.Popen(list(argv), env={**base, "TOLK_RANK": str(r)}) for r in range(n)]
+    start, first, kill_at = time.monotonic(), None, None
+    while True:
+        codes = [p.poll() for p in procs]
+        if first is None and (bad := next(((r, c) for r, c in enumerate(codes) if c), None)):
+            first, kill_at = bad, time.monotonic() + grace
+        if all(c is not None for c in codes):
+            break
+        now = time.monotonic()
+        if (kill_at is not None and now > kill_at) or (timeout is not None and now - start > timeout):
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            if first is None:
+                first = (next(r for r, c in enumerate(codes) if c is None), -9)
+        time.sleep(0.05)
+    if first is None:
+        return 0, ""
+    rank, code = first
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+    return (code if code > 0 else 128 - code), f"rank {rank} of {n} {how}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -133,12 +133,12 @@ class TcpGroup(ProcessGroup):
                 _send(hub, kind, text, mv, deadline)
                 got, msg, out = _recv(hub, deadline + 1.0)  # the hub's own deadline ends first: its abort says who
             except _Gone:
-                raise self._fail("rank 0 closed the connection (it failed or exited)") from None
+                raise self._fail(self._hub_said("rank 0 closed the connection (it failed or exited)")) from None
             except TimeoutError:
                 raise self._fail(f"no answer from rank 0 to {text} within {self.timeout:g}s "
                                  "(TOLK_COLLECTIVES_TIMEOUT)", True) from None
             except OSError as e:
-                raise self._fail(f"lost the connection to rank 0 ({e})") from None
+                raise self._fail(self._hub_said(f"lost the connection to rank 0 ({e})")) from None
             if got == ABORT:
                 self.close()
                 raise CollectiveError(f"{self.name}: {msg}")
@@ -169,6 +169,15 @@ class TcpGroup(ProcessGroup):
             except OSError as e:
                 raise self._fail(f"lost the connection to rank {r} during {text} ({e})") from None
         return bytearray(replies[0])
+
+    def _hub_said(self, otherwise: str) -> str:
+        """The abort the hub sent before closing (it names the rank at fault: a send to a closed hub fails before
+        this rank reads it), else `otherwise`."""
+        try:
+            kind, text, _ = _recv(self._socks[0], time.monotonic() + 0.5)
+        except (_Gone, OSError):
+            return otherwise
+        return text if kind == ABORT else otherwise
 
     def _abort(self, message: str) -> None:
         if self.closed:

@@ -12,18 +12,28 @@ once per (shape, renderer) and shared by the devices.
   its running chunk to device i+1) leaves each chunk folded on one device, and an allgather (n-1 steps)
   passes the folded chunks round; each device then joins its chunks. Used for more than 2 devices and more
   than RING_ALLREDUCE_THRESHOLD elements, where each link carries 2(n-1)/n of the value instead of (n-1).
+- across ranks: when the devices are those of several processes (runtime/ranks.py, one device per rank), the
+  local partial's bytes go through the joined process group's allreduce (tolk_core.collectives.world); each
+  rank stores the result on its own device, and another rank's result is a placeholder it never computes.
+  Inside a JIT capture this is one recorded CALL(COPY arg ("allreduce", op), out, partial), replayed through
+  a persistent allreduce (engine/jit.py).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from tolk_core import config
+from tolk_core.collectives.world import world
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers, concurrent, direct_fold
+from tolk_core.engine.run import capturing, run_linear
 from tolk_core.errors import ShardingError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
+from tolk_core.runtime import ranks
 from tolk_core.schedule.multi import concat, copy_to, shrink_axis, split_bounds
 
 Realize = Callable[[str, Sequence[UOp]], list[UOp]]
@@ -55,6 +65,8 @@ def allreduce(realize: Realize, partials: Sequence[UOp], devices: Sequence[str],
     shape = tuple(partials[0].tensor_shape)
     numel = partials[0].size
     assert isinstance(numel, int)
+    if any(ranks.is_remote(d) for d in devices):
+        how = "ranks"
     how = how or algorithm(len(devices), numel)
     if how == "ring" and numel < len(devices):
         how = "naive"  # a ring needs a chunk per device
@@ -65,7 +77,8 @@ def allreduce(realize: Realize, partials: Sequence[UOp], devices: Sequence[str],
     if how == "naive" and (direct := _direct(partials, devices, op, mean)) is not None:
         # stored partials (the direct fold's condition) have a concrete shape
         return [buffers.view_as(b, shape) for b in direct]  # type: ignore[arg-type]
-    outs = _naive(realize, partials, devices, op) if how == "naive" else _ring(realize, partials, devices, op)
+    outs = _naive(realize, partials, devices, op) if how == "naive" else \
+        _ranks(realize, partials, devices, op) if how == "ranks" else _ring(realize, partials, devices, op)
     if mean:
         outs = [realize(d, [_mean(o, len(devices))])[0] for d, o in zip(devices, outs, strict=True)]
     return outs
@@ -104,6 +117,43 @@ def _naive(realize: Realize, partials: Sequence[UOp], devices: Sequence[str], op
             acc = _fold(op, acc, copy_to(p, d))
         outs.append(realize(d, [acc])[0])
     return outs
+
+
+RANK_OPS = {Op.ADD: "sum", Op.MAX: "max", "min": "min"}
+"""The folds a process group reduces (ProcessGroup.allreduce's ops), by the fold this module names."""
+
+
+def _ranks(realize: Realize, partials: Sequence[UOp], devices: Sequence[str], op: Op | str) -> list[UOp]:
+    """The fold across processes: this rank's partial through the process group, the other ranks' results
+    placeholders. Needs exactly one of `devices` on this process."""
+    local = [i for i, d in enumerate(devices) if not ranks.is_remote(d)]
+    if len(local) != 1:
+        raise ShardingError(f"an allreduce over {tuple(devices)} spans processes, so it needs exactly one device of "
+                            f"this rank (rank {ranks.place()[0]}) in the tuple, got {len(local)}: name one device "
+                            "per rank (tolk_core.distributed.devices)")
+    if (name := RANK_OPS.get(op)) is None:
+        raise ShardingError(f"an allreduce across processes folds by {', '.join(RANK_OPS.values())} (and mean), "
+                            f"not {op if isinstance(op, str) else op.name}")
+    i = local[0]
+    part = realize(devices[i], [partials[i]])[0]
+    if (src := buffers.base_buffer(part)) is None:
+        part = realize(devices[i], [UOp(Op.CONTIGUOUS, part.dtype, (part,))])[0]
+        src = buffers.base_buffer(part)
+        assert src is not None
+    out = buffers.new_buffer(devices[i], src.arg, src.dtype)
+    if capturing():  # replayed through a persistent allreduce (engine/jit.py)
+        run_linear(UOp(Op.LINEAR, dtypes.void, (UOp(Op.CALL, dtypes.void, (
+            UOp(Op.COPY, dtypes.void, (), ("allreduce", name)), out, src)),)))
+    else:
+        host = np.empty(src.arg, dtypes.to_np(src.dtype))
+        if host.size:
+            buffers.runtime_buffer(src).copyout(host.reshape(-1).view(np.uint8).data)
+        total = world().allreduce(host, name)
+        if total.size:
+            buffers.runtime_buffer(out).copyin(total.reshape(-1).view(np.uint8).data)
+    shape = tuple(s for s in partials[i].tensor_shape if isinstance(s, int))  # concrete (realize: _placeholder)
+    return [buffers.view_as(out, shape) if j == i else realize(d, [p])[0]
+            for j, (d, p) in enumerate(zip(devices, partials, strict=True))]
 
 
 def _ring(realize: Realize, partials: Sequence[UOp], devices: Sequence[str], op: Op | str) -> list[UOp]:

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from tolk_core import config
+from tolk_core.collectives.world import world
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers as storage
 from tolk_core.engine import concurrent, profile, run
@@ -33,7 +34,7 @@ from tolk_core.errors import JitError
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.runtime import Buffer, CopyProgram, Launch
+from tolk_core.runtime import Buffer, CopyProgram, Launch, ranks
 from tolk_core.schedule.memory import plan_memory, written_slots
 
 T = TypeVar("T")
@@ -61,10 +62,11 @@ def _batch_device(call: UOp) -> str | None:
 
 def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
     """Whether `call` may join a batch of `device`'s Graph: a kernel whose every argument lives there and whose
-    launch size does not depend on a variable, or a copy into it when the Graph takes copies."""
+    launch size does not depend on a variable, or a copy into it when the Graph takes copies (a COPY with an
+    arg is a collective across ranks, never batched)."""
     body = call.src[0]
     if body.op is Op.COPY:
-        return supports_copy and arg_device(call.src[1]) == device
+        return supports_copy and body.arg is None and arg_device(call.src[1]) == device
     if body.op is not Op.PROGRAM:
         return False
     if not isinstance(body.arg, str) and any(not isinstance(g, int) for g in body.arg.source.global_size):
@@ -180,6 +182,37 @@ class _CopyStep:
         for pos, slot in self.patches:
             self.handles[pos] = inputs[slot]
         storage.copy_handles(self.dest, self.handles[0], self.src, self.handles[1], self.host.size, self.host)
+
+    def profiled(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
+        self(inputs, var_vals, True)
+
+
+class _CollectiveStep:
+    """An allreduce across processes, CALL(COPY arg ("allreduce", op), dest, src) (engine/collective.py): the
+    source's bytes into a host array bound once to a persistent allreduce of the joined process group (its
+    agreement made at bind, when every rank binds the same capture), the result into the destination."""
+    __slots__ = ("src", "dest", "handles", "patches", "host", "req", "op")
+
+    def __init__(self, call: UOp, handles: list[Any], patches: tuple[tuple[int, int], ...]):
+        dest, src = call.src[1:]
+        self.dest, self.src = _device(arg_device(dest)).allocator, _device(arg_device(src)).allocator
+        self.handles, self.patches, self.op = handles, patches, call.src[0].arg[1]
+        self.host = np.empty(_nbytes(src) // src.dtype.itemsize, dtypes.to_np(src.dtype))
+        group = world()
+        self.req = group.allreduce_init(self.host, self.op) if group.persistent else None
+
+    def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
+        for pos, slot in self.patches:
+            self.handles[pos] = inputs[slot]
+        if not self.host.size:
+            return
+        self.src.copyout(self.host.view(np.uint8).data, self.handles[1])
+        if self.req is not None:
+            self.req.start()
+            out = self.req.wait()
+        else:
+            out = world().allreduce(self.host, self.op)
+        self.dest.copyin(self.handles[0], out.reshape(-1).view(np.uint8).data)
 
     def profiled(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
         self(inputs, var_vals, True)
@@ -331,7 +364,7 @@ class CapturedJit(Generic[T]):
                 continue
             if body.op is Op.COPY:
                 hs, patches = args(call)
-                steps.append(_CopyStep(call, hs, patches))
+                steps.append(_CopyStep(call, hs, patches) if body.arg is None else _CollectiveStep(call, hs, patches))
                 continue
             steps.append(self._graph_step(body.src[0].src, args, var_vals))
         self._steps, self._owned = steps, owned
@@ -363,10 +396,13 @@ class CapturedJit(Generic[T]):
         if len(input_uops) != len(self.input_info):
             raise JitError(f"JIT input mismatch: captured with {len(self.input_info)} input(s), called with "
                            f"{len(input_uops)}")
-        handles = []
+        handles: list[Any] = []
         for i, (u, (size, dtype, device)) in enumerate(zip(input_uops, self.input_info, strict=True)):
             if u.op is not Op.BUFFER:
                 raise JitError(f"JIT input {i} must be a BUFFER node, got {u.op.name}")
+            if ranks.is_remote(device):  # another rank's shard (runtime/ranks.py): no call of this process reads it
+                handles.append(None)
+                continue
             for what, want, got in (("element count", size, u.arg), ("dtype", dtype, u.dtype),
                                     ("device", device, storage.buffer_device(u))):
                 if want != got:

@@ -14,6 +14,7 @@ is `schedule` (cached by structure), compiling `compile`, launching `run`.
 """
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
 
@@ -28,6 +29,7 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
+from tolk_core.runtime import ranks
 from tolk_core.schedule import multi, placements, prepare
 from tolk_core.schedule.prepare import storage_base
 
@@ -51,7 +53,10 @@ def _known(u: UOp, device: str) -> UOp | None:
 
 def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     """The storage view holding each of `values` (all on `device`), computing the ones not computed yet, in one
-    schedule. A value that is storage (a BUFFER seen whole through reshapes) is its own view."""
+    schedule. A value that is storage (a BUFFER seen whole through reshapes) is its own view. On another rank's
+    device (runtime/ranks.py) nothing is computed: each value gets a placeholder view, storage never allocated."""
+    if ranks.is_remote(device):
+        return [_placeholder(device, v) for v in values]
     out = [_known(v, device) or v for v in values]
     todo = list(dict.fromkeys(v for v in out if buffers.base_buffer(v) is None))
     if not todo:
@@ -76,6 +81,17 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         if not capturing() and orig in reads:
             _computed[orig] = views[orig]
     return [views.get(v, v) for v in out]
+
+
+def _placeholder(device: str, v: UOp) -> UOp:
+    """Value `v` of another rank's `device` as storage this process never allocates (a BUFFER of its size)."""
+    if (base := buffers.base_buffer(v)) is not None and buffers.buffer_device(base) == device:
+        return v
+    shape = tuple(s for s in v.tensor_shape if isinstance(s, int))
+    if len(shape) != len(v.tensor_shape):
+        raise ShardingError(f"a value of symbolic shape {v.tensor_shape} on {device}: tuples spanning ranks take "
+                            "concrete shapes (docs/distributed.md, limits)")
+    return buffers.view_as(buffers.new_buffer(device, math.prod(shape), v.dtype), shape)
 
 
 def _reading_storage(nodes: list[UOp]) -> set[UOp]:
@@ -111,6 +127,14 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
         src, dest = u.src[0].substitute(done) if done else u.src[0], u.src[1].arg
         if (home := src.device) is None or home == dest:
             continue
+        if ranks.is_remote(dest):  # that rank makes its own copy
+            done[u] = _placeholder(dest, src)
+            continue
+        if ranks.is_remote(home):
+            raise DeviceMismatchError(f"a copy from {home} to {dest}: this process (rank {ranks.place()[0]}) cannot "
+                                      "read another rank's data; reduce it first (an allreduce, tolk_core."
+                                      "distributed.all_reduce) or read a replicated value's own shard "
+                                      "(docs/distributed.md)")
         if capturing():  # recorded as a COPY call the replay performs (docs/jit.md, copies)
             done[u] = _captured_copy(src, home, dest)
             continue
@@ -219,7 +243,10 @@ def assign(device: str, target: UOp, value: UOp) -> None:
 def assign_all(device: str, pairs: Sequence[tuple[UOp, UOp]]) -> None:
     """`assign` of every (target, value) pair, in one schedule: every value is read before any store lands, so
     the caller makes sure that no value reads another pair's destination storage, and that the destinations
-    are distinct storage (a value reading its own destination is `assign`'s case)."""
+    are distinct storage (a value reading its own destination is `assign`'s case). Nothing is stored on another
+    rank's device (runtime/ranks.py): that rank stores its own."""
+    if ranks.is_remote(device):
+        return
     for _, value in pairs:
         _refuse_disk(device, value)
     stores = tuple(UOp(Op.STORE, dtypes.void, (target, value)) for target, value in pairs)

@@ -37,6 +37,7 @@ from tolk_core.frontend.tensor import ReadGuard, Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp
+from tolk_core.runtime import ranks
 from tolk_core.schedule import placements
 
 R = TypeVar("R")
@@ -168,7 +169,7 @@ class TolkJit(Generic[R]):
         inputs, var_vals, signature = self._inputs(args, kwargs)
         device = inputs[0][1].device if inputs else _default_device()
         if isinstance(device, tuple):  # sharded inputs (docs/multi-device.md): graphs batch the first device's
-            device = device[0]
+            device = ranks.local_of(device)  # (this process's: the others of a tuple spanning ranks are remote)
         if self._engine is None:
             self._engine = engine_jit.create(device, fxn=lambda _uops, _vv: self._run(*self._current),
                                              prune=self.prune)

@@ -56,6 +56,7 @@ from tolk_core.frontend.sorting import SortingMixin
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.uop import UOp, prod, sint
+from tolk_core.runtime import ranks
 from tolk_core.schedule import placements
 
 Scalar = int | float | bool
@@ -253,8 +254,9 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
     def __init__(self, data: Any, device: str | Sequence[str] | None = None, dtype: Any = None):
         if device is not None and not isinstance(device, str):  # several devices: sharded (docs/multi-device.md)
             self.device = resolve_devices(device)  # type: ignore[assignment]
-            if not isinstance(data, UOp):  # data replicated: uploaded to the first device, copied to the others
-                data = Tensor(data, self.device[0], dtype).shard(self.device).uop
+            if not isinstance(data, UOp):  # data replicated: uploaded to the first device (of this process, when
+                # the devices span ranks), copied to the others
+                data = Tensor(data, ranks.local_of(tuple(self.device)), dtype).shard(self.device).uop
             self._adopt(data)
             return
         self.device = resolve_device(device)
@@ -365,8 +367,9 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
     def numpy(self) -> np.ndarray:
         """A copy of the data (`np.asarray(t)` shares it where it can: frontend/interop.py)."""
         if isinstance(self.device, tuple):  # sharded: its shards computed (the devices at the same time, as
-            # realize does: docs/multi-device.md), then gathered on its first device
-            return self.realize().to(self.device[0]).numpy()
+            # realize does: docs/multi-device.md), then gathered on its first device of this process (the devices
+            # may span ranks: docs/distributed.md)
+            return self.realize().to(ranks.local_of(self.device)).numpy()
         with self._reading():
             return storage.to_numpy(self.uop, self.shape, self.dtype)
 
@@ -449,7 +452,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             devices = resolve_devices(device)
             if devices == self.device:
                 return self
-            return (self.to(devices[0]) if isinstance(self.device, tuple) else self).shard(devices)
+            return (self.to(ranks.local_of(devices)) if isinstance(self.device, tuple) else self).shard(devices)
         device = resolve_device(device)
         if device == self.device:
             return self

@@ -23,7 +23,7 @@ from tolk_core.errors import ConfigError, DeviceUnavailableError, PluginError, U
 from tolk_core.plugins import contract
 from tolk_core.plugins.registry import BackendRecord, PluginWarning, Registry, get_registry
 from tolk_core.plugins.specs import Capabilities, RendererSpec, resolve_ref
-from tolk_core.runtime import disk
+from tolk_core.runtime import disk, ranks
 from tolk_core.runtime.compiler import Compiler
 from tolk_core.runtime.device import CompiledDevice
 
@@ -141,16 +141,24 @@ class DeviceFace:
         return get_registry()
 
     def canonicalize(self, name: str) -> str:
-        """Canonical ``NAME`` or ``NAME:index``; raises UnknownDeviceError for names no plugin provides."""
+        """Canonical ``NAME`` or ``NAME:index``; raises UnknownDeviceError for names no plugin provides. A rank's
+        device (``CPU@rank1``, runtime/ranks.py) is the canonical device on that rank: this rank's is local."""
         if disk.is_disk_name(name):
             return disk.canonical(name)
+        if ranks.is_rank_name(name):
+            device, rank = ranks.split(name)
+            return ranks.rank_name(self.canonicalize(device), rank)
         rec, idx = _record(name, self.registry)
         return _canonical(rec, idx, name)
 
     def check(self, name: str) -> str:
-        """Canonical name of a demanded device; raises unless it is available."""
+        """Canonical name of a demanded device; raises unless it is available (a rank's device: unless this
+        process's device of that name is, as every rank runs the same program)."""
         if disk.is_disk_name(name):
             return disk.canonical(name)
+        if ranks.is_rank_name(name):
+            device, rank = ranks.split(name)
+            return ranks.rank_name(self.check(device), rank)
         rec, idx = _record(name, self.registry)
         canon = _canonical(rec, idx, name)
         if (why := _why_unusable(rec, idx)) is not None:
@@ -210,6 +218,8 @@ class DeviceFace:
         """The capability flags of device `name` (its backend's spec; a disk's own)."""
         if disk.is_disk_name(name):
             return disk.CAPABILITIES
+        if ranks.is_rank_name(name):
+            return self.capabilities(ranks.split(name)[0])
         return _record(name, self.registry)[0].spec.capabilities
 
     def is_disk(self, name: str) -> bool:
