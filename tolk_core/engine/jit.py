@@ -218,6 +218,10 @@ class _CollectiveStep:
         self(inputs, var_vals, True)
 
 
+# steps that read another device's memory (or another process's): run once every queued launch has run
+_SYNC_STEPS = (_CopyStep, _CollectiveStep)
+
+
 class _KernelStep:
     """One launch: bound handles, and the (argument position, input slot) pairs patched per call; `call` is
     the compiled CALL it launches (what a profile records)."""
@@ -428,17 +432,17 @@ class CapturedJit(Generic[T]):
             for step in steps:
                 step.profiled(inputs, var_vals)
             return self.ret
-        if wait or len({s.device for s in steps if not isinstance(s, _CopyStep)}) < 2:
+        if wait or len({s.device for s in steps if not isinstance(s, _SYNC_STEPS)}) < 2:
             last = len(steps) - 1
             for i, step in enumerate(steps):
                 step(inputs, var_vals, wait and i == last)
             return self.ret
         # several devices: each device's launches from its own thread (engine/concurrent.py); a step that reads
-        # another device (a copy, a Graph batch holding one) runs here once every queued launch has run, before
-        # any later launch may overwrite what it reads
+        # another device (a copy, a collective, a Graph batch holding a copy) runs here once every queued launch
+        # has run, before any later launch may overwrite what it reads
         with concurrent.together():
             for step in steps:
-                if isinstance(step, _CopyStep) or (isinstance(step, _GraphStep) and step.n < len(step.launches)):
+                if isinstance(step, _SYNC_STEPS) or (isinstance(step, _GraphStep) and step.n < len(step.launches)):
                     concurrent.settle()
                     step(inputs, var_vals, False)
                 else:
