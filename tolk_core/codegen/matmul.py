@@ -1,0 +1,163 @@
+"""matmul: the CPU plan of a matmul-shaped kernel (docs/performance.md, "Matmul on CPU").
+
+A kernel is matmul-shaped when its one store holds one sum over one range `k` of a product of two loads, `A`
+depending on an output range `m` and not on the innermost output range `n`, `B` on `n` and not on `m`
+(A[m, k] * B[k, n] in any layout: transposed operands, batch ranges, an epilogue around the sum). Its plan is
+the standard one of BLAS libraries, built from the IR's own nodes:
+
+- **Micro-kernel**: a register tile of MR rows x NR columns, NR a whole number of vectors of the width the
+  compiler targets (`Renderer.vector_bytes`), MR as many rows as the remaining vector registers hold
+  accumulators for (`Renderer.vector_registers`: AVX2 6 x 2 vectors, AVX-512 12 x 2). Each step of `k` loads
+  NR/W vectors of B, broadcasts MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
+- **Packed panel**: the columns are cut into panels of NC columns; each panel's K x NC slice of B is copied
+  once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to half the L2 cache
+  (`Renderer.cache_bytes`), so the micro-kernel reads B contiguously from L2 for every row of A, whatever B's
+  layout (B transposed included) and without a TLB miss per row of B.
+- **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then the panel's micro-panels (jr), then
+  k. The outermost loop with several iterations runs on threads (panels have private arrays; with one panel
+  the rows share it).
+- **Sizes that do not fill a tile**: the last tile of a row or column is moved back to end at the last row or
+  column (it overlaps its neighbour, which computes the same values), so every tile is whole and no tail loop
+  is needed; a matrix narrower than one vector keeps the generic plan.
+
+The reduction is not blocked over `k` (a kernel's stores are final: a partial sum cannot be stored and
+reloaded), so for a large K the panel narrows to fit the L2 cache; past K = L2 / (2 x NR x itemsize) the panel
+would not fit and the plan is not used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tolk_core.codegen.choices import knob
+from tolk_core.codegen.upcast import lanes_are_contiguous, vectorize_lanes
+from tolk_core.ir.dtype import AddrSpace, dtypes
+from tolk_core.ir.ops import AxisType, Op
+from tolk_core.ir.uop import UOp
+from tolk_core.render.host import DEFAULT
+
+# knobs (codegen/choices.py); 0: sized from the machine as the module docstring says
+MATMUL_MR = 0          # rows of the register tile
+MATMUL_NR_VECTORS = 2  # vectors per row of the register tile (NR = this x lanes)
+MATMUL_NC = 0          # columns of a packed panel of B
+MR_MOST = 12           # rows of the tile at most (AVX-512's 32 registers: 12 x 2 accumulators + 2 B vectors)
+_DTYPES = (dtypes.float32, dtypes.float64)
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """The parts of a matmul-shaped kernel (module docstring): its store and sum, the two loads, the ranges."""
+    store: UOp
+    red: UOp
+    a: UOp
+    b: UOp
+    k: UOp
+    m: UOp
+    n: UOp
+    outer: tuple[UOp, ...]
+
+
+def _deps(u: UOp) -> set[UOp]:
+    return {x for x in u.toposort() if x.op is Op.RANGE}
+
+
+def _plain_load(u: UOp) -> bool:
+    return u.op is Op.LOAD and len(u.src) == 1 and u.src[0].op is Op.INDEX and len(u.src[0].src) == 2 and \
+        u.src[0].src[0].op is Op.PARAM
+
+
+def match(ast: UOp, outs: list[UOp]) -> MatmulShape | None:
+    """The matmul shape of kernel `ast` (output ranges `outs`, outermost first), or None."""
+    nodes = ast.toposort()
+    stores = [u for u in nodes if u.op is Op.STORE]
+    reduces = [u for u in nodes if u.op is Op.REDUCE]
+    if len(stores) != 1 or len(reduces) != 1 or len(outs) < 2 or any(r.src[0].op is not Op.CONST for r in outs):
+        return None
+    red = reduces[0]
+    if red.arg is not Op.ADD or red.dtype not in _DTYPES or len(red.src) != 2 or red.src[1].op is not Op.RANGE \
+            or red.src[0].op is not Op.MUL or not all(_plain_load(x) for x in red.src[0].src):
+        return None
+    k, n = red.src[1], outs[-1]
+    x, y = red.src[0].src
+    b, a = (x, y) if n in _deps(x) else (y, x)
+    da, db = _deps(a), _deps(b)
+    if n in da or n not in db or k not in da or k not in db or a.dtype != red.dtype or b.dtype != red.dtype:
+        return None
+    m = next((r for r in reversed(outs[:-1]) if r in da and r not in db), None)
+    if m is None:
+        return None
+    return MatmulShape(stores[0], red, a, b, k, m, n, tuple(r for r in outs if r not in (m, n)))
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Sizes of the plan: lanes W, register tile MR x NR, panel columns NC, panels."""
+    w: int
+    mr: int
+    nr: int
+    nc: int
+    panels: int
+
+
+def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> Tile | None:
+    """The plan's sizes for `mm` on a machine with `registers` vectors of `vector_bytes` and `l2` bytes of L2
+    (module docstring), or None when a row is narrower than a vector or a micro-panel would not fit."""
+    item = mm.red.dtype.itemsize
+    w, size_m, size_n, size_k = vector_bytes // item, mm.m.src[0].arg, mm.n.src[0].arg, mm.k.src[0].arg
+    if w < 2 or size_n < w or not isinstance(size_k, int):
+        return None
+    vectors = max(1, min(knob("MATMUL_NR_VECTORS", MATMUL_NR_VECTORS), size_n // w))
+    nr = vectors * w
+    mr = knob("MATMUL_MR", MATMUL_MR) or min(MR_MOST, max(1, (registers - vectors - 1) // vectors))
+    mr = min(mr, size_m)
+    budget = (l2 or DEFAULT.l2) // 2
+    if size_k * nr * item > budget:
+        return None
+    widest = knob("MATMUL_NC", MATMUL_NC) or budget // (size_k * item)
+    micro = -(-size_n // nr)                             # micro-panels covering the row
+    per_panel = max(1, min(micro, widest // nr))
+    panels = -(-micro // per_panel)
+    per_panel = -(-micro // panels)                      # the same count in every panel, as even as it gets
+    return Tile(w, mr, nr, per_panel * nr, panels)
+
+
+def _range(i: int, size: int, kind: AxisType) -> UOp:
+    return UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (i, kind))
+
+
+def _clamped(start: UOp, last: int) -> UOp:
+    """min(start, last): a tile past the end moves back to end at the end."""
+    return start.minimum(UOp.const(dtypes.index, last))
+
+
+def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int) -> UOp | None:
+    """`ast` rebuilt as the module docstring's plan (vector lanes expanded), or None when it is not
+    matmul-shaped or the plan does not apply."""
+    if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2)) is None:
+        return None
+    size_m, size_n, size_k = mm.m.src[0].arg, mm.n.src[0].arg, mm.k.src[0].arg
+    ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
+    jc, ir, jr = (_range(next(ids), s, AxisType.LOOP) for s in (t.panels, -(-size_m // t.mr), t.nc // t.nr))
+    pj, pk, pl = (_range(next(ids), s, AxisType.LOCAL) for s in (t.nc // t.nr, size_k, t.nr))
+    lane = _range(next(ids), t.w, AxisType.LANE)
+    # the panel: micro-panel pj of panel jc, k-major, NR columns per k
+    panel = UOp(Op.DEFINE_REG, mm.b.dtype.ptr(t.nc * size_k, AddrSpace.REG), (), ("panel0", t.nc * size_k))
+    col = _clamped(jc * t.nc + pj * t.nr, size_n - t.nr) + pl
+    fill = UOp(Op.END, dtypes.void, (UOp(Op.STORE, dtypes.void, (
+        UOp(Op.INDEX, panel.dtype, (panel, (pj * size_k + pk) * t.nr + pl)), mm.b.substitute({mm.k: pk, mm.n: col}))),
+        pj, pk, pl))
+    row0 = _clamped(ir * t.mr, size_m - t.mr)
+    col0 = _clamped(jc * t.nc + jr * t.nr, size_n - t.nr)
+    top = next(u for u in ast.src if mm.store in u.toposort())
+    tops = []
+    for i in range(t.mr):
+        for c in range(t.nr // t.w):
+            packed = UOp(Op.LOAD, mm.b.dtype, (UOp(Op.INDEX, panel.dtype, (panel, (jr * size_k + mm.k) * t.nr +
+                                                                          c * t.w + lane)), fill))
+            red = mm.red.replace(src=(mm.red.src[0].substitute({mm.b: packed}), mm.k))
+            store = mm.store.substitute({mm.red: red}).substitute({mm.m: row0 + i, mm.n: col0 + c * t.w + lane})
+            tops.append(UOp(Op.END, dtypes.void, (store, *mm.outer, jc, ir, jr)))
+    rest = tuple(u for u in ast.src if u is not top)
+    new = UOp(Op.SINK, dtypes.void, (*rest, *tops)).simplify()
+    if not lanes_are_contiguous(new, lane, arrays=True):
+        return None
+    return vectorize_lanes(new, lane, t.w)
