@@ -7,7 +7,9 @@ them in turn for one call each, `--calls` times per size (Tolk, numpy, Tolk, ...
 lands on both). Each row prints GFLOP/s of the median call and Tolk's median time over numpy's as x BLAS
 (numpy's time over Tolk's: above 1, Tolk is faster): by the call's wall time (Tolk: `(a @ b).realize()`,
 scheduling and launch included) and by Tolk's kernel time (`tolk_core.profile()`, the launches only), with the
-load average. Tolk's result is checked against numpy's first.
+load average; and the ratio of CPU time per call (the process's, all its threads: the work done, which the
+other load on a shared machine disturbs less than the wall time; OpenBLAS's threads spin while they wait, Tolk's
+sleep). Tolk's result is checked against numpy's first.
 """
 from __future__ import annotations
 
@@ -39,14 +41,15 @@ def _tolk_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
         raise SystemExit(f"Tolk's {n}x{n} matmul differs from numpy's")
 
     def timer(reps: int, min_s: float, budget_s: float) -> dict[str, Any]:
-        times, kernel = [], []
+        times, kernel, cpu = [], [], []
         for _ in range(reps):
             with tolk_core.profile() as prof:
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 (ta @ tb).realize()
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
             kernel.append(sum(r.total_s for r in prof.rows))
-        return {"times": times, "per_step": {"kernel_s": statistics.median(kernel)}}
+        return {"times": times, "per_step": {"kernel_s": statistics.median(kernel), "cpu_s": statistics.median(cpu)}}
     return timer
 
 
@@ -55,12 +58,13 @@ def _numpy_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
     a @ b
 
     def timer(reps: int, min_s: float, budget_s: float) -> dict[str, Any]:
-        times = []
+        times, cpu = [], []
         for _ in range(reps):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             a @ b
             times.append(time.perf_counter() - t0)
-        return {"times": times, "per_step": {"kernel_s": statistics.median(times)}}
+            cpu.append(time.process_time() - c0)
+        return {"times": times, "per_step": {"kernel_s": statistics.median(times), "cpu_s": statistics.median(cpu)}}
     return timer
 
 
@@ -84,17 +88,19 @@ def _rows(threads: int, sizes: list[int], calls: int) -> list[str]:
             k.read()
         out = []
         for n in sizes:
-            got: dict[str, list[float]] = {"tolk": [], "numpy": [], "kernel": []}
+            got: dict[str, list[float]] = {"tolk": [], "numpy": [], "kernel": [], "tolk_cpu": [], "numpy_cpu": []}
             for _ in range(calls):
                 for side, k in kids.items():
                     rec = k.ask(f"time {n} 1 0 0")
                     got[side] += rec["times"]
+                    got[side + "_cpu"].append(rec["per_step"]["cpu_s"])
                     if side == "tolk":
                         got["kernel"].append(rec["per_step"]["kernel_s"])
-            t, b, kern = (statistics.median(got[x]) for x in ("tolk", "numpy", "kernel"))
+            t, b, kern, tc, bc = (statistics.median(got[x]) for x in ("tolk", "numpy", "kernel", "tolk_cpu",
+                                                                       "numpy_cpu"))
             gf = 2.0 * n ** 3 / 1e9
             out.append(f"| {n} | {threads} | {gf / t:.1f} | {gf / kern:.1f} | {gf / b:.1f} | {b / t:.2f} | "
-                       f"{b / kern:.2f} | {os.getloadavg()[0]:.1f} |")
+                       f"{b / kern:.2f} | {bc / tc:.2f} | {os.getloadavg()[0]:.1f} |")
             print(out[-1], flush=True)
         return out
     finally:
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     print("| N | threads | Tolk call GFLOP/s | Tolk kernel GFLOP/s | OpenBLAS GFLOP/s | x BLAS (call) | "
-          "x BLAS (kernel) | load |\n|---|---|---|---|---|---|---|---|", flush=True)
+          "x BLAS (kernel) | x BLAS (CPU time) | load |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for threads in (int(x) for x in args.threads.split(",")):
         _rows(threads, sizes, args.calls)
 

@@ -11,8 +11,9 @@ the standard one of BLAS libraries, built from the IR's own nodes:
   NR/W vectors of B, broadcasts MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
 - **Packed panel**: the columns are cut into panels of NC columns; each panel's K x NC slice of B is copied
   once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to half the L2 cache
-  (`Renderer.cache_bytes`), so the micro-kernel reads B contiguously from L2 for every row of A, whatever B's
-  layout (B transposed included) and without a TLB miss per row of B.
+  (`Renderer.cache_bytes`; at most `PANEL_MOST`: the array is on the thread's stack), so the micro-kernel reads
+  B contiguously from L2 for every row of A, whatever B's layout (B transposed included) and without a TLB miss
+  per row of B.
 - **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then the panel's micro-panels (jr), then
   k. The outermost loop with several iterations runs on threads (panels have private arrays; with one panel
   the rows share it).
@@ -39,6 +40,7 @@ from tolk_core.render.host import DEFAULT
 MATMUL_MR = 0          # rows of the register tile
 MATMUL_NR_VECTORS = 2  # vectors per row of the register tile (NR = this x lanes)
 MATMUL_NC = 0          # columns of a packed panel of B
+PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
 MR_MOST = 12           # rows of the tile at most (AVX-512's 32 registers: 12 x 2 accumulators + 2 B vectors)
 _DTYPES = (dtypes.float32, dtypes.float64)
 
@@ -74,8 +76,12 @@ def match(ast: UOp, outs: list[UOp]) -> MatmulShape | None:
         return None
     red = reduces[0]
     if red.arg is not Op.ADD or red.dtype not in _DTYPES or len(red.src) != 2 or red.src[1].op is not Op.RANGE \
-            or red.src[0].op is not Op.MUL or not all(_plain_load(x) for x in red.src[0].src):
+            or red.src[1].src[0].op is not Op.CONST or red.src[0].op is not Op.MUL or \
+            not all(_plain_load(x) for x in red.src[0].src):
         return None
+    out = stores[0].src[0].src[0]
+    if any(u.op is Op.LOAD and u.src[0].src[0] is out for u in nodes):
+        return None  # reads its output (an in-place update): the overlapping edge tiles would read new values
     k, n = red.src[1], outs[-1]
     x, y = red.src[0].src
     b, a = (x, y) if n in _deps(x) else (y, x)
@@ -103,13 +109,13 @@ def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> T
     (module docstring), or None when a row is narrower than a vector or a micro-panel would not fit."""
     item = mm.red.dtype.itemsize
     w, size_m, size_n, size_k = vector_bytes // item, mm.m.src[0].arg, mm.n.src[0].arg, mm.k.src[0].arg
-    if w < 2 or size_n < w or not isinstance(size_k, int):
+    if w < 2 or size_n < w:
         return None
     vectors = max(1, min(knob("MATMUL_NR_VECTORS", MATMUL_NR_VECTORS), size_n // w))
     nr = vectors * w
     mr = knob("MATMUL_MR", MATMUL_MR) or min(MR_MOST, max(1, (registers - vectors - 1) // vectors))
     mr = min(mr, size_m)
-    budget = (l2 or DEFAULT.l2) // 2
+    budget = min((l2 or DEFAULT.l2) // 2, PANEL_MOST)
     if size_k * nr * item > budget:
         return None
     widest = knob("MATMUL_NC", MATMUL_NC) or budget // (size_k * item)
