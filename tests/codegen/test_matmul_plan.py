@@ -21,7 +21,7 @@ from tolk_core.codegen.optimize import _output_ranges
 from tolk_core.render import host
 from tolk_core.testing import kernels
 
-SIZES = [(1, 7, 1), (7, 7, 7), (65, 65, 65), (129, 257, 129), (257, 129, 65), (1, 64, 40), (40, 64, 1),
+SIZES = [(1, 7, 1), (1, 129, 65), (7, 7, 7), (65, 65, 65), (129, 257, 129), (257, 129, 65), (1, 64, 40), (40, 64, 1),
          (9, 300, 17), (130, 70, 200)]
 
 
@@ -69,6 +69,15 @@ def test_the_plan_is_taken(name, fn, specs):
     srcs = _kernel_sources(fn, *specs)
     assert len(srcs) == 1, name
     assert "panel0[" in srcs[0] and "tolk_fma" in srcs[0], name
+
+
+def test_one_row_of_tiles_reads_b_in_place_where_it_can():
+    """A matrix-vector product reads each value of B once: B is read in place (no panel) when its rows are
+    contiguous, and packed when it is transposed (a vector load needs contiguous columns)."""
+    gemv, = _kernel_sources(lambda a, b: a @ b, ((1, 129), "float32"), ((129, 65), "float32"))
+    assert "panel0" not in gemv and "tolk_fma" in gemv
+    gemv_t, = _kernel_sources(lambda a, b: a @ b.T, ((1, 129), "float32"), ((65, 129), "float32"))
+    assert "panel0[" in gemv_t and "tolk_fma" in gemv_t
 
 
 def test_a_row_narrower_than_a_vector_keeps_the_generic_plan():

@@ -27,6 +27,7 @@ would not fit and the plan is not used.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tolk_core.codegen.choices import knob
@@ -53,9 +54,13 @@ class MatmulShape:
     a: UOp
     b: UOp
     k: UOp
-    m: UOp
+    m: UOp | None  # None: one row (a vector times a matrix), no range of its own
     n: UOp
     outer: tuple[UOp, ...]
+
+    @property
+    def rows(self) -> int:
+        return 1 if self.m is None else self.m.src[0].arg
 
 
 def _deps(u: UOp) -> set[UOp]:
@@ -72,7 +77,7 @@ def match(ast: UOp, outs: list[UOp]) -> MatmulShape | None:
     nodes = ast.toposort()
     stores = [u for u in nodes if u.op is Op.STORE]
     reduces = [u for u in nodes if u.op is Op.REDUCE]
-    if len(stores) != 1 or len(reduces) != 1 or len(outs) < 2 or any(r.src[0].op is not Op.CONST for r in outs):
+    if len(stores) != 1 or len(reduces) != 1 or not outs or any(r.src[0].op is not Op.CONST for r in outs):
         return None
     red = reduces[0]
     if red.arg is not Op.ADD or red.dtype not in _DTYPES or len(red.src) != 2 or red.src[1].op is not Op.RANGE \
@@ -89,8 +94,8 @@ def match(ast: UOp, outs: list[UOp]) -> MatmulShape | None:
     if n in da or n not in db or k not in da or k not in db or a.dtype != red.dtype or b.dtype != red.dtype:
         return None
     m = next((r for r in reversed(outs[:-1]) if r in da and r not in db), None)
-    if m is None:
-        return None
+    if m is None and any(r in da for r in outs):
+        return None  # A varies along the batch only: no row of its own
     return MatmulShape(stores[0], red, a, b, k, m, n, tuple(r for r in outs if r not in (m, n)))
 
 
@@ -108,7 +113,7 @@ def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> T
     """The plan's sizes for `mm` on a machine with `registers` vectors of `vector_bytes` and `l2` bytes of L2
     (module docstring), or None when a row is narrower than a vector or a micro-panel would not fit."""
     item = mm.red.dtype.itemsize
-    w, size_m, size_n, size_k = vector_bytes // item, mm.m.src[0].arg, mm.n.src[0].arg, mm.k.src[0].arg
+    w, size_m, size_n, size_k = vector_bytes // item, mm.rows, mm.n.src[0].arg, mm.k.src[0].arg
     if w < 2 or size_n < w:
         return None
     vectors = max(1, min(knob("MATMUL_NR_VECTORS", MATMUL_NR_VECTORS), size_n // w))
@@ -137,33 +142,52 @@ def _clamped(start: UOp, last: int) -> UOp:
 
 def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int) -> UOp | None:
     """`ast` rebuilt as the module docstring's plan (vector lanes expanded), or None when it is not
-    matmul-shaped or the plan does not apply."""
+    matmul-shaped or the plan does not apply. With one row of tiles (M <= MR: a matrix-vector product) each
+    value of B is read once, and a copy would only add to the reads: B is read in place where it is contiguous
+    along the row."""
     if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2)) is None:
         return None
-    size_m, size_n, size_k = mm.m.src[0].arg, mm.n.src[0].arg, mm.k.src[0].arg
-    ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
-    jc, ir, jr = (_range(next(ids), s, AxisType.LOOP) for s in (t.panels, -(-size_m // t.mr), t.nc // t.nr))
+    if mm.rows <= t.mr and (direct := _build(ast, mm, t, packed=False)) is not None:
+        return direct
+    return _build(ast, mm, t, packed=True)
+
+
+def _panel_read(mm: MatmulShape, t: Tile, jc: UOp, jr: UOp, ids: Iterator[int]) -> Callable[[UOp], UOp]:
+    """The packed panel of B (module docstring) for panel `jc`: a function of the column `c` within micro-panel
+    `jr` (a lane expression) giving the panel's load of B[k, that column]."""
+    size_k = mm.k.src[0].arg
     pj, pk, pl = (_range(next(ids), s, AxisType.LOCAL) for s in (t.nc // t.nr, size_k, t.nr))
-    lane = _range(next(ids), t.w, AxisType.LANE)
-    # the panel: micro-panel pj of panel jc, k-major, NR columns per k
     panel = UOp(Op.DEFINE_REG, mm.b.dtype.ptr(t.nc * size_k, AddrSpace.REG), (), ("panel0", t.nc * size_k))
-    col = _clamped(jc * t.nc + pj * t.nr, size_n - t.nr) + pl
+    col = _clamped(jc * t.nc + pj * t.nr, mm.n.src[0].arg - t.nr) + pl
     fill = UOp(Op.END, dtypes.void, (UOp(Op.STORE, dtypes.void, (
         UOp(Op.INDEX, panel.dtype, (panel, (pj * size_k + pk) * t.nr + pl)), mm.b.substitute({mm.k: pk, mm.n: col}))),
         pj, pk, pl))
+    return lambda c: UOp(Op.LOAD, mm.b.dtype, (UOp(Op.INDEX, panel.dtype, (panel, (jr * size_k + mm.k) * t.nr + c)),
+                                               fill))
+
+
+def _build(ast: UOp, mm: MatmulShape, t: Tile, packed: bool) -> UOp | None:
+    """The plan's loops (module docstring) around MR x NR/W copies of the store, B read from the packed panel
+    or (`packed` False) in place; None when some access is not contiguous in the lanes."""
+    size_m, size_n = mm.rows, mm.n.src[0].arg
+    ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
+    jc, ir, jr = (_range(next(ids), s, AxisType.LOOP) for s in (t.panels, -(-size_m // t.mr), t.nc // t.nr))
+    lane = _range(next(ids), t.w, AxisType.LANE)
+    read_b = _panel_read(mm, t, jc, jr, ids) if packed else None
     row0 = _clamped(ir * t.mr, size_m - t.mr)
     col0 = _clamped(jc * t.nc + jr * t.nr, size_n - t.nr)
     top = next(u for u in ast.src if mm.store in u.toposort())
     tops = []
     for i in range(t.mr):
         for c in range(t.nr // t.w):
-            packed = UOp(Op.LOAD, mm.b.dtype, (UOp(Op.INDEX, panel.dtype, (panel, (jr * size_k + mm.k) * t.nr +
-                                                                          c * t.w + lane)), fill))
-            red = mm.red.replace(src=(mm.red.src[0].substitute({mm.b: packed}), mm.k))
-            store = mm.store.substitute({mm.red: red}).substitute({mm.m: row0 + i, mm.n: col0 + c * t.w + lane})
+            store = mm.store
+            if read_b is not None:
+                red = mm.red.replace(src=(mm.red.src[0].substitute({mm.b: read_b(c * t.w + lane)}), mm.k))
+                store = store.substitute({mm.red: red})
+            at = {mm.n: col0 + c * t.w + lane} | ({} if mm.m is None else {mm.m: row0 + i})
+            store = store.substitute(at)
             tops.append(UOp(Op.END, dtypes.void, (store, *mm.outer, jc, ir, jr)))
-    rest = tuple(u for u in ast.src if u is not top)
-    new = UOp(Op.SINK, dtypes.void, (*rest, *tops)).simplify()
+    new = UOp(Op.SINK, dtypes.void, (*(u for u in ast.src if u is not top), *tops)).simplify()
     if not lanes_are_contiguous(new, lane, arrays=True):
         return None
     return vectorize_lanes(new, lane, t.w)
