@@ -7,8 +7,9 @@ the standard one of BLAS libraries, built from the IR's own nodes:
 
 - **Micro-kernel**: a register tile of MR rows x NR columns, NR a whole number of vectors of the width the
   compiler targets (`Renderer.vector_bytes`), MR as many rows as the remaining vector registers hold
-  accumulators for (`Renderer.vector_registers`: AVX2 6 x 2 vectors, AVX-512 12 x 2). Each step of `k` loads
-  NR/W vectors of B, broadcasts MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
+  accumulators for (`Renderer.vector_registers`), the shape that loads the fewest values per FMA
+  (`register_tile`: AVX2 4 x 3 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of B, broadcasts
+  MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
 - **Packed panel**: the columns are cut into panels of NC columns; each panel's K x NC slice of B is copied
   once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to half the L2 cache
   (`Renderer.cache_bytes`; at most `PANEL_MOST`: the array is on the thread's stack), so the micro-kernel reads
@@ -22,8 +23,8 @@ the standard one of BLAS libraries, built from the IR's own nodes:
   is needed; a matrix narrower than one vector keeps the generic plan.
 
 The reduction is not blocked over `k` (a kernel's stores are final: a partial sum cannot be stored and
-reloaded), so for a large K the panel narrows to fit the L2 cache; past K = L2 / (2 x NR x itemsize) the panel
-would not fit and the plan is not used.
+reloaded), so for a large K the panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per
+row); past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row).
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ from tolk_core.render.host import DEFAULT
 
 # knobs (codegen/choices.py); 0: sized from the machine as the module docstring says
 MATMUL_MR = 0          # rows of the register tile
-MATMUL_NR_VECTORS = 2  # vectors per row of the register tile (NR = this x lanes)
+MATMUL_NR_VECTORS = 0  # vectors per row of the register tile (NR = this x lanes)
+VECTORS_MOST = 4       # vectors per row of the tile at most
 MATMUL_NC = 0          # columns of a packed panel of B
 PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
 MR_MOST = 12           # rows of the tile at most (AVX-512's 32 registers: 12 x 2 accumulators + 2 B vectors)
@@ -107,28 +109,44 @@ class Tile:
     nr: int
     nc: int
     panels: int
+    packed: bool = True  # False: a micro-panel of B would not fit half the L2 cache, B is read in place
 
 
 def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> Tile | None:
     """The plan's sizes for `mm` on a machine with `registers` vectors of `vector_bytes` and `l2` bytes of L2
-    (module docstring), or None when a row is narrower than a vector or a micro-panel would not fit."""
+    (module docstring), or None when a row is narrower than a vector."""
     item = mm.red.dtype.itemsize
     w, size_m, size_n, size_k = vector_bytes // item, mm.rows, mm.n.src[0].arg, mm.k.src[0].arg
     if w < 2 or size_n < w:
         return None
-    vectors = max(1, min(knob("MATMUL_NR_VECTORS", MATMUL_NR_VECTORS), size_n // w))
-    nr = vectors * w
-    mr = knob("MATMUL_MR", MATMUL_MR) or min(MR_MOST, max(1, (registers - vectors - 1) // vectors))
-    mr = min(mr, size_m)
+    vectors, mr = register_tile(registers, size_n // w)
+    vectors = min(knob("MATMUL_NR_VECTORS", MATMUL_NR_VECTORS) or vectors, size_n // w)
     budget = min((l2 or DEFAULT.l2) // 2, PANEL_MOST)
-    if size_k * nr * item > budget:
-        return None
+    while vectors > 1 and size_k * vectors * w * item > budget:  # a long k: narrower micro-panels fit
+        vectors -= 1
+    nr, mr = vectors * w, min(knob("MATMUL_MR", MATMUL_MR) or _rows_for(registers, vectors), size_m)
+    if size_k * nr * item > budget:  # not even one vector's micro-panel: B is read in place
+        return Tile(w, mr, nr, nr, -(-size_n // nr), packed=False)
     widest = knob("MATMUL_NC", MATMUL_NC) or budget // (size_k * item)
     micro = -(-size_n // nr)                             # micro-panels covering the row
     per_panel = max(1, min(micro, widest // nr))
     panels = -(-micro // per_panel)
     per_panel = -(-micro // panels)                      # the same count in every panel, as even as it gets
     return Tile(w, mr, nr, per_panel * nr, panels)
+
+
+def _rows_for(registers: int, vectors: int) -> int:
+    """Rows of a tile `vectors` wide: accumulators for each, plus a register per B vector and one for A."""
+    return max(1, min(MR_MOST, (registers - vectors - 1) // vectors))
+
+
+def register_tile(registers: int, most_vectors: int) -> tuple[int, int]:
+    """(vectors per row, rows) of the register tile: of the tiles that fit `registers` (`_rows_for`) with at most
+    `VECTORS_MOST` (and `most_vectors`) vectors per row, the one loading the fewest values per FMA, (rows +
+    vectors) / (rows x vectors): 16 registers (AVX2) give 4 x 3 vectors, 32 (AVX-512) 6 x 4."""
+    widths = range(1, max(1, min(VECTORS_MOST, most_vectors)) + 1)
+    v = min(widths, key=lambda v: (_rows_for(registers, v) + v) / (_rows_for(registers, v) * v))
+    return v, _rows_for(registers, v)
 
 
 def _range(i: int, size: int, kind: AxisType) -> UOp:
@@ -147,9 +165,9 @@ def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int) 
     along the row."""
     if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2)) is None:
         return None
-    if mm.rows <= t.mr and (direct := _build(ast, mm, t, packed=False)) is not None:
+    if (mm.rows <= t.mr or not t.packed) and (direct := _build(ast, mm, t, packed=False)) is not None:
         return direct
-    return _build(ast, mm, t, packed=True)
+    return _build(ast, mm, t, packed=True) if t.packed else None
 
 
 def _panel_read(mm: MatmulShape, t: Tile, jc: UOp, jr: UOp, ids: Iterator[int]) -> Callable[[UOp], UOp]:
