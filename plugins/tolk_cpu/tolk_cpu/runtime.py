@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tolk_core import config
+from tolk_core.errors import CompileTimeoutError
 from tolk_core.render.ccompile import compile_c, load_shared, run_compiler
 from tolk_core.runtime import (
     HOST_CHECK_BYTES,
@@ -122,14 +123,14 @@ class CPUCompiler(Compiler):
         compiler's predefined macros (``-march=native`` on an AVX2 CPU: 32 bytes, 16 registers; AVX-512: 64,
         32); remembered on disk like `identity`. A compiler that cannot be asked: (16, 16), SSE2/NEON."""
         facts = self._identity_facts()
-        return _parse_vector_target(remembered_identity(None if facts is None else f"vectors {facts}",
-                                                        self._ask_vector_macros))
+        try:  # a compiler that is missing or hangs is the compile's to report (a timeout is not remembered)
+            macros = remembered_identity(None if facts is None else f"vectors {facts}", self._ask_vector_macros)
+        except (OSError, CompileTimeoutError):
+            macros = ""
+        return _parse_vector_target(macros)
 
     def _ask_vector_macros(self) -> str:
-        try:
-            out = run_compiler([self.cc, *self.flags, "-dM", "-E", "-x", "c", "/dev/null"]).stdout
-        except OSError:
-            return ""
+        out = run_compiler([self.cc, *self.flags, "-dM", "-E", "-x", "c", "/dev/null"]).stdout
         return " ".join(sorted(m for m in re.findall(r"#define (\w+)", out) if m in _VECTOR_MACROS))
 
 
