@@ -44,7 +44,7 @@ MATMUL_NR_VECTORS = 0  # vectors per row of the register tile (NR = this x lanes
 VECTORS_MOST = 4       # vectors per row of the tile at most
 MATMUL_NC = 0          # columns of a packed panel of B
 PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
-MR_MOST = 12           # rows of the tile at most (AVX-512's 32 registers: 12 x 2 accumulators + 2 B vectors)
+MR_MOST = 12           # rows of the tile at most (one broadcast A value per row and step)
 _DTYPES = (dtypes.float32, dtypes.float64)
 
 
@@ -119,7 +119,7 @@ def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> T
     w, size_m, size_n, size_k = vector_bytes // item, mm.rows, mm.n.src[0].arg, mm.k.src[0].arg
     if w < 2 or size_n < w:
         return None
-    vectors, mr = register_tile(registers, size_n // w)
+    vectors, _ = register_tile(registers, size_n // w)
     vectors = min(knob("MATMUL_NR_VECTORS", MATMUL_NR_VECTORS) or vectors, size_n // w)
     budget = min((l2 or DEFAULT.l2) // 2, PANEL_MOST)
     while vectors > 1 and size_k * vectors * w * item > budget:  # a long k: narrower micro-panels fit
