@@ -73,8 +73,12 @@ def child(side: str, sizes: list[int]) -> None:
     timers = {str(n): make(n) for n in sizes}
     blas = ""
     if side == "numpy":
-        cfg = np.show_config(mode="dicts") if "mode" in np.show_config.__code__.co_varnames else {}
-        blas = str(cfg.get("Build Dependencies", {}).get("blas", {}).get("name", "")) if cfg else ""
+        try:
+            from threadpoolctl import threadpool_info  # what bench/peer_child.py records too
+            blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
+                             for i in threadpool_info() if i.get("user_api") == "blas")
+        except ImportError:
+            blas = "unknown (threadpoolctl not installed)"
     serve({"side": side, "blas": blas}, timers, lambda: {})
 
 
@@ -84,8 +88,9 @@ def _rows(threads: int, sizes: list[int], calls: int) -> list[str]:
     arg = ",".join(map(str, sizes))
     kids = {s: Child("bench.matmul_blas", [s, arg], env, os.getcwd(), 900) for s in ("tolk", "numpy")}
     try:
-        for k in kids.values():
-            k.read()
+        for side, k in kids.items():
+            if blas := k.read()["ready"].get("blas"):
+                print(f"{side} ({threads} threads): {blas}", file=sys.stderr, flush=True)
         out = []
         for n in sizes:
             got: dict[str, list[float]] = {"tolk": [], "numpy": [], "kernel": [], "tolk_cpu": [], "numpy_cpu": []}
