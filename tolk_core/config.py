@@ -128,6 +128,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             env="TOLK_CUDA_ARCH"),
     Setting("CPU_DEVICES", int, 1, "virtual CPU devices the CPU plugin offers (CPU:0 .. CPU:n-1; 'CPU' is CPU:0)",
             env="TOLK_CPU_DEVICES", check=in_range(1, 64)),
+    Setting("CPU_CACHE_SIZES", str, None, "L1,L2,L3 cache sizes the CPU matmul plan is sized from, e.g. "
+            "32K,1M,32M (default: what the OS reports, docs/performance.md)", env="TOLK_CPU_CACHE_SIZES"),
+    Setting("CPU_VECTOR_BYTES", int, 0, "vector register width (bytes: 16, 32, 64) CPU kernels are planned for "
+            "(0: what the C compiler targets with CFLAGS)", env="TOLK_CPU_VECTOR_BYTES", check=in_range(0, 64)),
     Setting("CPU_THREADS", int, 0, "OpenMP threads of each virtual CPU device when CPU_DEVICES > 1 "
             "(0: the cores divided by CPU_DEVICES, at least 1)", env="TOLK_CPU_THREADS", check=in_range(0)),
     Setting("DEVICE_THREADS", int, 2, "whether devices launch at the same time, each from its own thread: 1 always, "

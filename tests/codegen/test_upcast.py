@@ -43,8 +43,11 @@ def test_upcast_kernels_match_numpy(device):
 def test_matmul_is_register_blocked_vector_code():
     a, b = Tensor(np.ones((64, 64), np.float32), device="CPU"), Tensor(np.ones((64, 64), np.float32), device="CPU")
     linear, _, _ = schedule(target_for("CPU"), [(a @ b).uop])
-    src = generate(linear.src[0].src[0], Device["CPU"].renderer).source
-    assert "tolk_float_x16" in src and src.count("acc") >= 2 * 16  # 16 vector accumulators, declared and used
+    renderer = Device["CPU"].renderer
+    src = generate(linear.src[0].src[0], renderer).source
+    w = renderer.vector_bytes // 4  # the lanes the compiler targets (AVX2: 8, AVX-512: 16)
+    # the packed-panel plan (codegen/matmul.py): at least 8 vector accumulators, each folded with an FMA
+    assert f"tolk_float_x{w}" in src and "panel0[" in src and src.count(f"= tolk_fma{w}_float(") >= 8
 
 
 def test_cpu_exp2_matches_libm_and_keeps_special_values():

@@ -36,7 +36,8 @@ def _kinds(name: str) -> set[LoopKind]:
 
 def test_members_equal_and_hash_as_the_strings_they_replace():
     old = {"": "PLAIN", "parallel": "PARALLEL", "simd": "SIMD", "parallel simd": "PARALLEL_SIMD",
-           "parallel reduce": "PARALLEL_REDUCE", "unroll": "UNROLL", "unroll4": "UNROLL4"}
+           "parallel reduce": "PARALLEL_REDUCE",
+           "parallel tiles": "PARALLEL_TILES", "unroll": "UNROLL", "unroll4": "UNROLL4"}
     assert {m.value: m.name for m in LoopKind} == old
     for text, name in old.items():
         member = LoopKind[name]

@@ -18,9 +18,15 @@ PROGRAMS = {
     "matmul": (lambda a, b: a @ b, [((64, 64), "float32"), ((64, 64), "float32")]),
     "wide": (lambda a: a * 2 + 1, [((2048, 1024), "float32")]),
     "short_sum": (lambda a: a.sum(axis=(1, 2)), [((64, 4, 4), "float32")]),
+    "wide_matmul": (lambda a, b: a @ b, [((64, 64), "float32"), ((64, 256), "float32")]),
+    "conv": (lambda x, w: x.conv2d(w), [((2, 4, 10, 34), "float32"), ((16, 4, 3, 3), "float32")]),
 }
+# numpy's value of the programs numpy has no method for
+REFS = {"conv": lambda x, w: np.einsum("ncijkl,ockl->noij", np.lib.stride_tricks.sliding_window_view(
+    x, (3, 3), axis=(2, 3)), w)}
 # for each knob: a program whose plan it changes, and a value other than the default
-MOVES = {"MAX_ACCUMULATORS": ("matmul", 4), "PARALLEL_MIN_WORK": ("wide", 1 << 23), "UNROLL_MAX": ("short_sum", 4),
+MOVES = {"MAX_ACCUMULATORS": ("conv", 4), "MATMUL_MR": ("matmul", 2), "MATMUL_NR_VECTORS": ("matmul", 1),
+         "MATMUL_NC": ("wide_matmul", 64), "PARALLEL_MIN_WORK": ("wide", 1 << 23), "UNROLL_MAX": ("short_sum", 4),
          "GPU_BLOCK": ("matmul", 4), "GPU_LOCAL": ("wide", 64), "GPU_VECTOR_ACCUMULATORS": ("matmul", 4)}
 
 
@@ -48,7 +54,7 @@ def test_a_moved_knob_keeps_the_values(knob):
     fn, specs = PROGRAMS[name]
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal(shape).astype(np.float32) for shape, _ in specs]
-    ref = fn(*[x.astype(np.float64) for x in xs])
+    ref = REFS.get(name, fn)(*[x.astype(np.float64) for x in xs])
     with using(Choices.of({knob: value})):
         got = fn(*[Tensor(x) for x in xs]).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
@@ -59,7 +65,7 @@ def test_the_source_cache_keeps_choices_apart(tmp_path):
     ast = next(iter(kernels.build(*PROGRAMS["matmul"][:1], *PROGRAMS["matmul"][1]).calls)).src[0]
     with config.override(CACHE_DIR=str(tmp_path)):
         base = source_cache.generate_cached(ast, CRenderer()).source
-        with using(Choices.of({"MAX_ACCUMULATORS": 4})):
+        with using(Choices.of({"MATMUL_MR": 2})):
             moved = source_cache.generate_cached(ast, CRenderer()).source
         again = source_cache.generate_cached(ast, CRenderer()).source
     assert moved != base and again == base

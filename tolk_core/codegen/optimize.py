@@ -40,8 +40,12 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tolk_core.codegen import matmul
 from tolk_core.codegen.choices import knob
 from tolk_core.codegen.linearize import is_array, range_deps
+
+# the matmul plan's knob defaults, where engine/tuning.py reads every knob's default
+from tolk_core.codegen.matmul import MATMUL_MR, MATMUL_NC, MATMUL_NR_VECTORS  # noqa: F401
 from tolk_core.codegen.upcast import (
     hoist_range,
     lanes_are_contiguous,
@@ -127,8 +131,11 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
     # element-operations, counted before register blocking: after it the loops count vectors and unrolled
     # blocks, and a 16x16x32x32 convolution looked like 150k operations (one thread)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
+    packed = None
     if reduce_ranges and renderer.vector_bytes:
-        ast = _upcast(ast, outs, renderer.vector_bytes)
+        # a matmul-shaped kernel gets the packed-panel plan (codegen/matmul.py), others the register tile below
+        packed = matmul.plan(ast, outs, renderer.vector_bytes, renderer.vector_registers, renderer.cache_bytes[1])
+        ast = packed if packed is not None else _upcast(ast, outs, renderer.vector_bytes)
         outs = _output_ranges(ast)
         reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     plan = Plan(ast)
@@ -137,7 +144,7 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
     first = next((i for i, r in enumerate(outs) if _most(r) > 1), None)
     if first is not None and work >= knob("PARALLEL_MIN_WORK", PARALLEL_MIN_WORK) and \
             all(_size(r) == 1 for r in outs[:first]):
-        plan.loop_kinds[outs[first]] = LoopKind.PARALLEL
+        plan.loop_kinds[outs[first]] = LoopKind.PARALLEL if packed is None else LoopKind.PARALLEL_TILES
     if outs and not reduce_ranges:
         inner = outs[-1]
         plan.loop_kinds[inner] = LoopKind.PARALLEL_SIMD if plan.loop_kinds.get(inner) is LoopKind.PARALLEL \

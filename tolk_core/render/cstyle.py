@@ -269,6 +269,12 @@ class CStyleRenderer(Renderer):
         wide.type_names = {**self.type_names, dtypes.index: self.type_names[dtypes.int64]}
         return wide
 
+    def multiply_add(self, a: str, b: str, acc: str, operand_dtypes: list[DType], dt: DType) -> str | None:
+        """`acc + a * b` rounded once (a fused multiply-add), for a sum of products folding into accumulator
+        `acc` of dtype `dt` (`a` or `b` may be a scalar of a vector fold); None: the dialect has none, and the
+        fold stays an add of the rounded product."""
+        return None
+
     def alu(self, op: Op, args: list[str], dt: DType) -> str:
         """ALU `op` on rendered operands giving a `dt` value; emulated results are rounded to `dt`."""
         if op is Op.WHERE:
@@ -451,7 +457,12 @@ class _KernelBody:
 
     def fold(self, u: UOp, pad: str) -> None:
         acc, val = self.names[u.src[0]], self.ref(u.src[1])
-        if u.dtype.count > 1 and u.arg not in self.r.vector_folds:
+        prod = u.src[1]
+        if u.arg is Op.ADD and prod.op is Op.MUL and dtypes.is_float(u.dtype) and \
+                (fma := self.r.multiply_add(self.ref(prod.src[0]), self.ref(prod.src[1]), acc,
+                                            [s.dtype for s in prod.src], u.dtype)) is not None:
+            self.lines.append(f"{pad}{acc} = {fma};")
+        elif u.dtype.count > 1 and u.arg not in self.r.vector_folds:
             lanes = self.r.alu(u.arg, [f"{acc}[_l]", f"{val}[_l]"], u.dtype.scalar())
             self.lines.append(f"{pad}for (int _l = 0; _l < {u.dtype.count}; _l++) {acc}[_l] = {lanes};")
         else:

@@ -50,6 +50,10 @@ class LoopKind(enum.StrEnum):
     """No annotation: an ordinary sequential loop."""
     PARALLEL = "parallel"
     """An output loop worth splitting across threads (the kernel does at least `PARALLEL_MIN_WORK`)."""
+    PARALLEL_TILES = "parallel tiles"
+    """An output loop of few, long iterations (a matmul's panels or rows of register tiles) split across threads
+    that each take the next iteration when done, so a thread that loses its core on a busy machine does not hold
+    the others up. A renderer without a line for it runs it as `PARALLEL`."""
     SIMD = "simd"
     """The innermost output loop of a kernel without reductions: iterations are independent, vectorize them."""
     PARALLEL_SIMD = "parallel simd"
@@ -114,6 +118,12 @@ class Renderer(ABC):
     vector_bytes: int = 0
     """The widest vector register (bytes) of a loop-style device: kernels with reductions are register-blocked
     over vector lanes of this width (matmul, convolutions). 0: one scalar accumulator per output."""
+    vector_registers: int = 16
+    """Vector registers of that width (AVX2: 16, AVX-512: 32): a matmul's register tile holds its accumulators,
+    the B vectors of one step and a broadcast A value in them (codegen/matmul.py)."""
+    cache_bytes: tuple[int, int, int] = (0, 0, 0)
+    """L1 data, L2 and L3 cache bytes (tolk_core.render.host) a matmul's packed panels are sized from; zeros:
+    unknown (host.DEFAULT is assumed)."""
     loop_pragmas: ClassVar[Mapping[LoopKind, str]] = MappingProxyType({})
     """The line the default `loop_pragma` emits before a loop of each kind (e.g. an OpenMP pragma); kinds not in
     it get none. Keys are `LoopKind` members (plain-string keys are converted with a DeprecationWarning)."""
@@ -208,7 +218,10 @@ class Renderer(ABC):
     def loop_pragma(self, kind: LoopKind, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
         """The line before a loop of `kind`, or None. `folds` are the (op, accumulator name, its dtype) triples an
         innermost loop folds into (empty for other loops), for reduction clauses. Default: `loop_pragmas[kind]`."""
-        return self.loop_pragmas.get(LoopKind.of(kind))
+        kind = LoopKind.of(kind)
+        if kind is LoopKind.PARALLEL_TILES and kind not in self.loop_pragmas:
+            kind = LoopKind.PARALLEL
+        return self.loop_pragmas.get(kind)
 
 
 INT32_RANGE = (-(2 ** 31), 2 ** 31 - 1)

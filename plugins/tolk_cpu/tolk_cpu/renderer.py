@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.render import host
 from tolk_core.render.cstyle import CStyleRenderer
 from tolk_core.render.renderer import LoopKind
 
@@ -35,6 +36,10 @@ _EXP2F = """static inline float tolk_exp2f(float x) {
 }
 """
 
+_SCALAR_FMA = {dtypes.float32: "__builtin_fmaf", dtypes.float64: "__builtin_fma"}
+_SCALAR_FMA_NAMES = {"float": "__builtin_fmaf", "double": "__builtin_fma"}
+_FMA = re.compile(r"\btolk_fma(\d+)_(float|double)\b")
+
 # lanes of a vector type: GCC vector extensions (gcc and clang); a bool lane is a byte (C has no _Bool vectors)
 _VEC = re.compile(r"\btolk_(\w+?)_x(\d+)\b")
 
@@ -45,11 +50,22 @@ class CRenderer(CStyleRenderer):
     `loop_pragma`); vector values use unaligned GCC vector types `tolk_<type>_x<lanes>` (`vector_bytes`)."""
 
     device = "CPU"
-    vector_bytes = 64  # the widest vector register the optimizer plans lanes for (AVX-512)
+    vector_bytes = 64  # the widest vector register the optimizer plans lanes for; set per target in __init__
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
-    loop_pragmas = {LoopKind.PARALLEL: "#pragma omp parallel for", LoopKind.SIMD: "#pragma omp simd",
-                    LoopKind.PARALLEL_SIMD: "#pragma omp parallel for simd", LoopKind.UNROLL: "#pragma GCC unroll 16",
+    loop_pragmas = {LoopKind.PARALLEL: "#pragma omp parallel for",
+                    LoopKind.PARALLEL_TILES: "#pragma omp parallel for schedule(dynamic)",
+                    LoopKind.SIMD: "#pragma omp simd", LoopKind.PARALLEL_SIMD: "#pragma omp parallel for simd",
+                    LoopKind.UNROLL: "#pragma GCC unroll 16",
                     LoopKind.UNROLL4: "#pragma GCC unroll 4"}
+
+    def __init__(self, device: object = None):
+        super().__init__(device)
+        # plans follow the machine: vectors the compiler targets with CFLAGS (a 64-byte GCC vector on an AVX2
+        # CPU is lowered through memory: matmul ran at 1 GFLOP/s), caches the OS reports
+        from tolk_cpu.runtime import CPUCompiler  # deferred: the entry point stays import-light
+        self.vector_bytes, self.vector_registers = CPUCompiler().vector_target()
+        caches = host.cache_sizes()
+        self.cache_bytes = (caches.l1, caches.l2, caches.l3)
 
     def loop_pragma(self, kind: LoopKind, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
         kind = LoopKind.of(kind)  # a subclass passing a plain string: deprecated, warned
@@ -60,6 +76,20 @@ class CRenderer(CStyleRenderer):
             head = "#pragma omp parallel for simd " if kind is LoopKind.PARALLEL_REDUCE else "#pragma omp simd "
             return head + " ".join(f"reduction({_fold_op(op, dt)}:{acc})" for op, acc, dt in folds)
         return super().loop_pragma(kind, folds)
+
+    def multiply_add(self, a: str, b: str, acc: str, operand_dtypes: list[DType], dt: DType) -> str | None:
+        # a sum of products folds with FMA (one rounding per term, as BLAS does): twice the throughput of a
+        # multiply and an add, which -ffp-contract=off keeps apart elsewhere. Vectors: a lane-wise
+        # __builtin_fma* helper (prelude), which gcc and clang compile to one vector FMA
+        fn = _SCALAR_FMA.get(dt.scalar())
+        if fn is None:
+            return None
+        if dt.count == 1:
+            return f"{fn}({a}, {b}, {acc})"
+        vec = self.vector_type_name(dt)
+        a, b = (x if d.count > 1 else f"(({vec}){{{', '.join([x] * dt.count)}}})"
+                for x, d in zip((a, b), operand_dtypes, strict=True))
+        return f"tolk_fma{dt.count}_{self.type_name(dt.scalar())}({a}, {b}, {acc})"
 
     def unary(self, op: Op, x: str, dt: DType) -> str:
         return f"tolk_exp2f({x})" if op is Op.EXP2 and dt == dtypes.float32 else super().unary(op, x, dt)
@@ -75,12 +105,18 @@ class CRenderer(CStyleRenderer):
             head += "".join(f"#pragma omp declare reduction({_FLOAT_MAX} : {t} : omp_out = (omp_out<omp_in||omp_in!="
                             f"omp_in)?omp_in:omp_out) initializer(omp_priv = -({t})__builtin_inf())\n"
                             for t in ("float", "double", "_Float16"))
-        vecs = sorted({m.groups() for s in sources for m in _VEC.finditer(s)})
+        fmas = sorted({m.groups() for s in sources for m in _FMA.finditer(s)})
+        vecs = sorted({m.groups() for s in sources for m in _VEC.finditer(s)} | {(t, n) for n, t in fmas})
         for scalar, lanes in vecs:
             ctype = "signed char" if scalar == "_Bool" else scalar.replace("_", " ")
             size = int(lanes) * _SIZES[ctype]
             head += (f"typedef {ctype} tolk_{scalar}_x{lanes} "
                      f"__attribute__((vector_size({size}), aligned({_SIZES[ctype]})));\n")
+        for lanes, scalar in fmas:
+            vec = f"tolk_{scalar}_x{lanes}"
+            head += (f"static inline {vec} tolk_fma{lanes}_{scalar}({vec} a, {vec} b, {vec} c) {{ {vec} r; "
+                     f"for (int i = 0; i < {lanes}; i++) r[i] = {_SCALAR_FMA_NAMES[scalar]}(a[i], b[i], c[i]); "
+                     "return r; }\n")
         return head + ("\n" if vecs else "") + super().prelude(sources)
 
 

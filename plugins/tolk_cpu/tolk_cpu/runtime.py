@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tolk_core import config
+from tolk_core.errors import CompileTimeoutError
 from tolk_core.render.ccompile import compile_c, load_shared, run_compiler
 from tolk_core.runtime import (
     HOST_CHECK_BYTES,
@@ -126,6 +127,34 @@ class CPUCompiler(Compiler):
         exp = re.sub(r"\S*/tmp/\S*", "", exp)  # temporary file names differ per run
         target = hashlib.sha256(exp.encode()).hexdigest()[:16]
         return f"cc={self.cc} version={ver[0] if ver else '?'} flags={' '.join(self.flags)} target={target}"
+
+
+    def vector_target(self) -> tuple[int, int]:
+        """(the widest vector register in bytes, how many of them) of the code these flags make, read from the
+        compiler's predefined macros (``-march=native`` on an AVX2 CPU: 32 bytes, 16 registers; AVX-512: 64,
+        32); remembered on disk like `identity`. A compiler that cannot be asked: (16, 16), SSE2/NEON."""
+        facts = self._identity_facts()
+        try:  # a compiler that is missing or hangs is the compile's to report (a timeout is not remembered)
+            macros = remembered_identity(None if facts is None else f"vectors {facts}", self._ask_vector_macros)
+        except (OSError, CompileTimeoutError):
+            macros = ""
+        return _parse_vector_target(macros)
+
+    def _ask_vector_macros(self) -> str:
+        out = run_compiler([self.cc, *self.flags, "-dM", "-E", "-x", "c", "/dev/null"]).stdout
+        return " ".join(sorted(m for m in re.findall(r"#define (\w+)", out) if m in _VECTOR_MACROS))
+
+
+# predefined macro -> (vector bytes, vector registers) of the code a compiler emits; the widest present wins
+_VECTOR_MACROS = {"__AVX512F__": (64, 32), "__AVX__": (32, 16), "__SSE2__": (16, 16), "__ARM_NEON": (16, 32),
+                  "__aarch64__": (16, 32)}
+
+
+def _parse_vector_target(macros: str) -> tuple[int, int]:
+    if n := config.get("CPU_VECTOR_BYTES"):
+        return n, 32 if n >= 64 else 16
+    found = [_VECTOR_MACROS[m] for m in macros.split() if m in _VECTOR_MACROS]
+    return max(found, default=(16, 16))
 
 
 class CPUProgram(Program):

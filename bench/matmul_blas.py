@@ -1,0 +1,134 @@
+"""float32 matmul against numpy's BLAS (OpenBLAS), each in its own process, in interleaved calls.
+
+`python -m bench.matmul_blas [--sizes 256,512,1024,2048] [--threads 1,2] [--calls 15]` starts, for each thread
+count, a Tolk child and a numpy child (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set to it; numpy's without
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which make OpenBLAS pick a slower kernel on these machines), then asks
+them in turn for one call each, `--calls` times per size (Tolk, numpy, Tolk, ...: a change of the machine's load
+lands on both). Each row prints GFLOP/s of the median call and Tolk's median time over numpy's as x BLAS
+(numpy's time over Tolk's: above 1, Tolk is faster): by the call's wall time (Tolk: `(a @ b).realize()`,
+scheduling and launch included) and by Tolk's kernel time (`tolk_core.profile()`, the launches only), with the
+load average; and the ratio of CPU time per call (the process's, all its threads: the work done, which the
+other load on a shared machine disturbs less than the wall time; OpenBLAS's threads spin while they wait, Tolk's
+sleep). Tolk's result is checked against numpy's first.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bench.rounds import Child, serve
+
+
+def _inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(n)
+    return rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+
+
+def _tolk_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
+    import tolk_core
+    from tolk_core import Tensor
+    a, b = _inputs(n)
+    ta, tb = Tensor(a).realize(), Tensor(b).realize()
+    got = (ta @ tb).numpy()
+    if not np.allclose(got, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n)):
+        raise SystemExit(f"Tolk's {n}x{n} matmul differs from numpy's")
+
+    def timer(reps: int, min_s: float, budget_s: float) -> dict[str, Any]:
+        times, kernel, cpu = [], [], []
+        for _ in range(reps):
+            with tolk_core.profile() as prof:
+                c0, t0 = time.process_time(), time.perf_counter()
+                (ta @ tb).realize()
+                times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+            kernel.append(sum(r.total_s for r in prof.rows))
+        return {"times": times, "per_step": {"kernel_s": statistics.median(kernel), "cpu_s": statistics.median(cpu)}}
+    return timer
+
+
+def _numpy_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
+    a, b = _inputs(n)
+    a @ b
+
+    def timer(reps: int, min_s: float, budget_s: float) -> dict[str, Any]:
+        times, cpu = [], []
+        for _ in range(reps):
+            c0, t0 = time.process_time(), time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        return {"times": times, "per_step": {"kernel_s": statistics.median(times), "cpu_s": statistics.median(cpu)}}
+    return timer
+
+
+def child(side: str, sizes: list[int]) -> None:
+    make = _tolk_timer if side == "tolk" else _numpy_timer
+    timers = {str(n): make(n) for n in sizes}
+    blas = ""
+    if side == "numpy":
+        try:
+            from threadpoolctl import threadpool_info  # what bench/peer_child.py records too
+            blas = ", ".join(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
+                             for i in threadpool_info() if i.get("user_api") == "blas")
+        except ImportError:
+            blas = "unknown (threadpoolctl not installed)"
+    serve({"side": side, "blas": blas}, timers, lambda: {})
+
+
+def _rows(threads: int, sizes: list[int], calls: int) -> list[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env = {**base, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
+    arg = ",".join(map(str, sizes))
+    kids = {s: Child("bench.matmul_blas", [s, arg], env, os.getcwd(), 900) for s in ("tolk", "numpy")}
+    try:
+        for side, k in kids.items():
+            if blas := k.read()["ready"].get("blas"):
+                print(f"{side} ({threads} threads): {blas}", file=sys.stderr, flush=True)
+        out = []
+        for n in sizes:
+            got: dict[str, list[float]] = {"tolk": [], "numpy": [], "kernel": [], "tolk_cpu": [], "numpy_cpu": []}
+            for _ in range(calls):
+                for side, k in kids.items():
+                    rec = k.ask(f"time {n} 1 0 0")
+                    got[side] += rec["times"]
+                    got[side + "_cpu"].append(rec["per_step"]["cpu_s"])
+                    if side == "tolk":
+                        got["kernel"].append(rec["per_step"]["kernel_s"])
+            t, b, kern, tc, bc = (statistics.median(got[x]) for x in ("tolk", "numpy", "kernel", "tolk_cpu",
+                                                                       "numpy_cpu"))
+            gf = 2.0 * n ** 3 / 1e9
+            out.append(f"| {n} | {threads} | {gf / t:.1f} | {gf / kern:.1f} | {gf / b:.1f} | {b / t:.2f} | "
+                       f"{b / kern:.2f} | {bc / tc:.2f} | {os.getloadavg()[0]:.1f} |")
+            print(out[-1], flush=True)
+        return out
+    finally:
+        for k in kids.values():
+            k.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "child":
+        child(argv[1], [int(x) for x in argv[2].split(",")])
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="256,512,1024,2048")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--calls", type=int, default=15)
+    args = p.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    print("| N | threads | Tolk call GFLOP/s | Tolk kernel GFLOP/s | OpenBLAS GFLOP/s | x BLAS (call) | "
+          "x BLAS (kernel) | x BLAS (CPU time) | load |\n|---|---|---|---|---|---|---|---|---|", flush=True)
+    for threads in (int(x) for x in args.threads.split(",")):
+        _rows(threads, sizes, args.calls)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""The CPU matmul plan (codegen/matmul.py): packed B panels, a register tile sized from the vector registers,
+edge tiles moved back over their neighbours. Every case is built first and realized together (one compile) and
+must equal numpy; on CPU each float32/float64 case must also have taken the plan (its kernel packs a panel).
+OPENCL keeps its own plan (work items with vector lanes) and must give the same values.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tolk_cpu.renderer import CRenderer
+from tolk_cpu.runtime import _parse_vector_target
+
+from tests.frontend.helpers import check_cases_together
+from tolk_core import config
+from tolk_core.codegen import generate
+from tolk_core.codegen.choices import Choices, using
+from tolk_core.codegen.matmul import match, register_tile, tile_sizes
+from tolk_core.codegen.optimize import _output_ranges
+from tolk_core.render import host
+from tolk_core.testing import kernels
+
+SIZES = [(1, 7, 1), (1, 129, 65), (7, 7, 7), (65, 65, 65), (129, 257, 129), (257, 129, 65), (1, 64, 40), (40, 64, 1),
+         (9, 300, 17), (130, 70, 200)]
+
+
+def _cases(rng: np.random.Generator):
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    out = []
+    for m, k, n in SIZES:
+        a, b = f(m, k), f(k, n)
+        at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+        out += [(f"{m}x{k}x{n}", lambda T, a=a, b=b: T(a) @ T(b), a @ b),
+                (f"A.T@B {m}x{k}x{n}", lambda T, at=at, b=b: T(at).T @ T(b), a @ b),
+                (f"A@B.T {m}x{k}x{n}", lambda T, a=a, bt=bt: T(a) @ T(bt).T, a @ b)]
+    x, w, bias = f(4, 33, 40), f(4, 40, 72), f(72)
+    x2, w2 = f(130, 40), f(40, 72)
+    d1, d2 = x2.astype(np.float64), w2.astype(np.float64)
+    out += [("batched", lambda T: T(x) @ T(w), x @ w),
+            ("batch of A, one B", lambda T: T(x) @ T(w2), x @ w2),
+            ("bias relu", lambda T: (T(x2) @ T(w2) + T(bias)).relu(), np.maximum(x2 @ w2 + bias, 0)),
+            ("scaled residual", lambda T: (T(x2) @ T(w2)) * 0.5 + T(x2 @ w2), (x2 @ w2) * 0.5 + x2 @ w2),
+            ("float64", lambda T: T(d1) @ T(d2), d1 @ d2)]
+    return out
+
+
+def test_matmuls_match_numpy(device):
+    check_cases_together(_cases(np.random.default_rng(0)), device, rtol=1e-5, atol=2e-4)  # sums of <= 300 terms
+
+
+def _kernel_sources(fn, *specs, renderer=None) -> list[str]:
+    renderer = renderer or CRenderer()
+    return [generate(c.src[0], renderer).source for c in kernels.build(fn, *specs).calls]
+
+
+@pytest.mark.parametrize("name,fn,specs", [
+    ("A@B", lambda a, b: a @ b, [((257, 129), "float32"), ((129, 65), "float32")]),
+    ("A.T@B", lambda a, b: a.T @ b, [((129, 257), "float32"), ((129, 65), "float32")]),
+    ("A@B.T", lambda a, b: a @ b.T, [((257, 129), "float32"), ((65, 129), "float32")]),
+    ("batched", lambda a, b: a @ b, [((4, 33, 40), "float32"), ((4, 40, 72), "float32")]),
+    ("epilogue", lambda a, b, c: (a @ b + c).relu(), [((64, 40), "float32"), ((40, 72), "float32"),
+                                                      ((72,), "float32")]),
+    ("float64", lambda a, b: a @ b, [((64, 40), "float64"), ((40, 72), "float64")]),
+])
+def test_the_plan_is_taken(name, fn, specs):
+    """Transposed operands, batches and an epilogue keep the packed-panel plan: one kernel, which packs a panel
+    and folds vector accumulators with FMAs."""
+    srcs = _kernel_sources(fn, *specs)
+    assert len(srcs) == 1, name
+    assert "panel0[" in srcs[0] and "tolk_fma" in srcs[0], name
+
+
+def test_one_row_of_tiles_reads_b_in_place_where_it_can():
+    """A matrix-vector product reads each value of B once: B is read in place (no panel) when its rows are
+    contiguous, and packed when it is transposed (a vector load needs contiguous columns)."""
+    gemv, = _kernel_sources(lambda a, b: a @ b, ((1, 129), "float32"), ((129, 65), "float32"))
+    assert "panel0" not in gemv and "tolk_fma" in gemv
+    gemv_t, = _kernel_sources(lambda a, b: a @ b.T, ((1, 129), "float32"), ((65, 129), "float32"))
+    assert "panel0[" in gemv_t and "tolk_fma" in gemv_t
+
+
+def test_a_row_narrower_than_a_vector_keeps_the_generic_plan():
+    src, = _kernel_sources(lambda a, b: a @ b, ((64, 40), "float32"), ((40, 3), "float32"))
+    assert "panel0" not in src
+
+
+def _shape(m: int, k: int, n: int):
+    call, = kernels.build(lambda a, b: a @ b, ((m, k), "float32"), ((k, n), "float32")).calls
+    ast = call.src[0].simplify()
+    return match(ast, _output_ranges(ast))
+
+
+def test_tile_sizes_follow_the_registers_and_the_l2_cache():
+    """AVX2 (32-byte vectors, 16 registers): 4 x 24 tiles (12 accumulators, 3 B vectors, one A value: 7 loads
+    per 12 FMAs); AVX-512 (64, 32): 6 x 64. The panel is half the L2 cache: with 512 KiB and K = 1024 (4 KiB
+    per column), 48 columns (two 24-column micro-panels); with 256 KiB, 24 (one); with 128 KiB a micro-panel
+    (96 KiB) does not fit: two vectors per row (64 KiB) do; with 16 KiB not even one, and B is read in place."""
+    assert register_tile(16, 100) == (3, 4) and register_tile(32, 100) == (4, 6)
+    assert register_tile(16, 2) == (2, 6)  # a row two vectors wide: the widest tile it has
+    mm = _shape(1024, 1024, 1024)
+    assert mm is not None
+    avx2 = tile_sizes(mm, 32, 16, 512 << 10)
+    assert avx2 is not None and (avx2.w, avx2.mr, avx2.nr, avx2.nc, avx2.panels) == (8, 4, 24, 48, 22)
+    avx512 = tile_sizes(mm, 64, 32, 2 << 20)
+    assert avx512 is not None and (avx512.w, avx512.mr, avx512.nr) == (16, 6, 64)
+    small = tile_sizes(mm, 32, 16, 256 << 10)
+    assert small is not None and (small.nc, small.panels) == (24, 43)
+    narrow = tile_sizes(mm, 32, 16, 128 << 10)
+    assert narrow is not None and (narrow.mr, narrow.nr, narrow.nc, narrow.packed) == (6, 16, 16, True)
+    unpacked = tile_sizes(mm, 32, 16, 16 << 10)
+    assert unpacked is not None and not unpacked.packed
+
+
+def test_odd_sizes_get_whole_tiles_and_even_panels():
+    mm = _shape(65, 100, 1000)
+    assert mm is not None
+    t = tile_sizes(mm, 32, 16, 128 << 10)  # 64 KiB per panel: 160 columns of K = 100
+    assert t is not None and t.nr == 24 and t.nc * t.panels >= 1000 and t.nc % 24 == 0
+    assert t.nc * (t.panels - 1) < 1000  # no panel lies wholly past the last column
+
+
+def test_knobs_set_the_tile():
+    mm = _shape(256, 256, 256)
+    assert mm is not None
+    with using(Choices.of({"MATMUL_MR": 4, "MATMUL_NR_VECTORS": 1, "MATMUL_NC": 64})):
+        t = tile_sizes(mm, 32, 16, 512 << 10)
+    assert t is not None and (t.mr, t.nr, t.nc, t.panels) == (4, 8, 64, 4)
+
+
+def test_the_vector_target_comes_from_the_compiler_macros():
+    assert _parse_vector_target("__AVX2__ __AVX__ __SSE2__") == (32, 16)
+    assert _parse_vector_target("__AVX512F__ __AVX__ __SSE2__") == (64, 32)
+    assert _parse_vector_target("__ARM_NEON __aarch64__") == (16, 32)
+    assert _parse_vector_target("") == (16, 16)
+    with config.override(CPU_VECTOR_BYTES=64):
+        assert _parse_vector_target("__AVX__") == (64, 32)
+
+
+def _fake_sysfs(root: Path, caches: list[tuple[int, str, str]]) -> Path:
+    for i, (level, kind, size) in enumerate(caches):
+        d = root / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_cache_sizes_from_sysfs_and_the_setting(tmp_path):
+    root = _fake_sysfs(tmp_path, [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "2048K"),
+                                  (3, "Unified", "105M")])
+    got = host.cache_sizes(root)
+    assert (got.l1, got.l2, got.l3) == (48 << 10, 2 << 20, 105 << 20)
+    with config.override(CPU_CACHE_SIZES="32K,1M,32M"):
+        got = host.cache_sizes(root)
+        assert (got.l1, got.l2, got.l3) == (32 << 10, 1 << 20, 32 << 20) and "CPU_CACHE_SIZES" in got.source
+    with config.override(CPU_CACHE_SIZES="32K,1M"), pytest.raises(ValueError, match="three sizes"):
+        host.cache_sizes(root)
+    with config.override(CPU_CACHE_SIZES="32K,1Q,32M"), pytest.raises(ValueError, match="not a cache size"):
+        host.cache_sizes(root)
+
+
+def test_fake_cache_sizes_reach_the_plan():
+    """A renderer made under CPU_CACHE_SIZES sizes its panels from them: a 64 KiB L2 leaves room for one
+    24-column micro-panel of K = 256 per panel (32 KiB), a 1 MiB L2 for the whole row (11 micro-panels)."""
+    fn, specs = (lambda a, b: a @ b), (((256, 256), "float32"), ((256, 256), "float32"))
+    with config.override(CPU_CACHE_SIZES="16K,64K,1M", CPU_VECTOR_BYTES=32):
+        small, = _kernel_sources(fn, *specs)
+    with config.override(CPU_CACHE_SIZES="32K,1M,8M", CPU_VECTOR_BYTES=32):
+        large, = _kernel_sources(fn, *specs)
+    assert f"panel0[{256 * 24}]" in small and f"panel0[{256 * 264}]" in large
+    with config.override(CPU_CACHE_SIZES="4K,8K,16K", CPU_VECTOR_BYTES=32):  # K x 8 floats > 4 KiB: in place
+        tiny, = _kernel_sources(fn, *specs)
+    assert "panel0" not in tiny and "tolk_fma8_float(" in tiny
+
+
+def test_scalar_sums_of_products_fold_with_fma():
+    """A dot product folds with one rounding per term (__builtin_fmaf) and matches numpy."""
+    src, = _kernel_sources(lambda a, b: (a * b).sum(), ((1000,), "float32"), ((1000,), "float32"))
+    assert "__builtin_fmaf(" in src
+    from tolk_core import Tensor
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    got = (Tensor(a, device="CPU") * Tensor(b, device="CPU")).sum().numpy()
+    np.testing.assert_allclose(got, np.dot(a.astype(np.float64), b.astype(np.float64)), rtol=1e-5, atol=1e-5)
+
+
+def test_an_in_place_update_keeps_the_generic_plan():
+    """`c += a @ b` into c's own buffer reads its output (overlapping edge tiles would read values already
+    updated: `match` refuses such a kernel); into a new buffer the same expression takes the plan. Both odd-sized
+    results are numpy's."""
+    from tolk_core import Tensor
+    rng = np.random.default_rng(4)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((65, 33), (33, 70), (65, 70)))
+    src, = _kernel_sources(lambda x, y, z: z + x @ y, ((65, 33), "float32"), ((33, 70), "float32"),
+                           ((65, 70), "float32"))
+    assert "panel0" in src  # into a new buffer: the plan
+    got = (Tensor(c, device="CPU") + Tensor(a, device="CPU") @ Tensor(b, device="CPU")).numpy()
+    np.testing.assert_allclose(got, c + a @ b, rtol=1e-5, atol=1e-4)
+    tc = Tensor(c.copy(), device="CPU").realize()
+    tc.assign(tc + Tensor(a, device="CPU") @ Tensor(b, device="CPU")).realize()
+    np.testing.assert_allclose(tc.numpy(), c + a @ b, rtol=1e-5, atol=1e-4)

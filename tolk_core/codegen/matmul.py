@@ -1,0 +1,211 @@
+"""matmul: the CPU plan of a matmul-shaped kernel (docs/performance.md, "Matmul on CPU").
+
+A kernel is matmul-shaped when its one store holds one sum over one range `k` of a product of two loads, `A`
+depending on an output range `m` and not on the innermost output range `n`, `B` on `n` and not on `m`
+(A[m, k] * B[k, n] in any layout: transposed operands, batch ranges, an epilogue around the sum). Its plan is
+the standard one of BLAS libraries, built from the IR's own nodes:
+
+- **Micro-kernel**: a register tile of MR rows x NR columns, NR a whole number of vectors of the width the
+  compiler targets (`Renderer.vector_bytes`), MR as many rows as the remaining vector registers hold
+  accumulators for (`Renderer.vector_registers`), the shape that loads the fewest values per FMA
+  (`register_tile`: AVX2 4 x 3 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of B, broadcasts
+  MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
+- **Packed panel**: the columns are cut into panels of NC columns; each panel's K x NC slice of B is copied
+  once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to half the L2 cache
+  (`Renderer.cache_bytes`; at most `PANEL_MOST`: the array is on the thread's stack), so the micro-kernel reads
+  B contiguously from L2 for every row of A, whatever B's layout (B transposed included) and without a TLB miss
+  per row of B.
+- **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then the panel's micro-panels (jr), then
+  k. The outermost loop with several iterations runs on threads (panels have private arrays; with one panel
+  the rows share it).
+- **Sizes that do not fill a tile**: the last tile of a row or column is moved back to end at the last row or
+  column (it overlaps its neighbour, which computes the same values), so every tile is whole and no tail loop
+  is needed; a matrix narrower than one vector keeps the generic plan.
+
+The reduction is not blocked over `k` (a kernel's stores are final: a partial sum cannot be stored and
+reloaded), so for a large K the panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per
+row); past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from tolk_core.codegen.choices import knob
+from tolk_core.codegen.upcast import lanes_are_contiguous, vectorize_lanes
+from tolk_core.ir.dtype import AddrSpace, dtypes
+from tolk_core.ir.ops import AxisType, Op
+from tolk_core.ir.uop import UOp
+from tolk_core.render.host import DEFAULT
+
+# knobs (codegen/choices.py); 0: sized from the machine as the module docstring says
+MATMUL_MR = 0          # rows of the register tile
+MATMUL_NR_VECTORS = 0  # vectors per row of the register tile (NR = this x lanes)
+VECTORS_MOST = 4       # vectors per row of the tile at most
+MATMUL_NC = 0          # columns of a packed panel of B
+PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
+MR_MOST = 12           # rows of the tile at most (one broadcast A value per row and step)
+_DTYPES = (dtypes.float32, dtypes.float64)
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    """The parts of a matmul-shaped kernel (module docstring): its store and sum, the two loads, the ranges."""
+    store: UOp
+    red: UOp
+    a: UOp
+    b: UOp
+    k: UOp
+    m: UOp | None  # None: one row (a vector times a matrix), no range of its own
+    n: UOp
+    outer: tuple[UOp, ...]
+
+    @property
+    def rows(self) -> int:
+        return 1 if self.m is None else self.m.src[0].arg
+
+
+def _deps(u: UOp) -> set[UOp]:
+    return {x for x in u.toposort() if x.op is Op.RANGE}
+
+
+def _plain_load(u: UOp) -> bool:
+    return u.op is Op.LOAD and len(u.src) == 1 and u.src[0].op is Op.INDEX and len(u.src[0].src) == 2 and \
+        u.src[0].src[0].op is Op.PARAM
+
+
+def match(ast: UOp, outs: list[UOp]) -> MatmulShape | None:
+    """The matmul shape of kernel `ast` (output ranges `outs`, outermost first), or None."""
+    nodes = ast.toposort()
+    stores = [u for u in nodes if u.op is Op.STORE]
+    reduces = [u for u in nodes if u.op is Op.REDUCE]
+    if len(stores) != 1 or len(reduces) != 1 or not outs or any(r.src[0].op is not Op.CONST for r in outs):
+        return None
+    red = reduces[0]
+    if red.arg is not Op.ADD or red.dtype not in _DTYPES or len(red.src) != 2 or red.src[1].op is not Op.RANGE \
+            or red.src[1].src[0].op is not Op.CONST or red.src[0].op is not Op.MUL or \
+            not all(_plain_load(x) for x in red.src[0].src):
+        return None
+    out = stores[0].src[0].src[0]
+    if any(u.op is Op.LOAD and u.src[0].src[0] is out for u in nodes):
+        return None  # reads its output (an in-place update): the overlapping edge tiles would read new values
+    k, n = red.src[1], outs[-1]
+    x, y = red.src[0].src
+    b, a = (x, y) if n in _deps(x) else (y, x)
+    da, db = _deps(a), _deps(b)
+    if n in da or n not in db or k not in da or k not in db or a.dtype != red.dtype or b.dtype != red.dtype:
+        return None
+    m = next((r for r in reversed(outs[:-1]) if r in da and r not in db), None)
+    if m is None and any(r in da for r in outs):
+        return None  # A varies along the batch only: no row of its own
+    return MatmulShape(stores[0], red, a, b, k, m, n, tuple(r for r in outs if r not in (m, n)))
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Sizes of the plan: lanes W, register tile MR x NR, panel columns NC, panels."""
+    w: int
+    mr: int
+    nr: int
+    nc: int
+    panels: int
+    packed: bool = True  # False: a micro-panel of B would not fit half the L2 cache, B is read in place
+
+
+def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> Tile | None:
+    """The plan's sizes for `mm` on a machine with `registers` vectors of `vector_bytes` and `l2` bytes of L2
+    (module docstring), or None when a row is narrower than a vector."""
+    item = mm.red.dtype.itemsize
+    w, size_m, size_n, size_k = vector_bytes // item, mm.rows, mm.n.src[0].arg, mm.k.src[0].arg
+    if w < 2 or size_n < w:
+        return None
+    vectors, _ = register_tile(registers, size_n // w)
+    vectors = min(knob("MATMUL_NR_VECTORS", MATMUL_NR_VECTORS) or vectors, size_n // w)
+    budget = min((l2 or DEFAULT.l2) // 2, PANEL_MOST)
+    while vectors > 1 and size_k * vectors * w * item > budget:  # a long k: narrower micro-panels fit
+        vectors -= 1
+    nr, mr = vectors * w, min(knob("MATMUL_MR", MATMUL_MR) or _rows_for(registers, vectors), size_m)
+    if size_k * nr * item > budget:  # not even one vector's micro-panel: B is read in place
+        return Tile(w, mr, nr, nr, -(-size_n // nr), packed=False)
+    widest = knob("MATMUL_NC", MATMUL_NC) or budget // (size_k * item)
+    micro = -(-size_n // nr)                             # micro-panels covering the row
+    per_panel = max(1, min(micro, widest // nr))
+    panels = -(-micro // per_panel)
+    per_panel = -(-micro // panels)                      # the same count in every panel, as even as it gets
+    return Tile(w, mr, nr, per_panel * nr, panels)
+
+
+def _rows_for(registers: int, vectors: int) -> int:
+    """Rows of a tile `vectors` wide: accumulators for each, plus a register per B vector and one for A."""
+    return max(1, min(MR_MOST, (registers - vectors - 1) // vectors))
+
+
+def register_tile(registers: int, most_vectors: int) -> tuple[int, int]:
+    """(vectors per row, rows) of the register tile: of the tiles that fit `registers` (`_rows_for`) with at most
+    `VECTORS_MOST` (and `most_vectors`) vectors per row, the one loading the fewest values per FMA, (rows +
+    vectors) / (rows x vectors): 16 registers (AVX2) give 4 x 3 vectors, 32 (AVX-512) 6 x 4."""
+    widths = range(1, max(1, min(VECTORS_MOST, most_vectors)) + 1)
+    v = min(widths, key=lambda v: (_rows_for(registers, v) + v) / (_rows_for(registers, v) * v))
+    return v, _rows_for(registers, v)
+
+
+def _range(i: int, size: int, kind: AxisType) -> UOp:
+    return UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (i, kind))
+
+
+def _clamped(start: UOp, last: int) -> UOp:
+    """min(start, last): a tile past the end moves back to end at the end."""
+    return start.minimum(UOp.const(dtypes.index, last))
+
+
+def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int) -> UOp | None:
+    """`ast` rebuilt as the module docstring's plan (vector lanes expanded), or None when it is not
+    matmul-shaped or the plan does not apply. With one row of tiles (M <= MR: a matrix-vector product) each
+    value of B is read once, and a copy would only add to the reads: B is read in place where it is contiguous
+    along the row."""
+    if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2)) is None:
+        return None
+    if (mm.rows <= t.mr or not t.packed) and (direct := _build(ast, mm, t, packed=False)) is not None:
+        return direct
+    return _build(ast, mm, t, packed=True) if t.packed else None
+
+
+def _panel_read(mm: MatmulShape, t: Tile, jc: UOp, jr: UOp, ids: Iterator[int]) -> Callable[[UOp], UOp]:
+    """The packed panel of B (module docstring) for panel `jc`: a function of the column `c` within micro-panel
+    `jr` (a lane expression) giving the panel's load of B[k, that column]."""
+    size_k = mm.k.src[0].arg
+    pj, pk, pl = (_range(next(ids), s, AxisType.LOCAL) for s in (t.nc // t.nr, size_k, t.nr))
+    panel = UOp(Op.DEFINE_REG, mm.b.dtype.ptr(t.nc * size_k, AddrSpace.REG), (), ("panel0", t.nc * size_k))
+    col = _clamped(jc * t.nc + pj * t.nr, mm.n.src[0].arg - t.nr) + pl
+    fill = UOp(Op.END, dtypes.void, (UOp(Op.STORE, dtypes.void, (
+        UOp(Op.INDEX, panel.dtype, (panel, (pj * size_k + pk) * t.nr + pl)), mm.b.substitute({mm.k: pk, mm.n: col}))),
+        pj, pk, pl))
+    return lambda c: UOp(Op.LOAD, mm.b.dtype, (UOp(Op.INDEX, panel.dtype, (panel, (jr * size_k + mm.k) * t.nr + c)),
+                                               fill))
+
+
+def _build(ast: UOp, mm: MatmulShape, t: Tile, packed: bool) -> UOp | None:
+    """The plan's loops (module docstring) around MR x NR/W copies of the store, B read from the packed panel
+    or (`packed` False) in place; None when some access is not contiguous in the lanes."""
+    size_m, size_n = mm.rows, mm.n.src[0].arg
+    ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
+    jc, ir, jr = (_range(next(ids), s, AxisType.LOOP) for s in (t.panels, -(-size_m // t.mr), t.nc // t.nr))
+    lane = _range(next(ids), t.w, AxisType.LANE)
+    read_b = _panel_read(mm, t, jc, jr, ids) if packed else None
+    row0 = _clamped(ir * t.mr, size_m - t.mr)
+    col0 = _clamped(jc * t.nc + jr * t.nr, size_n - t.nr)
+    top = next(u for u in ast.src if mm.store in u.toposort())
+    tops = []
+    for i in range(t.mr):
+        for c in range(t.nr // t.w):
+            store = mm.store
+            if read_b is not None:
+                red = mm.red.replace(src=(mm.red.src[0].substitute({mm.b: read_b(c * t.w + lane)}), mm.k))
+                store = store.substitute({mm.red: red})
+            at = {mm.n: col0 + c * t.w + lane} | ({} if mm.m is None else {mm.m: row0 + i})
+            store = store.substitute(at)
+            tops.append(UOp(Op.END, dtypes.void, (store, *mm.outer, jc, ir, jr)))
+    new = UOp(Op.SINK, dtypes.void, (*(u for u in ast.src if u is not top), *tops)).simplify()
+    if not lanes_are_contiguous(new, lane, arrays=True):
+        return None
+    return vectorize_lanes(new, lane, t.w)
