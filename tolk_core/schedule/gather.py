@@ -42,9 +42,11 @@ def _is_zero(u: UOp) -> bool:
 
 
 def _indicator(u: UOp) -> UOp | None:
-    """The condition c of a 0/1 value made from it (`CAST(c)`, `WHERE(c, 1, 0)`), else None."""
-    if u.op is Op.CAST and u.src[0].dtype == dtypes.bool:
-        return u.src[0]
+    """The condition c of a 0/1 value made from it (casts of c, `WHERE(c, 1, 0)`), else None."""
+    if u.op is Op.CAST:
+        while u.op is Op.CAST and u.src[0].dtype.count == 1:
+            u = u.src[0]
+        return u if u.dtype == dtypes.bool else None
     if u.op is Op.WHERE and u.src[1].op is Op.CONST and u.src[1].arg == 1 and _is_zero(u.src[2]):
         return u.src[0]
     return None
@@ -79,11 +81,15 @@ def _conjuncts(c: UOp) -> list[UOp]:
 
 
 def _as_range(u: UOp, ranges: tuple[UOp, ...]) -> UOp | None:
-    """The range of `ranges` that `u` is, directly or cast to an integer type holding all of its values."""
-    if u.op is Op.CAST and u.src[0] in ranges and dtypes.is_int(u.dtype) and \
-            resolve(u.src[0].src[0] - 1 <= dtypes.max(u.dtype), False):
-        return u.src[0]
-    return u if u in ranges else None
+    """The range of `ranges` that `u` is, directly or through casts to integer types that hold all of its
+    values (an int64 arange is an int32 IOTA cast)."""
+    casts = []
+    while u.op is Op.CAST and dtypes.is_int(u.dtype) and u.dtype.count == 1:
+        casts.append(u)
+        u = u.src[0]
+    if u not in ranges or not all(resolve(u.src[0] - 1 <= dtypes.max(c.dtype), False) for c in casts):
+        return None
+    return u
 
 
 def _solve(term: UOp, ranges: tuple[UOp, ...], solved: dict[UOp, UOp]) -> tuple[UOp, UOp] | None:
