@@ -5,8 +5,8 @@ An op belongs here when it draws values from the seeded stream (and so advances 
 
 Counter-based: element i of a draw is a hash of (seed, counter, i), built from uint32 XOR, shifts and
 multiplies (two rounds of murmur3's 32-bit finaliser). Nothing is uploaded: the element index is itself
-computed (an integer `arange`, an IOTA). Inside a JIT capture the key is a stored input instead, refilled before every replay
-(docs/jit.md). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
+computed (an integer `arange`, an IOTA). Inside a JIT capture the key is a stored input instead, refilled before
+every replay (docs/jit.md). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
 the seed and resets the counter. The uniform float is the hash's top 24 bits times 2^-24: integer maths and an
 exact conversion, so one seed gives bit-identical `rand` values on every device. `uniform` scales them (a
 compiler may contract that into an FMA, so devices can differ in the last bit) and `randn` uses Box-Muller
