@@ -487,8 +487,11 @@ def store_permuted_reduction(u: UOp) -> UOp | None:
     perms = [k for k, m in enumerate(chain) if m.op is Op.PERMUTE]
     if not perms or any(not _moves_axes(chain[k]) or chain[k].arg[-1] != len(chain[k].arg) - 1 for k in perms):
         return None
-    # the permuted value itself, before reshapes merge its axes (merged, the producer's index would divide)
-    out = _materialised(chain[perms[0]])
+    # the permuted value itself, before reshapes merge its axes (merged, the producer's index would divide).
+    # Not declared On_device: the cap stores it where it would have stored the reduction, so the other
+    # placement decisions see the same kernel boundaries
+    perm = chain[perms[0]]
+    out = UOp(Op.CONTIGUOUS, perm.dtype, (perm,))
     for m in reversed(chain[:perms[0]]):
         out = m.replace(src=(out,))
     return u.replace(src=(out,))
