@@ -62,7 +62,7 @@ def _selection(body: UOp) -> tuple[list[UOp], list[UOp], UOp] | None:
         if u.op in _WRAPPERS and len(u.src) == 1:
             wrappers.append(u)
             u = u.src[0]
-        elif u.op is Op.WHERE and _is_zero(u.src[2]) and _indicator(u) is None:
+        elif u.op is Op.WHERE and _is_zero(u.src[2]):
             conds.append(u.src[0])
             u = u.src[1]
         elif u.op is Op.MUL and (c := _indicator(u.src[0])) is not None:
