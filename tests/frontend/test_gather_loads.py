@@ -86,3 +86,10 @@ def test_lookup_work_is_rows_times_width() -> None:
     small, big = _work(5, 64, 12), _work(5, 4096, 12)
     assert big[0] == small[0] <= 8 * 5 * 12  # the same executed work for a table 64 times longer
     assert big[1] >= 5 * 4096 * 12  # what the one-hot form stands for: every row compared
+
+
+def test_a_count_of_hits_matches_numpy(device) -> None:
+    ids = np.array([0, 5, -1, 7, 3, 5], dtype=np.int32)
+    hits = Tensor(ids, device=device).unsqueeze(-1) == Tensor.arange(6, device=device)
+    out = hits.where(1, 0).sum(-1).numpy()
+    np.testing.assert_array_equal(out, ((ids >= 0) & (ids < 6)).astype(out.dtype))
