@@ -479,7 +479,8 @@ def store_permuted_reduction(u: UOp) -> UOp | None:
     projection then gets codegen's matmul plan, 4x faster at MiniLM's size, docs/performance.md). Only a
     permutation that keeps the innermost axis innermost: the producing kernel's stores stay contiguous too."""
     x = u.src[0]
-    if not any(i == 1 and o != 1 for i, o in zip(x.tensor_shape, u.arg, strict=True)):
+    if not any(isinstance(i, int) and i == 1 and (not isinstance(o, int) or o != 1)
+               for i, o in zip(x.tensor_shape, u.arg, strict=True)):
         return None
     chain, base = x.view_chain(GroupOp.Movement)
     if base.op is not Op.REDUCE_AXIS or any(m.op not in (Op.RESHAPE, Op.PERMUTE) for m in chain):
