@@ -613,6 +613,29 @@ def test_a_reduction_of_a_broadcast_reduces_one_copy() -> None:
     np.testing.assert_allclose(value.numpy(), np.broadcast_to((a * 2).sum(1, keepdims=True), (4, 3)), rtol=1e-6)
 
 
+def test_a_permuted_reduction_read_by_a_matmul_is_stored_permuted(device, kernels) -> None:
+    # attention's output projection: P @ V (heads, seq, head size) read back as (seq, heads x head size)
+    rng = np.random.default_rng(5)
+    p, v, w = (rng.standard_normal(s).astype(np.float32) for s in ((3, 8, 5), (3, 5, 4), (12, 6)))
+    ctx = Tensor(p, device=device) @ Tensor(v, device=device)
+    before = rule_fires["store_permuted_reduction"]
+    with kernels() as k:
+        got = (ctx.transpose(0, 1).reshape(8, 12) @ Tensor(w, device=device)).numpy()
+    assert _fired("store_permuted_reduction", before) and k.count == 2  # stored once, in the order read
+    np.testing.assert_allclose(got, (p @ v).transpose(1, 0, 2).reshape(8, 12) @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_a_permutation_moving_the_innermost_axis_keeps_the_reduction_as_computed() -> None:
+    x = UOp(Op.RESHAPE, dtypes.float32, (UOp(Op.REDUCE_AXIS, dtypes.float32, (_buf(6, 4, 3, 5),), (Op.ADD, (0,))),),
+            (4, 3, 5))
+    moved = UOp(Op.RESHAPE, dtypes.float32, (UOp(Op.PERMUTE, dtypes.float32, (x,), (0, 2, 1)),), (4, 5, 3, 1))
+    assert prepare.store_permuted_reduction(UOp(Op.EXPAND, dtypes.float32, (moved,), (4, 5, 3, 2))) is None
+    kept = UOp(Op.PERMUTE, dtypes.float32, (x,), (1, 0, 2))  # the innermost axis stays: stored in this order
+    wide = UOp(Op.EXPAND, dtypes.float32, (UOp(Op.RESHAPE, dtypes.float32, (kept,), (3, 1, 4, 5)),), (3, 2, 4, 5))
+    out = prepare.store_permuted_reduction(wide)
+    assert out is not None and out.src[0].src[0].op is Op.CONTIGUOUS and out.src[0].src[0].src[0] is kept
+
+
 # ---------------------------------------------------------------- every rule fired
 def test_every_rule_fired_in_this_module() -> None:
     matchers = (prepare.pm_prepare, prepare.pm_outputs_in_place, prepare.pm_inline_calls, prepare.pm_disk_copies,

@@ -3,8 +3,10 @@
 
 An op belongs here when it creates a tensor whose values come from its arguments, not from another tensor's
 values. Constants are one CONST reshaped and expanded to the shape (no upload, no storage until a kernel needs
-one); `empty` is storage with undefined contents; `arange` is uploaded (a computed one costs O(n^2) work or a
-special op, an upload O(n)); `eye` is a padded column of ones read with a row length one longer than the rows.
+one); `empty` is storage with undefined contents; an integer `arange` is computed where it is read (an IOTA,
+the integers along its axis, scaled and shifted: no storage, and a one-hot comparison of indices against it is
+a gather rangeify turns into a load, docs/performance.md "Gathers"), a float one is uploaded; `eye` is a padded
+column of ones read with a row length one longer than the rows.
 
 Also the two helpers every Tensor constructor needs: `resolve_device` and `as_const`.
 """
@@ -20,6 +22,7 @@ from tolk_core.engine import buffers as storage
 from tolk_core.errors import ShapeError
 from tolk_core.frontend.arguments import as_sizes, new_shape
 from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.schedule import placements
 
@@ -119,8 +122,21 @@ class ConstructionMixin:
             if not floats:  # the values are Python ints: one that dt cannot hold is refused, not wrapped
                 for v in _int_span(values, start):
                     dtypes.check_fits(dt, v)
-        # uploaded rather than computed: a computed arange costs O(n^2) work or a special op, an upload O(n)
+        if not floats and dtypes.is_int(dt) and (device is None or isinstance(device, str)) and \
+                max(abs(int(start)), abs(int(stop)), len(values) * abs(int(step))) < 2 ** 62:
+            return cls._iota(len(values), int(start), int(step), dt, device)
+        # floats are uploaded (computed in float32 they would round unlike numpy's), as is a sharded arange
         return cls(values.astype(dtypes.to_np(dt)), device, dt)
+
+    @classmethod
+    def _iota(cls: type[Tensor], n: int, start: int, step: int, dt: DType, device: str | None) -> Tensor:
+        """`start + step * i` for i in [0, n), in integer dtype `dt`: an IOTA scaled and shifted, computed in
+        int32 when every intermediate fits it, else int64, then cast (the values themselves fit `dt`)."""
+        wide = dtypes.int32 if max(abs(start), abs(start + step * n), n) < 2 ** 31 else dtypes.int64
+        t = cls(UOp(Op.IOTA, wide, (UOp(Op.DEVICE, dtypes.void, (), resolve_device(device)),), n), device)
+        t = t * step if step != 1 else t
+        t = t + start if start else t
+        return t.cast(dt) if dt != wide else t
 
     @classmethod
     def eye(cls: type[Tensor], n: int, m: int | None = None, dtype: Any = None, device: str | None = None) -> Tensor:

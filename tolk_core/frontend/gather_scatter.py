@@ -9,7 +9,9 @@ are at most the input's). It is `t[index]` (frontend/indexing.py) restricted to 
 module's one-hot mechanism: a comparison of each index with an arange over the axis (`along`), the select of
 `pick`, and the last-write rule of `last_writes` — no loops; a gather is one fused kernel, a scatter two (the
 last writer's number, then its value).
-Cost: index.numel() * size(dim) comparisons (one axis is one-hot, never the whole tensor).
+Cost: a gather reads index.numel() elements (rangeify turns its one-hot sum into a load at the index,
+schedule/gather.py); a scatter makes index.numel() * size(dim) comparisons (one axis is one-hot, never the whole
+tensor).
 
 Semantics:
 - Negative indices count from the end (numpy's take_along_axis and ONNX; torch refuses them). Index data given

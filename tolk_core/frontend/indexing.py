@@ -10,12 +10,13 @@ Basic indices (ints, slices, None) are movement ops: shrink, flip, a strided res
 index tensors broadcast together to a shape B; B replaces the indexed axes in place when they are adjacent (an
 int counting as an advanced index), else it goes first. A gather is a one-hot comparison of each index with an
 arange over its axis, a select and a sum over the axis, so it fuses with its producers and consumers into one
-kernel. Negative indices count from the end. Host data is bounds-checked (IndexError, as numpy); a Tensor's
-values are not known before it is computed, so a Tensor index outside [-size, size) selects nothing: it
-gathers 0 and writes nothing (nothing reads or writes out of bounds). A host boolean mask over k axes (its
-shape must be theirs) is the k integer arrays of its true positions, as numpy's `nonzero`; a boolean Tensor
-mask is an UnsupportedError (the result's shape would depend on its values): `where` / `masked_fill` keep the
-shape, `x[mask.numpy()]` reads the mask first.
+kernel; rangeify turns that sum into a load at the index (schedule/gather.py), so it costs the elements it
+selects, not the axis's length times them. Negative indices count from the end. Host data is bounds-checked
+(IndexError, as numpy); a Tensor's values are not known before it is computed, so a Tensor index outside
+[-size, size) selects nothing: it gathers 0 and writes nothing (nothing reads or writes out of bounds). A host
+boolean mask over k axes (its shape must be theirs) is the k integer arrays of its true positions, as numpy's
+`nonzero`; a boolean Tensor mask is an UnsupportedError (the result's shape would depend on its values): `where`
+/ `masked_fill` keep the shape, `x[mask.numpy()]` reads the mask first.
 """
 from __future__ import annotations
 

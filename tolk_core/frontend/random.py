@@ -5,8 +5,8 @@ An op belongs here when it draws values from the seeded stream (and so advances 
 
 Counter-based: element i of a draw is a hash of (seed, counter, i), built from uint32 XOR, shifts and
 multiplies (two rounds of murmur3's 32-bit finaliser). Nothing is uploaded: the element index is itself
-computed (`_iota`). Inside a JIT capture the key is a stored input instead, refilled before every replay
-(docs/jit.md). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
+computed (an integer `arange`, an IOTA). Inside a JIT capture the key is a stored input instead, refilled before
+every replay (docs/jit.md). Each draw advances the process-wide counter by one, so draws differ; `manual_seed(n)` sets
 the seed and resets the counter. The uniform float is the hash's top 24 bits times 2^-24: integer maths and an
 exact conversion, so one seed gives bit-identical `rand` values on every device. `uniform` scales them (a
 compiler may contract that into an FMA, so devices can differ in the last bit) and `randn` uses Box-Muller
@@ -61,19 +61,6 @@ class RandomMixin:
         _state["seed"], _state["counter"] = int(seed), 0
 
     @classmethod
-    def _iota(cls: type[Tensor], n: int, device: str | None) -> Tensor:
-        """[0, 1, ..., n-1] as uint32, computed without an upload: the sum over the bits of a (2,)*k grid, bit j
-        being a padded constant [0, 2^j] broadcast along its own axis (pure index maths, fuses elementwise)."""
-        k = max((n - 1).bit_length(), 1)
-        total = None
-        for j in range(k):
-            bit = cls.full((1,), 1 << (k - 1 - j), dtypes.uint32, device).pad(((1, 0),))
-            term = bit.reshape(tuple(2 if a == j else 1 for a in range(k))).expand((2,) * k)
-            total = term if total is None else total + term
-        assert total is not None  # k >= 1 bits were summed
-        return total.reshape(1 << k).shrink(((0, n),))
-
-    @classmethod
     def _random_bits(cls: type[Tensor], shape: tuple[int, ...], device: str | None) -> Tensor:
         if any(s < 0 for s in shape):
             raise ShapeError(f"negative size in shape {shape}")
@@ -89,7 +76,7 @@ class RandomMixin:
             k0, k1 = stored.shrink(((0, 1),)), stored.shrink(((1, 2),))
         else:
             k0, k1 = int(keys[0]), int(keys[1])
-        h = _fmix32((cls._iota(n, device) * _GOLDEN) ^ k0)
+        h = _fmix32((cls.arange(n, dtype=dtypes.uint32, device=device) * _GOLDEN) ^ k0)
         return _fmix32(h ^ k1).reshape(shape)
 
     @classmethod

@@ -45,6 +45,9 @@ class Op(enum.IntEnum):
     # several devices (docs/multi-device.md): a value sharded over devices, and the fold of per-device partials;
     # both are rewritten away (schedule/multi.py, engine) before any per-device schedule
     MULTI = enum.auto(); ALLREDUCE = enum.auto()  # noqa: E702
+    # tensor level, declared last so earlier ops keep their order: the integers 0..n-1 along one axis (arg n),
+    # computed where read (rangeify lowers it to its index); one-hot gathers compare against it
+    IOTA = enum.auto()
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
@@ -111,7 +114,7 @@ class GroupOp:
     Tensor = frozenset({Op.BUFFER, Op.PARAM, Op.CONST, Op.DEFINE_VAR, Op.BIND, Op.DEVICE, Op.UNIQUE, Op.CAST,
                         Op.BITCAST, Op.REDUCE_AXIS, Op.REDUCE, Op.STORE, Op.AFTER, Op.COPY,
                         Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD, Op.CALL, Op.SINK, Op.NOOP,
-                        Op.ASSIGN, Op.MULTI, Op.ALLREDUCE}) | Movement | ALU
+                        Op.ASSIGN, Op.MULTI, Op.ALLREDUCE, Op.IOTA}) | Movement | ALU
     Kernel = frozenset({Op.RANGE, Op.END, Op.INDEX, Op.LOAD, Op.IF, Op.BARRIER, Op.DEFINE_LOCAL,
                         Op.DEFINE_REG, Op.SPECIAL, Op.VECTORIZE, Op.GEP, Op.STORE, Op.CONST, Op.DEFINE_VAR,
                         Op.PARAM, Op.SINK, Op.NOOP, Op.AFTER, Op.CAST, Op.BITCAST, Op.REDUCE, Op.BIND,

@@ -35,7 +35,7 @@ from tolk_core.ir.ops import AxisType, GroupOp, Op
 from tolk_core.ir.uop import UOp, listing
 
 _TENSOR_ONLY = GroupOp.Movement | {Op.REDUCE_AXIS, Op.COPY, Op.CONTIGUOUS, Op.DETACH, Op.CONTIGUOUS_BACKWARD,
-                                   Op.ASSIGN}
+                                   Op.ASSIGN, Op.IOTA}
 _PROGRAM_ONLY = frozenset({Op.PROGRAM, Op.LINEAR, Op.SLICE})
 _KERNEL_ONLY = frozenset({Op.RANGE, Op.END, Op.INDEX, Op.LOAD, Op.IF, Op.BARRIER, Op.DEFINE_LOCAL, Op.DEFINE_REG,
                           Op.SPECIAL, Op.VECTORIZE, Op.GEP})
@@ -147,6 +147,8 @@ def _check_tensor(u: UOp) -> str | None:
             return f"REDUCE_AXIS arg must be (ADD|MUL|MAX, axes), is {a!r}"
     if op is Op.COPY and not any(s.op is Op.DEVICE for s in u.src[1:]):
         return "COPY needs a target DEVICE source"
+    if op is Op.IOTA and (not dtypes.is_int(u.dtype) or len(u.src) != 1 or u.src[0].op is not Op.DEVICE):
+        return "IOTA must be an integer with one DEVICE source"
     try:
         _ = u.shape
     except ShapeError as e:

@@ -585,7 +585,7 @@ def _compute_shape(u: UOp) -> tuple | None:
         return None if ins is None else movement_shape(op, ins, u.arg)
     if op in (Op.CONST, Op.DEFINE_VAR, Op.BIND):
         return ()
-    if op is Op.BUFFER:
+    if op in (Op.BUFFER, Op.IOTA):
         return (u.arg,)
     if op is Op.PARAM:
         return tuple(u.arg[1]) if isinstance(u.arg, tuple) else None

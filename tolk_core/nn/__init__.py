@@ -125,7 +125,8 @@ class Embedding(Module):
         self.weight = param(RNG[0].standard_normal((num_embeddings, embedding_dim)), device)
 
     def forward(self, idx: Tensor) -> Tensor:
-        # a one-hot matmul: its gradient (a scatter-add into the rows) comes from the matmul's rule
+        # a one-hot matmul, which rangeify turns into a load of each index's row (schedule/gather.py); its
+        # gradient (a scatter-add into the rows) comes from the matmul's rule and stays a one-hot product
         return F.one_hot(idx, self.weight.shape[0]) @ self.weight
 
 

@@ -11,8 +11,8 @@ The architecture (the original BERT's): embeddings = word + absolute position + 
 token: one-segment inputs) then LayerNorm; each layer is post-norm: x = LN(x + attn(x)); x = LN(x + ffn(x)) with
 an exact (erf) GELU. Padded keys get an additive bias of float32's lowest value (not -inf), as the checkpoint's
 own implementation does, so a row whose keys are all masked still averages its values instead of NaN.
-The token lookup is `weight[ids]`, Tolk's one-hot gather (frontend/indexing.py): it costs
-tokens x vocab comparisons, the largest kernel of a short batch (docs/performance.md).
+The token lookup is `weight[ids]`, Tolk's one-hot gather (frontend/indexing.py), which rangeify turns into a
+load of each token's row (schedule/gather.py): tokens x hidden work, not tokens x vocab (docs/performance.md).
 Tokenising is the caller's (the `tokenizers` library reads the checkpoint's tokenizer.json; docs/training.md).
 """
 from __future__ import annotations

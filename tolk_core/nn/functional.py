@@ -74,17 +74,14 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
     return shifted - shifted.exp().sum(axis=axis, keepdim=True).log()
 
 
-_class_ids: dict[tuple, Tensor] = {}
-
-
 def one_hot(labels: Tensor, classes: int) -> Tensor:
     """(..., ) integer labels -> (..., classes) float32 one-hot rows (a label outside [0, classes) gives a
     row of zeros)."""
     if dtypes.is_float(labels.dtype):
         raise ShapeError(f"one_hot needs integer labels, got {labels.dtype.name}")
-    key = (classes, labels.dtype, labels.device)
-    if (grid := _class_ids.get(key)) is None:  # uploaded once and kept: a JIT replay reads the same storage
-        grid = _class_ids[key] = Tensor.arange(classes, dtype=labels.dtype, device=labels.device)
+    # an integer arange is computed where read (no storage): a product with this one-hot is a gather
+    # (docs/performance.md "Gathers")
+    grid = Tensor.arange(classes, dtype=labels.dtype, device=labels.device)
     return (labels.reshape(labels.shape + (1,)) == grid).cast(dtypes.float32)
 
 

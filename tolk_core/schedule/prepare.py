@@ -22,8 +22,9 @@ Rules, in the order they run:
   `store_reshape_pair`, `store_into_bitcast`, `store_across_devices`, `store_hazard` (a value that reads
   its destination's storage through another view is materialised first, so the store cannot overwrite
   elements the value has yet to read), `copy_to_own_device`, `drop_detach`, `sink_sources_lose_movements`,
-  `expand_bitcast`, `fold_empty`, `reduce_of_broadcast`. Calls compiled on their own (a kernel given as
-  code, `KernelCode`): `code_call_arguments` (`pm_code_calls`, applied by the engine when it runs one).
+  `expand_bitcast`, `fold_empty`, `reduce_of_broadcast`, `store_permuted_reduction`. Calls compiled on their
+  own (a kernel given as code, `KernelCode`): `code_call_arguments` (`pm_code_calls`, applied by the engine
+  when it runs one).
 Cross-device copies are performed by the engine (`realize._copy_across_devices`), which stores the value into new
 storage on the copy's device.
 
@@ -470,6 +471,40 @@ def reduce_of_broadcast(u: UOp) -> UOp | None:
     return UOp(Op.EXPAND, u.dtype, (inner,), u.tensor_shape)
 
 
+def store_permuted_reduction(u: UOp) -> UOp | None:
+    """A reduction read through a permutation and then broadcast is materialised in the permuted order.
+    Broadcast to its consumer it is stored anyway (docs/placements.md, the inline-reduction cap); stored in the
+    order the consumer reads it, the consumer's loads are contiguous where they were strided by the permutation
+    (attention's P @ V read back as heads x head size merged into one axis by the output projection: the
+    projection then gets codegen's matmul plan, 4x faster at MiniLM's size, docs/performance.md). Only a
+    permutation that keeps the innermost axis innermost: the producing kernel's stores stay contiguous too."""
+    x = u.src[0]
+    if not any(isinstance(i, int) and i == 1 and (not isinstance(o, int) or o != 1)
+               for i, o in zip(x.tensor_shape, u.arg, strict=True)):
+        return None
+    chain, base = x.view_chain(GroupOp.Movement)
+    if base.op is not Op.REDUCE_AXIS or any(m.op not in (Op.RESHAPE, Op.PERMUTE) for m in chain):
+        return None
+    perms = [k for k, m in enumerate(chain) if m.op is Op.PERMUTE]
+    if not perms or any(not _moves_axes(chain[k]) or chain[k].arg[-1] != len(chain[k].arg) - 1 for k in perms):
+        return None
+    # the permuted value itself, before reshapes merge its axes (merged, the producer's index would divide).
+    # Not declared On_device: the cap stores it where it would have stored the reduction, so the other
+    # placement decisions see the same kernel boundaries
+    perm = chain[perms[0]]
+    out = UOp(Op.CONTIGUOUS, perm.dtype, (perm,))
+    for m in reversed(chain[:perms[0]]):
+        out = m.replace(src=(out,))
+    return u.replace(src=(out,))
+
+
+def _moves_axes(m: UOp) -> bool:
+    """Whether PERMUTE `m` changes the order of its axes longer than one (not just where unit axes sit)."""
+    shape = m.src[0].tensor_shape
+    kept = [a for a in m.arg if resolve(shape[a] != 1, True)]
+    return kept != sorted(kept)
+
+
 def fold_empty(u: UOp) -> UOp | None:
     """A reduction of an empty axis to a non-empty result is the identity; any other value with an empty
     axis is 0."""
@@ -715,6 +750,7 @@ pm_prepare = PatternMatcher([
     (UPat(Op.BITCAST, name="bc"), expand_bitcast),
     (UPat(GroupOp.ALU | {Op.REDUCE_AXIS, Op.CAST, Op.BITCAST, Op.CONTIGUOUS}, name="u"), fold_empty),
     (UPat(Op.REDUCE_AXIS, name="u"), reduce_of_broadcast),
+    (UPat(Op.EXPAND, name="u"), store_permuted_reduction),
 ], rule_fires)
 
 

@@ -33,6 +33,7 @@ from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements as pm
+from tolk_core.schedule.gather import collapse_one_hot
 from tolk_core.schedule.prepare import index_through_movement
 from tolk_core.schedule.work import kernel_info
 
@@ -608,6 +609,8 @@ class _Lowerer:
             return self.load(u, (u.arg,), idxs, gate)
         if u.op is Op.CONST:
             return u
+        if u.op is Op.IOTA:  # the integers along its one axis: the index itself
+            return UOp(Op.CAST, u.dtype, (idxs[0],))
         if u.op in GroupOp.Movement:
             src_idxs, valid = index_through_movement(u, idxs)  # pm_mops: an INDEX of a movement
             if valid is None:
@@ -688,7 +691,8 @@ def lower_kernel(value: UOp, out: UOp, realized: dict[UOp, UOp],
             body = UOp(Op.BITCAST, base.dtype, (body,))
     store = UOp(Op.STORE, dtypes.void, (index, body))
     live = tuple(r for r in rngs if r.op is Op.RANGE)
-    ast = UOp(Op.SINK, dtypes.void, (UOp(Op.END, dtypes.void, (store, *live)) if live else store,)).simplify()
+    ast = UOp(Op.SINK, dtypes.void, (UOp(Op.END, dtypes.void, (store, *live)) if live else store,))
+    ast = collapse_one_hot(ast).simplify()  # one-hot gathers become loads at the index (schedule/gather.py)
     # simplification can drop reads (a load under a gate that is never true): number the remaining slots 0..n-1
     used = sorted((u for u in ast.toposort() if u.op is Op.PARAM), key=lambda u: u.arg)
     if len(used) != len(lw.buffers):

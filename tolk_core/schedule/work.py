@@ -10,8 +10,8 @@ ratio (docs/performance.md, "Profiling").
 Nominal work counts each tensor node once, by the distinct values it computes: an ALU op or a CAST one
 operation per element of its shape, not counting the axes it is broadcast along (a value EXPANDed from size 1
 is one value along that axis: softmax's negated row maximum is one NEG per row); a REDUCE_AXIS one operation
-per element it folds, for each distinct element of its result. Movements, loads, constants, BITCASTs and
-nodes computed from constants alone (the lowered kernel folds them into a constant) count none.
+per element it folds, for each distinct element of its result. Movements, loads, constants, IOTAs, BITCASTs
+and nodes computed from constants alone (the lowered kernel folds them into a constant) count none.
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def kernel_info(root: UOp, body: Collection[UOp]) -> KernelInfo:
             if s not in body and s not in flags:  # a stored value: loaded, every element its own
                 flags[s] = (False,) * (len(s.shape) if s.shape is not None else 0)
         flags[u] = _broadcast(u, flags) if u.shape is not None else ()
-        if u.op in (Op.BUFFER, Op.DEFINE_VAR, Op.BIND) or any(s not in body or s in varying for s in u.src):
+        if u.op in (Op.BUFFER, Op.DEFINE_VAR, Op.BIND, Op.IOTA) or any(s not in body or s in varying for s in u.src):
             varying.add(u)
         if u in varying and (label := _label(u)) is not None:
             counts[label] = counts.get(label, 0) + 1
