@@ -134,8 +134,11 @@ class OpenCLCompiler(Compiler):
 
     def identity(self) -> str:
         d = self.cl_device
+        # the compiled form is part of the identity: a cache entry holding a kept source is never read as a binary
+        # (by an older plugin, which cached binaries on PoCL too), nor a binary as a source
+        form = "source" if keeps_source(d) else "binary"
         return (f"platform={d.platform.name} {d.platform.version} device={d.name} driver={d.driver_version} "
-                f"options={' '.join(self.options)}")
+                f"options={' '.join(self.options)} form={form}")
 
     def compile(self, src: str) -> bytes:
         try:
