@@ -223,6 +223,9 @@ class CPUDevice(CompiledDevice):
         # libgomp reads this when it loads (with the first kernel library); OMP_WAIT_POLICY / OMP_NUM_THREADS
         # in the environment still win.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # the matmul plan's packed panel is an array on each thread's stack (up to 512 KiB, codegen/matmul.py):
+        # worker threads get room for it whatever the platform's default thread stack is
+        os.environ.setdefault("OMP_STACKSIZE", "4M")
         super().__init__(name, CPUAllocator(), CPUCompiler(), CPUProgram)
 
     def load(self, lib: bytes) -> ctypes.CDLL:
