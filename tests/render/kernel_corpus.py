@@ -60,22 +60,25 @@ SETTINGS = {"NOOPT": 0, "SPLIT_REDUCEOP": 1, "REDUCEOP_SPLIT_SIZE": 22, "REDUCEO
 # units) and the extension set (which decides float64 and native half) from its hardware: here they are fixed,
 # as on a 2-core PoCL CPU device with fp16 and fp64. The rest are class constants, pinned so the corpus says
 # what it assumed.
-PINNED_ATTRS = ("has_local", "local_max", "shared_bytes", "vector_bytes", "max_lanes", "cpu_threads", "local_arrays")
+PINNED_ATTRS = ("has_local", "local_max", "shared_bytes", "vector_bytes", "vector_registers", "max_lanes",
+                "cpu_threads", "local_arrays")
 OPENCL_EXTENSIONS = ("cl_khr_fp16", "cl_khr_fp64")
 RENDERERS: dict[str, tuple[str, dict[str, Any]]] = {
     "cpu": ("tolk_cpu.renderer:CRenderer", dict(
-        has_local=False, local_max=0, shared_bytes=0, vector_bytes=64, max_lanes=0, cpu_threads=0, local_arrays=True)),
+        has_local=False, local_max=0, shared_bytes=0, vector_bytes=64, vector_registers=32, max_lanes=0, cpu_threads=0,
+        local_arrays=True)),
     "opencl": ("tolk_opencl.renderer:OpenCLRenderer", dict(
-        has_local=True, local_max=256, shared_bytes=32768, vector_bytes=0, max_lanes=16, cpu_threads=2,
-        local_arrays=True)),
+        has_local=True, local_max=256, shared_bytes=32768, vector_bytes=0, vector_registers=32, max_lanes=16,
+        cpu_threads=2, local_arrays=True)),
     "cuda": ("tolk_cuda.renderer:CUDARenderer", dict(
-        has_local=True, local_max=256, shared_bytes=49152, vector_bytes=0, max_lanes=0, cpu_threads=0,
-        local_arrays=True)),
+        has_local=True, local_max=256, shared_bytes=49152, vector_bytes=0, vector_registers=32, max_lanes=0,
+        cpu_threads=0, local_arrays=True)),
     "python": ("tolk_core.render.python:PythonRenderer", dict(
-        has_local=False, local_max=0, shared_bytes=0, vector_bytes=0, max_lanes=0, cpu_threads=0,
+        has_local=False, local_max=0, shared_bytes=0, vector_bytes=0, vector_registers=32, max_lanes=0, cpu_threads=0,
         local_arrays=False)),
     "example": ("examples/tolk_example_device/tolk_example_device/renderer.py:ExampleRenderer", dict(
-        has_local=False, local_max=0, shared_bytes=0, vector_bytes=0, max_lanes=0, cpu_threads=0, local_arrays=True)),
+        has_local=False, local_max=0, shared_bytes=0, vector_bytes=0, vector_registers=32, max_lanes=0, cpu_threads=0,
+        local_arrays=True)),
 }
 
 

@@ -114,6 +114,9 @@ class Renderer(ABC):
     vector_bytes: int = 0
     """The widest vector register (bytes) of a loop-style device: kernels with reductions are register-blocked
     over vector lanes of this width (matmul, convolutions). 0: one scalar accumulator per output."""
+    vector_registers: int = 32
+    """How many such vector registers the device has: a register tile holds half of them as accumulators (the
+    rest hold the loaded operands; codegen.optimize `MAX_ACCUMULATORS`)."""
     loop_pragmas: ClassVar[Mapping[LoopKind, str]] = MappingProxyType({})
     """The line the default `loop_pragma` emits before a loop of each kind (e.g. an OpenMP pragma); kinds not in
     it get none. Keys are `LoopKind` members (plain-string keys are converted with a DeprecationWarning)."""

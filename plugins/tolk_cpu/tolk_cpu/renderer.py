@@ -12,6 +12,7 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.render.cstyle import CStyleRenderer
 from tolk_core.render.renderer import LoopKind
+from tolk_cpu.runtime import CPUCompiler
 
 _FOLD_OPS = {Op.ADD: "+", Op.MUL: "*", Op.MAX: "max"}
 _FLOAT_MAX = "tolk_max"  # an OpenMP reduction declared per float type by the prelude (`_declare_float_max`)
@@ -45,11 +46,20 @@ class CRenderer(CStyleRenderer):
     `loop_pragma`); vector values use unaligned GCC vector types `tolk_<type>_x<lanes>` (`vector_bytes`)."""
 
     device = "CPU"
-    vector_bytes = 64  # the widest vector register the optimizer plans lanes for (AVX-512)
+    vector_bytes = 64  # the widest vector register the optimizer plans lanes for (AVX-512) ...
+    vector_registers = 32  # ... and how many: each instance reads its compiler's target (`__init__`)
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
     loop_pragmas = {LoopKind.PARALLEL: "#pragma omp parallel for", LoopKind.SIMD: "#pragma omp simd",
                     LoopKind.PARALLEL_SIMD: "#pragma omp parallel for simd", LoopKind.UNROLL: "#pragma GCC unroll 16",
                     LoopKind.UNROLL4: "#pragma GCC unroll 4"}
+
+    def __init__(self, device: object = None):
+        super().__init__(device)
+        # plan the tiles for the registers the compiler targets (its flags: -march=native by default); a
+        # renderer with no CPU device (rendering only) keeps the class's AVX-512 sizes
+        compiler = getattr(device, "compiler", None)
+        if isinstance(compiler, CPUCompiler):
+            self.vector_bytes, self.vector_registers = compiler.vector_registers()
 
     def loop_pragma(self, kind: LoopKind, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
         kind = LoopKind.of(kind)  # a subclass passing a plain string: deprecated, warned

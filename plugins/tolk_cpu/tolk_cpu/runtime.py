@@ -103,18 +103,39 @@ class CPUCompiler(Compiler):
                 cpu = sorted({ln for ln in f if ln.startswith(("vendor_id", "model name", "flags"))})
         except OSError:
             return None
-        return f"{os.path.realpath(exe)} {st.st_size} {st.st_mtime_ns} {self.flags} {''.join(cpu)}"
+        # "vectors": identities remembered before they named the vector registers are not read back
+        return f"{os.path.realpath(exe)} {st.st_size} {st.st_mtime_ns} {self.flags} {''.join(cpu)} vectors"
 
     def _ask_compiler(self) -> str:
         try:  # under COMPILE_TIMEOUT: a compiler that hangs here would hang the first compile
             ver = run_compiler([self.cc, "--version"]).stdout.splitlines()[:1]
             # the driver's expansion of the flags names the resolved -march / target-cpu and its features
             exp = run_compiler([self.cc, *self.flags, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"]).stderr
+            # the macros it predefines for that target name its vector extensions (`vector_registers`)
+            macros = run_compiler([self.cc, *self.flags, "-dM", "-E", "-x", "c", "/dev/null"]).stdout
         except OSError:
-            ver, exp = ["missing"], ""
+            ver, exp, macros = ["missing"], "", ""
         exp = re.sub(r"\S*/tmp/\S*", "", exp)  # temporary file names differ per run
         target = hashlib.sha256(exp.encode()).hexdigest()[:16]
-        return f"cc={self.cc} version={ver[0] if ver else '?'} flags={' '.join(self.flags)} target={target}"
+        width, count = _vector_target(macros)
+        return (f"cc={self.cc} version={ver[0] if ver else '?'} flags={' '.join(self.flags)} target={target} "
+                f"vectors={width}x{count}")
+
+    def vector_registers(self) -> tuple[int, int]:
+        """(bytes, count) of the widest vector registers of the target the flags compile for: 64 x 32 with
+        AVX-512, 32 x 16 with AVX/AVX2 (docs/performance.md, "Convolutions (CPU)": planning AVX-512 tiles for
+        an AVX2 machine spills the accumulators, 6x slower); read from the remembered identity."""
+        m = re.search(r"vectors=(\d+)x(\d+)", self.identity())
+        return (int(m[1]), int(m[2])) if m else _vector_target("")
+
+
+def _vector_target(macros: str) -> tuple[int, int]:
+    """(bytes, count) of the vector registers named by the compiler's predefined `macros` (`cc -dM -E`)."""
+    if "__AVX512F__" in macros:
+        return 64, 32
+    if "__AVX__" in macros:
+        return 32, 16
+    return 16, 32 if "__aarch64__" in macros else 16
 
 
 class CPUProgram(Program):
