@@ -53,6 +53,44 @@ def test_matmul_is_register_blocked_vector_code():
     assert len(re.findall(rf"tolk_float_x{lanes} acc\d+ = ", src)) == accs, src
 
 
+def _cpu_sources(t: Tensor) -> list[str]:
+    linear, _, _ = schedule(target_for("CPU"), [t.uop])
+    return [generate(call.src[0], Device["CPU"].renderer).source for call in linear.src]
+
+
+def test_rows_narrower_than_a_vector_run_in_narrower_vectors():
+    """A reduction whose rows are 4 or 12 wide (no whole number of 8- or 16-float vectors) is register-blocked
+    over 4-float vectors, and still matches numpy; a 6-wide row (no 4-float vector either) stays scalar."""
+    rng = np.random.default_rng(3)
+    for width, lanes in ((4, 4), (12, 4), (6, None)):
+        a, b = rng.standard_normal((10, 24)).astype(np.float32), rng.standard_normal((24, width)).astype(np.float32)
+        t = Tensor(a, device="CPU") @ Tensor(b, device="CPU")
+        src = "\n".join(_cpu_sources(t))
+        assert (f"tolk_float_x{lanes} acc" in src) if lanes else ("tolk_float_x" not in src), src
+        np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_gated_loads_index_in_64_bits_and_match_numpy():
+    """A copy through a PAD (gated loads) renders 64-bit indices, which gcc vectorizes with masked loads (in
+    32 bits it gathers); the other kernels keep 32-bit indices. Values as numpy's pad."""
+    x = np.random.default_rng(4).standard_normal((3, 5, 7)).astype(np.float32)
+    t = Tensor(x, device="CPU").pad(((0, 0), (1, 1), (2, 1)))
+    (src,) = _cpu_sources(t)
+    assert "long long r0" in src and "int r0" not in src, src
+    np.testing.assert_array_equal(t.numpy(), np.pad(x, ((0, 0), (1, 1), (2, 1))))
+    (plain,) = _cpu_sources(Tensor(x, device="CPU") * 2)
+    assert "int r0" in plain and "long long" not in plain, plain
+
+
+def test_vector_registers_of_the_compiler_target():
+    """The register tile's sizes come from the macros the compiler predefines for its target."""
+    from tolk_cpu.runtime import _vector_target
+    assert _vector_target("#define __AVX__ 1\n#define __AVX2__ 1\n#define __AVX512F__ 1\n") == (64, 32)
+    assert _vector_target("#define __AVX__ 1\n#define __AVX2__ 1\n") == (32, 16)
+    assert _vector_target("#define __aarch64__ 1\n") == (16, 32)
+    assert _vector_target("#define __SSE2__ 1\n") == (16, 16)
+
+
 def test_cpu_exp2_matches_libm_and_keeps_special_values():
     """The CPU dialect's vectorizable exp2f (exp(y) is exp2(y * log2(e)) in float32): within 3 ulp of libm's
     exp2 of the same argument where the result is a normal float; overflow, underflow, infinities and NaN as

@@ -241,9 +241,11 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int, accumulators: int = MA
     if not outs or len(stores) != 1 or any(r.src[0].op is not Op.CONST for r in outs) or \
             any(u.dtype.scalar() not in _LANE_DTYPES for u in ast.toposort() if not isinstance(u.dtype, PtrDType)):
         return ast
-    width = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4)
-    inner = outs[-1]
-    if inner.src[0].arg % width:
+    # the widest vector (the register's, half or a quarter of it; at least 4 lanes) that divides the row: a
+    # convolution's 4-wide rows run in 4-float vectors rather than in scalar code
+    full, inner = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4), outs[-1]
+    width = next((w for w in (full, full // 2, full // 4) if w >= 4 and inner.src[0].arg % w == 0), 0)
+    if not width:
         return ast
     lanes_ast, inner, lane = split_lanes(ast, inner, width)
     if not lanes_are_contiguous(lanes_ast, lane):

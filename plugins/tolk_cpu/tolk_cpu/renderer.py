@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
 from tolk_core.render.cstyle import CStyleRenderer
 from tolk_core.render.renderer import LoopKind
 from tolk_cpu.runtime import CPUCompiler
@@ -60,6 +61,15 @@ class CRenderer(CStyleRenderer):
         compiler = getattr(device, "compiler", None)
         if isinstance(compiler, CPUCompiler):
             self.vector_bytes, self.vector_registers = compiler.vector_registers()
+
+    def index_width(self, lin: Sequence[UOp]) -> int:
+        """64 for a kernel with a gated buffer access (a read through a PAD): in 32-bit index arithmetic gcc
+        cannot prove the gated addresses affine and vectorizes the loop with gathers instead of masked loads
+        (the convolution's pad copy ran 2.2x slower, docs/performance.md "Convolutions (CPU)"); else as
+        every renderer (32 unless an index may pass the int32 range)."""
+        if any(u.op is Op.INDEX and len(u.src) > 2 and u.src[0].op is Op.PARAM for u in lin):
+            return 64
+        return super().index_width(lin)
 
     def loop_pragma(self, kind: LoopKind, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
         kind = LoopKind.of(kind)  # a subclass passing a plain string: deprecated, warned
