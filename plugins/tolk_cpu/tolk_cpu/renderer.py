@@ -5,9 +5,11 @@ see tolk_core.render.cstyle) because gcc 12 has no `__bf16` arithmetic type.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 
+from tolk_core.errors import CompileError
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
@@ -57,10 +59,12 @@ class CRenderer(CStyleRenderer):
     def __init__(self, device: object = None):
         super().__init__(device)
         # plan the tiles for the registers the compiler targets (its flags: -march=native by default); a
-        # renderer with no CPU device (rendering only) keeps the class's AVX-512 sizes
+        # renderer with no CPU device (rendering only) keeps the class's AVX-512 sizes, and so does one whose
+        # compiler does not answer (a hanging compiler is reported by the first compile, naming its kernels)
         compiler = getattr(device, "compiler", None)
         if isinstance(compiler, CPUCompiler):
-            self.vector_bytes, self.vector_registers = compiler.vector_registers()
+            with contextlib.suppress(CompileError):
+                self.vector_bytes, self.vector_registers = compiler.vector_registers()
 
     def index_width(self, lin: Sequence[UOp]) -> int:
         """64 for a kernel with a gated buffer access (a read through a PAD): in 32-bit index arithmetic gcc
