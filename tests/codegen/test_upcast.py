@@ -50,6 +50,44 @@ def test_matmul_is_register_blocked_vector_code():
     assert f"tolk_float_x{w}" in src and "panel0[" in src and src.count(f"= tolk_fma{w}_float(") >= 8
 
 
+def _cpu_sources(t: Tensor) -> list[str]:
+    linear, _, _ = schedule(target_for("CPU"), [t.uop])
+    return [generate(call.src[0], Device["CPU"].renderer).source for call in linear.src]
+
+
+def _conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """numpy's cross-correlation of x (N, C, H, W) with w (O, C, 3, 3), padding 1."""
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), (2, 3))
+    return np.einsum("nchwij,ocij->nohw", win, w)
+
+
+def test_rows_narrower_than_a_vector_run_in_narrower_vectors():
+    """A convolution whose output rows are 4 or 12 wide (no whole number of 8- or 16-float vectors) is
+    register-blocked over 4-float vectors, and still matches numpy; a 6-wide row (no 4-float vector either)
+    stays scalar."""
+    rng = np.random.default_rng(3)
+    for width, lanes in ((4, 4), (12, 4), (6, None)):
+        x = rng.standard_normal((2, 3, 5, width)).astype(np.float32)
+        w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+        t = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1)
+        srcs = [s for s in _cpu_sources(t) if "acc" in s]  # the reduction (the pad copy has no accumulator)
+        src = "\n".join(srcs)
+        assert (f"tolk_float_x{lanes} acc" in src) if lanes else ("tolk_float_x" not in src), src
+        np.testing.assert_allclose(t.numpy(), _conv_reference(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_gated_loads_index_in_64_bits_and_match_numpy():
+    """A copy through a PAD (gated loads) renders 64-bit indices, which gcc vectorizes with masked loads (in
+    32 bits it gathers); the other kernels keep 32-bit indices. Values as numpy's pad."""
+    x = np.random.default_rng(4).standard_normal((3, 5, 7)).astype(np.float32)
+    t = Tensor(x, device="CPU").pad(((0, 0), (1, 1), (2, 1)))
+    (src,) = _cpu_sources(t)
+    assert "long long r0" in src and "int r0" not in src, src
+    np.testing.assert_array_equal(t.numpy(), np.pad(x, ((0, 0), (1, 1), (2, 1))))
+    (plain,) = _cpu_sources(Tensor(x, device="CPU") * 2)
+    assert "int r0" in plain and "long long" not in plain, plain
+
+
 def test_cpu_exp2_matches_libm_and_keeps_special_values():
     """The CPU dialect's vectorizable exp2f (exp(y) is exp2(y * log2(e)) in float32): within 3 ulp of libm's
     exp2 of the same argument where the result is a normal float; overflow, underflow, infinities and NaN as

@@ -34,6 +34,9 @@ CASES2D = [  # (x shape, weight shape, kwargs)
     ((2, 3, 9, 10), (4, 3, 5, 3), {"padding": (2, 1)}),                      # a non-square kernel
     ((2, 3, 8, 9), (5, 3, 3, 3), {"padding": 0}),                           # no padding: no stored pad
     ((1, 2, 7, 7), (3, 2, 2, 2), {"padding": 3}),                           # padding beyond the kernel's reach
+    ((2, 16, 4, 4), (32, 16, 3, 3), {"padding": 1}),                        # the CNN's 4x4 layer: 4-float rows
+    ((2, 3, 6, 12), (5, 3, 3, 3), {"padding": 1}),                          # 12-wide rows: 4-float vectors
+    ((1, 5, 10, 24), (3, 5, 3, 3), {"padding": 1}),                         # 24-wide rows: 8-float vectors
 ]
 
 

@@ -19,10 +19,10 @@ from tolk_core.render.ccompile import run_compiler
 
 pytestmark = pytest.mark.timeout(60)
 
-# answers the identity queries (--version, -###) at once and hangs on the compile itself, like a compiler that
-# loops on one kernel; records its process id so the test can check it was stopped
+# answers the identity queries (--version, -###, the predefined macros -dM) at once and hangs on the compile
+# itself, like a compiler that loops on one kernel; records its process id so the test can check it was stopped
 _HANGS_ON_COMPILE = """#!/bin/sh
-case "$*" in *--version*|*-###*) exec cc "$@" ;; esac
+case "$*" in *--version*|*-###*|*-dM*) exec cc "$@" ;; esac
 echo $$ > "{pidfile}"
 exec sleep 1000
 """

@@ -83,7 +83,8 @@ GPU_VECTOR_ACCUMULATORS = 16  # vector accumulators of a work item's tile (AVX-5
 GPU_OUTPUT_LANES = 16         # at most this many contiguous outputs per work item of a GPU elementwise kernel
 # memory dtypes GPU vector lanes are planned for (bool is stored as uchar, half/bfloat16 are emulated)
 _GPU_LANE_MEMORY = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
-MAX_ACCUMULATORS = 16         # vector accumulators of a register block (AVX-512 has 32 registers)
+MAX_ACCUMULATORS = 16         # vector accumulators of a register block (AVX-512 has 32 registers; a renderer's
+                              # `vector_registers` // 2 replaces it: 8 of AVX2's 16)
 # dtypes vector lanes are planned for: C vector-extension element types computed natively (half and bfloat16 are
 # stored narrow and computed or rounded through float, which the lane renderer does not do)
 _LANE_DTYPES = frozenset({dtypes.void, dtypes.bool, dtypes.index, dtypes.int32, dtypes.uint32, dtypes.int64,
@@ -135,7 +136,9 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
     if reduce_ranges and renderer.vector_bytes:
         # a matmul-shaped kernel gets the packed-panel plan (codegen/matmul.py), others the register tile below
         packed = matmul.plan(ast, outs, renderer.vector_bytes, renderer.vector_registers, renderer.cache_bytes[1])
-        ast = packed if packed is not None else _upcast(ast, outs, renderer.vector_bytes)
+        # at most half the vector registers hold a register tile's accumulators (the rest: loaded operands)
+        accumulators = renderer.vector_registers // 2
+        ast = packed if packed is not None else _upcast(ast, outs, renderer.vector_bytes, accumulators)
         outs = _output_ranges(ast)
         reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     plan = Plan(ast)
@@ -239,23 +242,26 @@ def _factor(r: UOp, most: int) -> int:
     return next((f for f in (8, 4, 2) if f <= most and r.src[0].arg % f == 0), 1)
 
 
-def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int) -> UOp:
+def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int, accumulators: int = MAX_ACCUMULATORS) -> UOp:
     """`ast` register-blocked over its output axes (see the module docstring), or unchanged when its innermost
-    output axis is not a whole number of vectors or some access would not be contiguous in the lanes."""
+    output axis is not a whole number of vectors or some access would not be contiguous in the lanes; the tile
+    holds at most `accumulators` vectors (default of knob MAX_ACCUMULATORS: half the device's registers)."""
     stores = [u for u in ast.toposort() if u.op is Op.STORE]
     if not outs or len(stores) != 1 or any(r.src[0].op is not Op.CONST for r in outs) or \
             any(u.dtype.scalar() not in _LANE_DTYPES for u in ast.toposort() if not isinstance(u.dtype, PtrDType)):
         return ast
-    width = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4)
-    inner = outs[-1]
-    if inner.src[0].arg % width:
+    # the widest vector (the register's, half or a quarter of it; at least 4 lanes) that divides the row: a
+    # convolution's 4-wide rows run in 4-float vectors rather than in scalar code
+    full, inner = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4), outs[-1]
+    width = next((w for w in (full, full // 2, full // 4) if w >= 4 and inner.src[0].arg % w == 0), 0)
+    if not width:
         return ast
     lanes_ast, inner, lane = split_lanes(ast, inner, width)
     if not lanes_are_contiguous(lanes_ast, lane):
         return ast
     # accumulators: one vector per copy of each reduction
     reductions = max(1, sum(u.op is Op.REDUCE for u in lanes_ast.toposort()))
-    ast, budget = lanes_ast, knob("MAX_ACCUMULATORS", MAX_ACCUMULATORS) // reductions
+    ast, budget = lanes_ast, knob("MAX_ACCUMULATORS", accumulators) // reductions
     if _nested_reduce(ast):
         budget = 0  # vector lanes only (see _nested_reduce)
     if inner.src[0].arg % 2 == 0 and budget >= 4:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
 from tolk_core.render import host
 from tolk_core.render.cstyle import CStyleRenderer
 from tolk_core.render.renderer import LoopKind
@@ -50,7 +51,8 @@ class CRenderer(CStyleRenderer):
     `loop_pragma`); vector values use unaligned GCC vector types `tolk_<type>_x<lanes>` (`vector_bytes`)."""
 
     device = "CPU"
-    vector_bytes = 64  # the widest vector register the optimizer plans lanes for; set per target in __init__
+    vector_bytes = 64  # the widest vector register the optimizer plans lanes for (AVX-512) ...
+    vector_registers = 32  # ... and how many: each instance reads its compiler's target (`__init__`)
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
     loop_pragmas = {LoopKind.PARALLEL: "#pragma omp parallel for",
                     LoopKind.PARALLEL_TILES: "#pragma omp parallel for schedule(dynamic)",
@@ -66,6 +68,15 @@ class CRenderer(CStyleRenderer):
         self.vector_bytes, self.vector_registers = CPUCompiler().vector_target()
         caches = host.cache_sizes()
         self.cache_bytes = (caches.l1, caches.l2, caches.l3)
+
+    def index_width(self, lin: Sequence[UOp]) -> int:
+        """64 for a kernel with a gated buffer access (a read through a PAD): in 32-bit index arithmetic gcc
+        cannot prove the gated addresses affine and vectorizes the loop with gathers instead of masked loads
+        (the convolution's pad copy ran 2.2x slower, docs/performance.md "Convolutions (CPU)"); else as
+        every renderer (32 unless an index may pass the int32 range)."""
+        if any(u.op is Op.INDEX and len(u.src) > 2 and u.src[0].op is Op.PARAM for u in lin):
+            return 64
+        return super().index_width(lin)
 
     def loop_pragma(self, kind: LoopKind, folds: Sequence[tuple[Op, str, DType]]) -> str | None:
         kind = LoopKind.of(kind)  # a subclass passing a plain string: deprecated, warned
