@@ -9,8 +9,15 @@ DEMO_STAMP := $(VENV)/.tolk-demo-installed
 .PHONY: test demo bench install opencl viz viz-docs lint clean conformance example-conformance spec-test gpu-bundle \
 	gpu-bundle-size fuzz dist mpi mpi-conformance
 
+# The suite runs in TEST_WORKERS processes (pytest-xdist), a test file per process at a time (--dist loadfile): a
+# file's tests share the kernels they realize together (tests/frontend/helpers.py `realized_case`), and most of a
+# test's time is single-threaded Python and compiler runs, so a second process uses the second core. 0 runs it
+# in this process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: install mpi opencl viz lint conformance spec-test
-	$(BIN)/pytest --durations=20
+	$(BIN)/pytest $(XDIST) --durations=20
 
 # the scheduler's, codegen's and the engine's tests with SPEC=1: the output of every stage (prepare_rangeify,
 # rangeify, optimize, linearize) is validated against its spec (tolk_core/ir/spec.py). About 1 minute on two
@@ -19,7 +26,7 @@ test: install mpi opencl viz lint conformance spec-test
 # The deep-graph and 2^31-element tests are left out: they check liveness and size, their kernels are the
 # ordinary forms the other tests validate, and under SPEC=1 they would double the minutes they take.
 spec-test: install opencl
-	SPEC=1 $(BIN)/pytest -q -p no:cacheprovider tests/schedule tests/codegen tests/engine \
+	SPEC=1 $(BIN)/pytest -q -p no:cacheprovider $(XDIST) tests/schedule tests/codegen tests/engine \
 	  --ignore=tests/schedule/test_deep_graphs.py --ignore=tests/codegen/test_index64.py
 
 # the differential fuzzer on new seeds (tests/fuzz): FUZZ_START, FUZZ_COUNT programs or FUZZ_SECONDS, whichever
