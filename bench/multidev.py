@@ -72,26 +72,14 @@ def step_row(ndev: int, jit: bool, steps: int) -> float:
     """Median ms of a data-parallel SGD step of the digits MLP (batch 64) over `ndev` virtual CPU devices."""
     import tolk_core
     from tolk_core import Tensor
-    from tolk_core.demo import load_digits
-    from tolk_core.nn import optim
-    from tolk_core.nn.functional import cross_entropy
+    from tolk_core.demo import load_digits, mlp_sgd
     images, labels = load_digits()
     rng = np.random.default_rng(0)
     devs = tuple(f"CPU:{i}" for i in range(ndev))
-    params = [Tensor(rng.uniform(-0.2, 0.2, s).astype(np.float32)).requires_grad_()
-              for s in [(128, 64), (128,), (10, 128), (10,)]]
-    if ndev > 1:
-        for p in params:
-            p.to_(devs)
-    w1, b1, w2, b2 = params
-    opt = optim.SGD(params, lr=0.1, momentum=0.9)
+    _, mlp_step = mlp_sgd(rng, hidden=128, lr=0.1, devices=devs if ndev > 1 else None)
 
     def step(x: Tensor, y: Tensor) -> Tensor:
-        loss = cross_entropy((x @ w1.T + b1).relu() @ w2.T + b2, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step(loss)
-        return loss.realize()
+        return mlp_step(x, y).realize()
 
     run = tolk_core.jit(step) if jit else step
     times = []

@@ -131,6 +131,29 @@ def make_step(model: Module, opt: Optimizer) -> Callable[[Tensor, Tensor], Tenso
     return step
 
 
+def mlp_sgd(rng: np.random.Generator, hidden: int = 32, lr: float = 0.2, momentum: float = 0.9,
+            devices: tuple[str, ...] | None = None) -> tuple[list[Tensor], Callable[[Tensor, Tensor], Tensor]]:
+    """A 64-`hidden`-10 ReLU MLP for the digits, its weights and biases drawn from `rng` (uniform in +-0.2, so
+    every process seeded alike draws the same), replicated over `devices` when given (data-parallel: the
+    batch sharded over the same tuple), and its SGD-with-momentum train step (forward, cross-entropy,
+    backward, update; returns the loss). The multi-device and multi-process runs and their tests use it."""
+    from tolk_core.nn.optim import SGD
+    params = [Tensor(rng.uniform(-0.2, 0.2, s).astype(np.float32)).requires_grad_()
+              for s in [(hidden, 64), (hidden,), (10, hidden), (10,)]]
+    for p in params if devices else []:
+        p.to_(devices)
+    w1, b1, w2, b2 = params
+    opt = SGD(params, lr=lr, momentum=momentum)
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        loss = F.cross_entropy((x @ w1.T + b1).relu() @ w2.T + b2, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step(loss)
+        return loss
+    return params, step
+
+
 def accuracy(model: Module, x: np.ndarray, y: np.ndarray, device: str | None = None) -> float:
     model.eval()
     pred = model(Tensor(x, device=device)).numpy().argmax(axis=1)

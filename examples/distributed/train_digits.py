@@ -22,9 +22,7 @@ import numpy as np
 import tolk_core
 from tolk_core import Tensor
 from tolk_core import distributed as dist
-from tolk_core.demo import load_digits
-from tolk_core.nn import optim
-from tolk_core.nn.functional import cross_entropy
+from tolk_core.demo import load_digits, mlp_sgd
 
 
 def _args() -> argparse.Namespace:
@@ -46,21 +44,9 @@ def main() -> None:
     devs = None if a.single else dist.devices("CPU")
     images, labels = load_digits()
     rng = np.random.default_rng(0)
-    shapes = [(32, 64), (32,), (10, 32), (10,)]
-    params = [Tensor(rng.uniform(-0.2, 0.2, s).astype(np.float32)).requires_grad_() for s in shapes]
+    params, step = mlp_sgd(rng, devices=devs)  # the same draws on every rank (one seed): checked here
     if devs:
-        for p in params:
-            p.to_(devs)
         dist.check_replicated(params)
-    w1, b1, w2, b2 = params
-    opt = optim.SGD(params, lr=0.2, momentum=0.9)
-
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        loss = cross_entropy((x @ w1.T + b1).relu() @ w2.T + b2, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step(loss)
-        return loss
 
     run = tolk_core.jit(step) if a.jit else step
     losses, seconds = [], []

@@ -10,9 +10,7 @@ import pytest
 import tolk_core
 from tolk_core import Tensor
 from tolk_core.counters import GlobalCounters
-from tolk_core.demo import load_digits
-from tolk_core.nn import optim
-from tolk_core.nn.functional import cross_entropy
+from tolk_core.demo import load_digits, mlp_sgd
 
 STEPS, BATCH = 50, 50  # 4 devices: shards of 13, 13, 13 and 11 rows
 
@@ -23,20 +21,7 @@ def _curve(devices: tuple[str, ...] | None, jit: bool = False) -> tuple[np.ndarr
     schedules each step made."""
     images, labels = load_digits()
     rng = np.random.default_rng(0)
-    shapes = [(32, 64), (32,), (10, 32), (10,)]
-    params = [Tensor(rng.uniform(-0.2, 0.2, s).astype(np.float32)).requires_grad_() for s in shapes]
-    if devices:
-        for p in params:
-            p.to_(devices)
-    w1, b1, w2, b2 = params
-    opt = optim.SGD(params, lr=0.2, momentum=0.9)
-
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        loss = cross_entropy((x @ w1.T + b1).relu() @ w2.T + b2, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step(loss)
-        return loss
+    _, step = mlp_sgd(rng, devices=devices)
 
     run = tolk_core.jit(step) if jit else step
     losses, schedules = [], []

@@ -458,9 +458,10 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
             return self
         return Tensor(UOp(Op.COPY, self.dtype, (self.uop, UOp(Op.DEVICE, dtypes.void, (), device))), device)
 
-    def to_(self, device: str | None) -> Tensor:
+    def to_(self, device: str | Sequence[str] | None) -> Tensor:
         """Move this tensor to `device` in place: the same Tensor object now views new storage there holding
-        its values (copied now). Whether it requires grad is kept; its `.grad` (on the old device) is dropped.
+        its values (copied now; a tuple of devices replicates it). Whether it requires grad is kept; its `.grad` (on
+        the old device) is dropped.
         For `Module.to`, so that whoever holds the tensor (an optimizer) follows it."""
         moved = self.to(device).contiguous().realize()
         self.uop, self.device = moved.uop, moved.device
