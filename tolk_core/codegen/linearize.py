@@ -84,6 +84,9 @@ class _Linearizer:
         for i in range(n):
             loop = self.stack.pop()
             assert loop.rng is not None, "the kernel's top level (stack[0]) is never closed"
+            # the values computed in the loop are out of scope after it: a later loop over the same range (a
+            # second reduction over it, as a register tile's scalar and vector parts make) computes its own
+            self.placed.difference_update(x for x in loop.body if loop.rng in self.deps.get(x, ()))
             (target if i == n - 1 else self.stack[-1].body).extend([loop.rng, *loop.body, UOp(Op.END, dtypes.void,
                                                                                              (loop.rng,))])
 
