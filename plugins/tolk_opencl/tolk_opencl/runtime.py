@@ -127,7 +127,7 @@ class OpenCLCompiler(Compiler):
         super().__init__()
         self.options = list(options)
         self.cl_device = all_devices()[device_index]
-        self.ctx = ctx if ctx is not None else cl.Context([self.cl_device])
+        self.ctx, self.shared = (ctx if ctx is not None else cl.Context([self.cl_device])), ctx is not None
         # programs built from source by `compile`, kept until the device sharing this context loads them, so a
         # kept source is not built twice
         self.built: dict[str, cl.Program] = {}
@@ -148,7 +148,8 @@ class OpenCLCompiler(Compiler):
         if not keeps_source(self.cl_device):
             return prg.get_info(cl.program_info.BINARIES)[0]
         lib = SOURCE_TAG + src.encode()
-        self.built[hashlib.sha256(lib).hexdigest()] = prg
+        if self.shared:  # only a device sharing this context can take the built program
+            self.built[hashlib.sha256(lib).hexdigest()] = prg
         return lib
 
 
