@@ -51,6 +51,13 @@ def seconds(v: Any) -> str | None:
     return "must be a finite number of seconds above 0 (e.g. 10)"
 
 
+def start_choices(v: str) -> str | None:
+    # the syntax only: the knobs' names are the optimizer's (codegen/choices.py), checked where they are read
+    if re.fullmatch(r"\s*(\w+\s*=\s*-?\d+\s*)(,\s*\w+\s*=\s*-?\d+\s*)*", v) is None:
+        return "must be KNOB=INTEGER[,KNOB=INTEGER...], e.g. 'MAX_ACCUMULATORS=4,UNROLL_MAX=1'"
+    return None
+
+
 def shell_words(v: str) -> str | None:
     """A `Setting.check`: the value splits into shell words (as the C backend splits CFLAGS)."""
     import shlex
@@ -116,6 +123,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("TUNE_KERNEL_SECONDS", float, 30.0, "seconds one kernel's plan search may take", check=seconds),
     Setting("TUNE_PROGRAM_SECONDS", float, 600.0, "seconds all plan searches of a process may take together",
             check=seconds),
+    Setting("TUNE_START", str, None, "optimizer choices KNOB=V[,KNOB=V...] that every kernel without a tuning entry "
+            "is planned with and a search (BEAM) starts from; unset: the heuristics' own (to measure what the "
+            "search recovers from a poor plan, docs/tuning.md)", env="TOLK_TUNE_START", check=start_choices),
     Setting("DEVICE", str, None, "device to use: NAME[:index]; from the environment a demand (a comma list means "
             "the first available), from a file a preference", env="TOLK_DEVICE"),
     Setting("CACHE_DIR", str, None, "compile cache directory (default $XDG_CACHE_HOME/tolk)", env="TOLK_CACHE_DIR"),

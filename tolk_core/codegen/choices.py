@@ -52,6 +52,17 @@ class Choices:
         return dict(self.values)
 
 
+def parse(text: str) -> Choices:
+    """Choices written `KNOB=V[,KNOB=V...]` (the TUNE_START setting); ValueError naming what is wrong."""
+    values: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = part.partition("=")
+        if not eq or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"{part!r} is not KNOB=INTEGER: write choices as e.g. 'MAX_ACCUMULATORS=4,UNROLL_MAX=1'")
+        values[name.strip()] = int(value)
+    return Choices.of(values)
+
+
 _NONE = Choices()
 _current: contextvars.ContextVar[Choices | None] = contextvars.ContextVar("tolk_optimizer_choices", default=None)
 

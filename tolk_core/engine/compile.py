@@ -22,7 +22,7 @@ from tolk_core.codegen.choices import Choices, using
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers, progress
 from tolk_core.engine.source_cache import generate_cached
-from tolk_core.engine.tuned import tuned_choices
+from tolk_core.engine.tuned import planned_choices
 from tolk_core.errors import CompileError, IndexWidthError, TolkError
 from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
@@ -156,7 +156,7 @@ def _compile_together(name: str, asts: list[UOp], shown: progress.Progress | Non
     if shown is not None:
         shown.rendering(name)
     module, sources = render_together(asts, device.renderer, each=shown.kernel_rendered if shown else None,
-                                      choices_of=lambda ast: tuned_choices(ast, name, device))
+                                      choices_of=lambda ast: planned_choices(ast, name, device))
     if config.get("DEBUG") >= 4:
         print(module)
     if shown is not None:

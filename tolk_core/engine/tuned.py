@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from tolk_core import config
-from tolk_core.codegen.choices import Choices
+from tolk_core.codegen.choices import Choices, parse
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine.source_cache import structure_text
-from tolk_core.errors import TolkError
+from tolk_core.errors import ConfigError, TolkError
 from tolk_core.ir.uop import UOp
 from tolk_core.tune import cache
 
@@ -29,6 +29,28 @@ def tune_key(ast: UOp, name: str, device: Any) -> str | None:
         return None
     renderer = f"{type(device.renderer).__module__}.{type(device.renderer).__qualname__}"
     return cache.key(text, device_kind(name), renderer, device.compiler.resolved_identity())
+
+
+def start_choices() -> Choices:
+    """The plan every kernel without a tuning entry gets and a search starts from: TUNE_START's choices, or the
+    heuristics' own (empty)."""
+    text = config.get("TUNE_START")
+    if not text:
+        return Choices()
+    try:
+        return parse(text)
+    except ValueError as e:
+        raise ConfigError(f"TUNE_START={text!r}: {e}") from None
+
+
+def planned_choices(ast: UOp, name: str, device: Any) -> Choices | None:
+    """The choices kernel `ast` is generated with on device `name`: its tuning entry's, else TUNE_START's, else
+    None (the heuristics')."""
+    tuned = tuned_choices(ast, name, device)
+    if tuned is not None:
+        return tuned
+    start = start_choices()
+    return start if start.values else None
 
 
 def tuned_choices(ast: UOp, name: str, device: Any) -> Choices | None:

@@ -29,7 +29,7 @@ from tolk_core.codegen import KernelSource, choices, generate, optimize
 from tolk_core.codegen.choices import Choices, using
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine.compile import arg_device, kernel_vals, load, use_program
-from tolk_core.engine.tuned import device_kind, tune_key
+from tolk_core.engine.tuned import device_kind, start_choices, tune_key
 from tolk_core.errors import CompileError
 from tolk_core.ir.calls import KernelCode
 from tolk_core.ir.dtype import dtypes
@@ -40,6 +40,8 @@ from tolk_core.tune.search import Limits, program_timer, search
 
 _searched = {"seconds": 0.0}  # this process's search time, against TUNE_PROGRAM_SECONDS
 _tried: set[str] = set()      # kernels searched in this process (an entry that could not be written)
+# (device, kernel) pairs already searched or found in the cache: later launches skip the key and the disk lookup
+_settled: set[tuple[str | None, str, UOp]] = set()
 
 Program = tuple[Any, KernelSource]
 
@@ -54,14 +56,19 @@ def tune_linear(linear: UOp, programs: Sequence[Program], bufs: Sequence[Sequenc
         if isinstance(ast.arg, KernelCode):
             continue
         name = arg_device(call.src[1])
+        settled = (config.get("CACHE_DIR"), name, ast)
+        if settled in _settled:
+            continue
         device = Device[name]
         key = tune_key(ast, name, device)
         if key is None or key in _tried or cache.lookup(key) is not None:
+            _settled.add(settled)
             continue
         left = config.get("TUNE_PROGRAM_SECONDS") - _searched["seconds"]
         if left <= 0:
             break
         _tried.add(key)
+        _settled.add(settled)
         entry, best = _tune_kernel(name, device, ast, out[i], bufs[i], var_vals,
                                    min(config.get("TUNE_KERNEL_SECONDS"), left))
         cache.store(key, entry)
@@ -89,7 +96,8 @@ def _tune_kernel(name: str, device: Any, ast: UOp, heuristic: Program, bufs: Seq
         return functools.partial(p, *[b.handle for b in bufs], global_size=k.launch_dims(var_vals),
                                  local_size=k.local_size, vals=kernel_vals(k, var_vals))
 
-    plans: dict[Choices, Program] = {Choices(): heuristic}
+    start = start_choices()  # the heuristics' plan, or TUNE_START's: `heuristic` was generated with it
+    plans: dict[Choices, Program] = {start: heuristic}
     restore()
     bound(heuristic)(wait=True)
     reference = {j: _read(bufs[j]) for j in written}
@@ -101,11 +109,11 @@ def _tune_kernel(name: str, device: Any, ast: UOp, heuristic: Program, bufs: Seq
 
     neighbours = _Neighbours(name, device, ast, plans)
     limits = Limits(width=max(1, config.get("BEAM")), seconds=seconds)
-    outcome = search(Choices(), neighbours, program_timer(lambda c: bound(plans[c])), same_output, limits)
+    outcome = search(start, neighbours, program_timer(lambda c: bound(plans[c])), same_output, limits)
     restore()
     _searched["seconds"] += outcome.seconds
     entry = cache.Entry(ks.name, device_kind(name), outcome.best.as_dict(), outcome.gain, outcome.seconds)
-    return entry, (plans[outcome.best] if outcome.best != Choices() else None)
+    return entry, (plans[outcome.best] if outcome.best != start else None)
 
 
 class _Neighbours:
