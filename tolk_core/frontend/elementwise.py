@@ -35,6 +35,7 @@ from tolk_core.frontend.activations import ActivationMixin
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
+from tolk_core.frontend.nodes import Nodes
 from tolk_core.frontend.transcendental import TranscendentalMixin, sign_bit
 from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
 from tolk_core.ir.ops import Op
@@ -51,6 +52,23 @@ _ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
              -0.82215223, 0.17087277)
 _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
+
+
+# the composite activations as node formulas (frontend/nodes.py: the same graph as Tensor operators, without a
+# Tensor per intermediate); the methods below document their numerics
+def _sigmoid(x: Nodes) -> Nodes:
+    e = (-x.abs()).exp()
+    return (x < 0).where(e, 1.0) / (1 + e)
+
+
+def _tanh(x: Nodes) -> Nodes:
+    cut = 1 / 64 if x.u.dtype == dtypes.float64 else 0.25
+    ax = x.abs()
+    e = (ax * -2).exp()
+    big = (1 - e) / (1 + e)
+    x2 = x * x
+    small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
+    return (ax < cut).where(small, (x < 0).where(-big, big))
 
 
 class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
@@ -405,8 +423,7 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: e = exp(-|x|) never overflows, so the tail below
         x = -88 keeps its (subnormal) value instead of 1 / inf = 0."""
         x = self._as_float()
-        e = (-x.abs()).exp()
-        return (x < 0).where(e, 1.0) / (1 + e)
+        return x._wrap(_sigmoid(Nodes(x.uop, x.shape)).u)
 
     def tanh(self: Tensor) -> Tensor:
         """tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|), which keeps its relative precision where
@@ -414,17 +431,12 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         term is below 2^-26 of the result there (float64: below |x| = 1/64, where that term is below 2^-60, and the
         cancellation above it costs at most 2^-48). NaN stays NaN; +-inf gives +-1; -0.0 stays -0.0."""
         x = self._as_float()
-        cut = 1 / 64 if x.dtype == dtypes.float64 else 0.25
-        ax = x.abs()
-        e = (ax * -2).exp()
-        big = (1 - e) / (1 + e)
-        x2 = x * x
-        small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
-        return (ax < cut).where(small, (x < 0).where(-big, big))
+        return x._wrap(_tanh(Nodes(x.uop, x.shape)).u)
 
     def silu(self: Tensor) -> Tensor:
         x = self._as_float()
-        return x * x.sigmoid()
+        n = Nodes(x.uop, x.shape)
+        return x._wrap((n * _sigmoid(n)).u)
 
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU: `approximate="tanh"` (the default here, tinygrad's) or `"none"`, the exact x * Phi(x) by `erf`
@@ -434,7 +446,8 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
             return 0.5 * x * (1 + (x * _SQRT_HALF).erf())
         if approximate != "tanh":
             raise ArgumentError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-        return 0.5 * x * (1 + (_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh())
+        n = Nodes(x.uop, x.shape)
+        return x._wrap((0.5 * n * (1 + _tanh(_SQRT_2_OVER_PI * (n + 0.044715 * n * n * n)))).u)
 
     def erf(self: Tensor) -> Tensor:
         """The error function. |x| < 1: its Maclaurin series through x^25 (truncation below 1e-11); otherwise
