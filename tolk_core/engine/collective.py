@@ -71,10 +71,10 @@ def allreduce(realize: Realize, partials: Sequence[UOp], devices: Sequence[str],
     if how == "ring" and numel < len(devices):
         how = "naive"  # a ring needs a chunk per device
     GlobalCounters.allreduces += 1
-    if config.get("DEBUG") >= 2:
+    if timed := config.get("DEBUG") >= 2:  # every launch timed and printed: the copying ways below
         print(f"allreduce {how} {op if isinstance(op, str) else op.name} {partials[0].dtype.name}{shape} over "
               f"{len(devices)} devices")
-    if how == "naive" and (direct := _direct(partials, devices, op, mean)) is not None:
+    if how == "naive" and not timed and (direct := _direct(partials, devices, op, mean)) is not None:
         # stored partials (the direct fold's condition) have a concrete shape
         return [buffers.view_as(b, shape) for b in direct]  # type: ignore[arg-type]
     outs = _naive(realize, partials, devices, op) if how == "naive" else \
