@@ -2,10 +2,11 @@
 
     python -m bench.multidev [--reps 31] [--steps 30]
 
-- the 4 MiB naive allreduce over 2 devices (`engine.realize.allreduce`, eager) and the same sum over a
-  sharded axis jitted, each next to one `np.copyto` of the same 4 MiB, the calls interleaved (copy, allreduce,
-  copy, ...) so that load from other processes hits both alike; medians of wall time and of process CPU time
-  (what the call did, whatever the load) and their ratios to the copy's;
+- the 4 MiB naive allreduce over 2 devices (`engine.realize.allreduce`), eager and jitted, and a sum over a
+  sharded axis jitted (per device a kernel that makes the partial, then the allreduce), each next to one
+  `np.copyto` of the same 4 MiB, the calls interleaved (copy, allreduce, ...) so that load from other
+  processes hits them alike; medians of wall time and of process CPU time (what the call did, whatever the
+  load) and their ratios to the copy's;
 - the digits MLP data-parallel SGD step (batch 64) on 1 device (all cores) and on 2 (half the cores each),
   eager and jitted, each in a child process of its own (TOLK_CPU_DEVICES differs); median step time.
 Each allreduce row runs with TOLK_DEVICE_THREADS 2 (auto), 1 (each device from its own thread) and 0 (one after
@@ -57,13 +58,18 @@ def allreduce_rows(reps: int) -> dict[str, float]:
     parts = [Tensor(a, device="CPU:0").realize().uop, Tensor(b, device="CPU:1").realize().uop]
     sharded = Tensor(np.stack([a, b])).shard(("CPU:0", "CPU:1"), axis=0).realize()
     summed = tolk_core.jit(lambda x: x.sum(axis=0).realize())
+    jitted = tolk_core.jit(lambda x, y: Tensor(engine.allreduce([x.uop, y.uop], "sum")[1], "CPU:1"))
+    ins = [Tensor(p, d) for p, d in zip(parts, ("CPU:0", "CPU:1"), strict=True)]
     got = Tensor(engine.allreduce(parts, "sum")[1], "CPU:1").numpy()
     np.testing.assert_array_equal(got, a + b)
-    np.testing.assert_array_equal(summed(sharded).numpy(), a + b)
+    for _ in range(3):  # warm-up, capture, replay
+        np.testing.assert_array_equal(summed(sharded).numpy(), a + b)
+        np.testing.assert_array_equal(jitted(*ins).numpy(), a + b)
     before = GlobalCounters.allreduces_direct
     med = _interleaved({"copyto": lambda: np.copyto(dst, a),
                         "allreduce": lambda: engine.allreduce(parts, "sum"),
-                        "jitted": lambda: summed(sharded)}, reps)
+                        "jitted": lambda: jitted(*ins),
+                        "jitted_sum": lambda: summed(sharded)}, reps)
     return {**{k: v[0] * 1e3 for k, v in med.items()}, **{f"{k}_cpu": v[1] * 1e3 for k, v in med.items()},
             "direct": GlobalCounters.allreduces_direct - before}
 
@@ -131,7 +137,8 @@ def main() -> None:
         r = _child(["allreduce"], threads, a.reps)
         print(f"DEVICE_THREADS={threads} ({mode}), {r['direct']} calls folded in place:")
         for k, what in (("copyto", "np.copyto 4 MiB"), ("allreduce", "naive allreduce 4 MiB over 2 devices, eager"),
-                        ("jitted", "the same sum over a sharded axis, jitted")):
+                        ("jitted", "the same allreduce, jitted"),
+                        ("jitted_sum", "a sum over a sharded axis of 2 x 4 MiB, jitted")):
             print(f"  {what}: {r[k]:.3f} ms wall ({r[k] / r['copyto']:.1f}x the copy), {r[k + '_cpu']:.3f} ms CPU "
                   f"({r[k + '_cpu'] / r['copyto_cpu']:.1f}x)")
     for how in ("eager", "jit"):

@@ -126,6 +126,33 @@ def test_shard_of_an_unplaced_tensor_shards_it(devs):
     np.testing.assert_array_equal((t.sum(axis=0)).numpy(), [66])
 
 
+@pytest.mark.parametrize("start,stop,step", [(0, 10, 1), (-7, 20, 3), (5, -6, -2)])
+def test_integer_arange_on_devices_is_computed_on_each(devs, start, stop, step):
+    # an integer arange over a device tuple is replicated with no storage: each device computes its own, so a
+    # program using it (one_hot's class grid) copies nothing between devices
+    labels = Tensor(np.array([1, 0, 3, 2, 2, 1, 0, 3, 9, 4], np.int32)).shard(devs, axis=0).realize()
+    before = GlobalCounters.snapshot()
+    t = Tensor.arange(start, stop, step, dtype="int32", device=devs)
+    assert t.device == devs and t.uop.op is Op.MULTI and t.uop.arg[1] is None
+    hits = (labels.reshape(10, 1) == t.reshape(1, -1)).cast("int32").sum(axis=1)
+    want = (np.array([1, 0, 3, 2, 2, 1, 0, 3, 9, 4])[:, None] == np.arange(start, stop, step)[None]).sum(1)
+    got = hits.realize()
+    assert GlobalCounters.copies_direct == before["copies_direct"]
+    np.testing.assert_array_equal(got.numpy(), want)
+    for i, d in enumerate(devs):  # every replica holds the values
+        np.testing.assert_array_equal(Tensor(t.realize().uop.src[i], d).numpy(), np.arange(start, stop, step))
+
+
+def test_reading_a_replicated_tensor_gathers_nothing(devs):
+    # numpy() of a replicated value reads its first device's replica as it is: no schedule, no copy
+    x = data(10, 3)
+    t = (Tensor(x).to(devs) * 2).realize()
+    before = GlobalCounters.snapshot()
+    np.testing.assert_array_equal(t.numpy(), x * 2)
+    assert GlobalCounters.schedules == before["schedules"]
+    assert GlobalCounters.copies_direct == before["copies_direct"]
+
+
 def test_replicated_tensor_and_integer_ops(devs):
     x = np.arange(30, dtype=np.int32).reshape(10, 3)
     t = Tensor(x).to(devs)

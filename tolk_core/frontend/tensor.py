@@ -369,7 +369,12 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         if isinstance(self.device, tuple):  # sharded: its shards computed (the devices at the same time, as
             # realize does: docs/multi-device.md), then gathered on its first device of this process (the devices
             # may span ranks: docs/distributed.md)
-            return self.realize().to(ranks.local_of(self.device)).numpy()
+            local, value = ranks.local_of(self.device), self.realize().uop
+            if value.op is Op.MULTI and value.arg[1] is None and local in value.arg[0]:
+                # replicated: that device holds the whole value, read as it is (a gather would schedule a kernel
+                # and copy; a data-parallel step's loss is one: docs/multi-device.md)
+                return Tensor(value.src[value.arg[0].index(local)], local).numpy()
+            return self.realize().to(local).numpy()
         with self._reading():
             return storage.to_numpy(self.uop, self.shape, self.dtype)
 
