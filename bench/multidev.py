@@ -74,8 +74,9 @@ def allreduce_rows(reps: int) -> dict[str, float]:
             "direct": GlobalCounters.allreduces_direct - before}
 
 
-def step_row(ndev: int, jit: bool, steps: int) -> float:
-    """Median ms of a data-parallel SGD step of the digits MLP (batch 64) over `ndev` virtual CPU devices."""
+def step_row(ndev: int, jit: bool, steps: int) -> tuple[float, float]:
+    """Median ms (wall, process CPU) of a data-parallel SGD step of the digits MLP (batch 64) over `ndev`
+    virtual CPU devices."""
     import tolk_core
     from tolk_core import Tensor
     from tolk_core.demo import load_digits, mlp_sgd
@@ -94,10 +95,10 @@ def step_row(ndev: int, jit: bool, steps: int) -> float:
         x, y = Tensor(images[idx]), Tensor(labels[idx])
         if ndev > 1:
             x, y = x.shard(devs, axis=0).realize(), y.shard(devs, axis=0).realize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run(x, y).item()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[3:]) * 1e3
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
+    return statistics.median(w for w, _ in times[3:]) * 1e3, statistics.median(c for _, c in times[3:]) * 1e3
 
 
 def _child(args: list[str], threads: str | None = None, reps: int = 31) -> Any:
@@ -144,8 +145,9 @@ def main() -> None:
     for how in ("eager", "jit"):
         one = _child(["step", "1", how])
         two = {t: _child(["step", "2", how], t) for t in ("2", "1")}
-        print(f"digits MLP data-parallel step, {how}: 1 device {one:.2f} ms, 2 devices {two['2']:.2f} ms (auto), "
-              f"{two['1']:.2f} ms (threads)")
+        print(f"digits MLP data-parallel step, {how}: 1 device {one[0]:.2f} ms ({one[1]:.2f} CPU), 2 devices "
+              f"{two['2'][0]:.2f} ms ({two['2'][1]:.2f} CPU, auto), {two['1'][0]:.2f} ms ({two['1'][1]:.2f} CPU, "
+              "threads)")
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

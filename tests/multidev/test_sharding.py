@@ -212,6 +212,40 @@ def test_cpu_and_opencl_pair(rows):
     np.testing.assert_allclose((a @ b).numpy(), x.T @ x, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+@pytest.mark.parametrize("rows", ROWS)
+def test_cpu_and_opencl_pair_each_op(rows, capsys):
+    # the ops of the other tests on a CPU + OPENCL pair: elementwise with a replicated operand, a movement
+    # keeping the sharded axis, one cutting it (allgathered), reductions beside and over it (an allreduce
+    # that copies: OpenCL memory is not the host's), each against numpy
+    devs = ("CPU", "OPENCL")
+    x, r = data(rows, 6), data(1, 6)
+    t, rep = Tensor(x).shard(devs, axis=0), Tensor(r).to(devs)
+    np.testing.assert_allclose((t * rep - 1.5).numpy(), x * r - 1.5, rtol=1e-6)
+    np.testing.assert_array_equal(t.permute(1, 0).numpy(), x.T)
+    with config.override(DEBUG=1):
+        np.testing.assert_array_equal(t.reshape(rows * 6).numpy(), x.reshape(-1))
+    assert "multi: allgather" in capsys.readouterr().out
+    np.testing.assert_allclose(t.max(axis=1).numpy(), x.max(1), rtol=1e-6)
+    np.testing.assert_allclose(t.max(axis=0).numpy(), x.max(0), rtol=1e-6)
+    np.testing.assert_allclose(t.mean(axis=0).numpy(), x.mean(0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+def test_kernels_compiled_once_per_renderer_over_cpu_and_opencl(cpus4):
+    # three shards of one shape: the two CPU devices share one program, OpenCL compiles its own
+    devs = ("CPU", "CPU:1", "OPENCL")
+    x = np.abs(data(12, 8))
+    t = Tensor(x).shard(devs, axis=0).realize()
+    before = GlobalCounters.snapshot()
+    out = (t * 1.3125 + 0.4375).sqrt().realize()
+    after = GlobalCounters.snapshot()
+    np.testing.assert_allclose(out.numpy(), np.sqrt(x * 1.3125 + 0.4375), rtol=1e-6)
+    assert after["kernels_launched"] - before["kernels_launched"] == 3
+    assert after["kernels_compiled"] - before["kernels_compiled"] == 2
+    assert after["programs_shared"] - before["programs_shared"] == 1
+
+
 def test_safe_save_writes_the_whole_tensor(cpus4, tmp_path):
     from tolk_core.nn.state import safe_load, safe_save
     x = data(10, 3)
