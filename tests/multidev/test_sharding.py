@@ -173,6 +173,25 @@ def test_assign_into_a_sharded_tensor(devs):
     np.testing.assert_allclose(r.numpy(), x[0] - 1, rtol=1e-6)
 
 
+def test_assign_together_over_sharded_tensors(devs):
+    # independent sharded and replicated targets: one schedule per device stores them all, each equal to
+    # numpy; a value that reads another target's storage is assigned one by one, in order
+    from tolk_core.frontend.tensor import assign_together
+    x, w, g = data(10, 4), data(4), data(10, 4)
+    for _ in range(2):  # the first round plans the allreduce's fold (it schedules too)
+        t = Tensor(x).shard(devs, axis=0).contiguous().realize()
+        r = Tensor(w).to(devs).contiguous().realize()
+        grad = Tensor(g).shard(devs, axis=0).realize()
+        before = GlobalCounters.schedules
+        assign_together([(t, t - grad * 0.5), (r, r + grad.sum(axis=0))])  # a sum over the sharded axis: an allreduce
+    # per device one schedule of the allreduce's partial, one of both stores (one by one: a schedule per store)
+    assert GlobalCounters.schedules - before == 2 * len(devs)
+    np.testing.assert_allclose(t.numpy(), x - g * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(r.numpy(), w + g.sum(0), rtol=1e-5, atol=1e-5)
+    assign_together([(r, r * 2), (t, t + r.reshape(1, 4))])  # t's value reads r, stored first
+    np.testing.assert_allclose(t.numpy(), x - g * 0.5 + 2 * (w + g.sum(0)), rtol=1e-5, atol=1e-5)
+
+
 def test_kernels_compiled_once_per_shape_and_renderer(cpus4):
     x = np.abs(data(16, 8))
     t = Tensor(x).shard(cpus4, axis=0).realize()

@@ -63,7 +63,7 @@ def _batch_device(call: UOp) -> str | None:
 def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
     """Whether `call` may join a batch of `device`'s Graph: a kernel whose every argument lives there and whose
     launch size does not depend on a variable, or a copy into it when the Graph takes copies (a COPY with an
-    arg is a collective across ranks, never batched)."""
+    arg, a collective across ranks or an in-place fold across devices, is never batched)."""
     body = call.src[0]
     if body.op is Op.COPY:
         return supports_copy and body.arg is None and arg_device(call.src[1]) == device
