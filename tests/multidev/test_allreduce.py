@@ -10,6 +10,7 @@ from tolk_core.engine import collective
 from tolk_core.engine import realize as engine
 
 NUMPY = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+COPIES = ("copies_direct", "copies_device", "bytes_copied")  # every way a copy between devices is counted
 
 
 def _run(devs, arrays, op, how):
@@ -86,6 +87,8 @@ def test_host_memory_devices_fold_in_place(cpus4, monkeypatch, ndev, size):
         direct = _run(devs, arrays, "sum", "naive")
     after = GlobalCounters.snapshot()
     assert after["allreduces_direct"] == before["allreduces_direct"] + 1
+    for k in ("copies_direct", "copies_device"):  # one kernel per device stores its folded chunk into every
+        assert after[k] == before[k], k           # result: nothing is copied between devices
     assert after["kernels_compiled"] - before["kernels_compiled"] <= len({-(-size // ndev), size % -(-size // ndev)})
     for got in direct:
         np.testing.assert_array_equal(got, want)
@@ -105,7 +108,6 @@ def test_host_memory_devices_fold_in_place(cpus4, monkeypatch, ndev, size):
 
 
 REDUCE = {"sum": Tensor.sum, "max": Tensor.max, "min": Tensor.min, "mean": Tensor.mean}
-COPIES = ("copies_direct", "copies_device", "bytes_copied")  # every way a copy between devices is counted
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32], ids=["float", "int"])
