@@ -389,7 +389,9 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         if isinstance(self.device, tuple):  # sharded: its shards computed (the devices at the same time, as
             # realize does: docs/multi-device.md), then gathered on its first device of this process (the devices
             # may span ranks: docs/distributed.md)
-            local, value = ranks.local_of(self.device), self.realize().uop
+            local, value = ranks.local_of(self.device), self.uop
+            if value.op is not Op.MULTI or not all(views_storage(s) for s in value.src):
+                value = self.realize().uop  # stored shards need no realize (it would walk the rewrite)
             if value.op is Op.MULTI and value.arg[1] is None and local in value.arg[0]:
                 # replicated: that device holds the whole value, read as it is (a gather would schedule a kernel
                 # and copy; a data-parallel step's loss is one: docs/multi-device.md)
