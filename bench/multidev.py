@@ -2,10 +2,11 @@
 
     python -m bench.multidev [--reps 31] [--steps 30]
 
-- the 4 MiB naive allreduce over 2 devices (`engine.realize.allreduce`, eager) and the same sum over a
-  sharded axis jitted, each next to one `np.copyto` of the same 4 MiB, the calls interleaved (copy, allreduce,
-  copy, ...) so that load from other processes hits both alike; medians of wall time and of process CPU time
-  (what the call did, whatever the load) and their ratios to the copy's;
+- the 4 MiB naive allreduce over 2 devices (`engine.realize.allreduce`), eager and jitted, and a sum over a
+  sharded axis jitted (per device a kernel that makes the partial, then the allreduce), each next to one
+  `np.copyto` of the same 4 MiB, the calls interleaved (copy, allreduce, ...) so that load from other
+  processes hits them alike; medians of wall time and of process CPU time (what the call did, whatever the
+  load) and their ratios to the copy's;
 - the digits MLP data-parallel SGD step (batch 64) on 1 device (all cores) and on 2 (half the cores each),
   eager and jitted, each in a child process of its own (TOLK_CPU_DEVICES differs); median step time.
 Each allreduce row runs with TOLK_DEVICE_THREADS 2 (auto), 1 (each device from its own thread) and 0 (one after
@@ -57,19 +58,25 @@ def allreduce_rows(reps: int) -> dict[str, float]:
     parts = [Tensor(a, device="CPU:0").realize().uop, Tensor(b, device="CPU:1").realize().uop]
     sharded = Tensor(np.stack([a, b])).shard(("CPU:0", "CPU:1"), axis=0).realize()
     summed = tolk_core.jit(lambda x: x.sum(axis=0).realize())
+    jitted = tolk_core.jit(lambda x, y: Tensor(engine.allreduce([x.uop, y.uop], "sum")[1], "CPU:1"))
+    ins = [Tensor(p, d) for p, d in zip(parts, ("CPU:0", "CPU:1"), strict=True)]
     got = Tensor(engine.allreduce(parts, "sum")[1], "CPU:1").numpy()
     np.testing.assert_array_equal(got, a + b)
-    np.testing.assert_array_equal(summed(sharded).numpy(), a + b)
+    for _ in range(3):  # warm-up, capture, replay
+        np.testing.assert_array_equal(summed(sharded).numpy(), a + b)
+        np.testing.assert_array_equal(jitted(*ins).numpy(), a + b)
     before = GlobalCounters.allreduces_direct
     med = _interleaved({"copyto": lambda: np.copyto(dst, a),
                         "allreduce": lambda: engine.allreduce(parts, "sum"),
-                        "jitted": lambda: summed(sharded)}, reps)
+                        "jitted": lambda: jitted(*ins),
+                        "jitted_sum": lambda: summed(sharded)}, reps)
     return {**{k: v[0] * 1e3 for k, v in med.items()}, **{f"{k}_cpu": v[1] * 1e3 for k, v in med.items()},
             "direct": GlobalCounters.allreduces_direct - before}
 
 
-def step_row(ndev: int, jit: bool, steps: int) -> float:
-    """Median ms of a data-parallel SGD step of the digits MLP (batch 64) over `ndev` virtual CPU devices."""
+def step_row(ndev: int, jit: bool, steps: int) -> tuple[float, float]:
+    """Median ms (wall, process CPU) of a data-parallel SGD step of the digits MLP (batch 64) over `ndev`
+    virtual CPU devices."""
     import tolk_core
     from tolk_core import Tensor
     from tolk_core.demo import load_digits, mlp_sgd
@@ -88,10 +95,10 @@ def step_row(ndev: int, jit: bool, steps: int) -> float:
         x, y = Tensor(images[idx]), Tensor(labels[idx])
         if ndev > 1:
             x, y = x.shard(devs, axis=0).realize(), y.shard(devs, axis=0).realize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         run(x, y).item()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[3:]) * 1e3
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
+    return statistics.median(w for w, _ in times[3:]) * 1e3, statistics.median(c for _, c in times[3:]) * 1e3
 
 
 def _child(args: list[str], threads: str | None = None, reps: int = 31) -> Any:
@@ -131,14 +138,16 @@ def main() -> None:
         r = _child(["allreduce"], threads, a.reps)
         print(f"DEVICE_THREADS={threads} ({mode}), {r['direct']} calls folded in place:")
         for k, what in (("copyto", "np.copyto 4 MiB"), ("allreduce", "naive allreduce 4 MiB over 2 devices, eager"),
-                        ("jitted", "the same sum over a sharded axis, jitted")):
+                        ("jitted", "the same allreduce, jitted"),
+                        ("jitted_sum", "a sum over a sharded axis of 2 x 4 MiB, jitted")):
             print(f"  {what}: {r[k]:.3f} ms wall ({r[k] / r['copyto']:.1f}x the copy), {r[k + '_cpu']:.3f} ms CPU "
                   f"({r[k + '_cpu'] / r['copyto_cpu']:.1f}x)")
     for how in ("eager", "jit"):
         one = _child(["step", "1", how])
         two = {t: _child(["step", "2", how], t) for t in ("2", "1")}
-        print(f"digits MLP data-parallel step, {how}: 1 device {one:.2f} ms, 2 devices {two['2']:.2f} ms (auto), "
-              f"{two['1']:.2f} ms (threads)")
+        print(f"digits MLP data-parallel step, {how}: 1 device {one[0]:.2f} ms ({one[1]:.2f} CPU), 2 devices "
+              f"{two['2'][0]:.2f} ms ({two['2'][1]:.2f} CPU, auto), {two['1'][0]:.2f} ms ({two['1'][1]:.2f} CPU, "
+              "threads)")
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 

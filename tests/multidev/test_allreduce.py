@@ -10,6 +10,7 @@ from tolk_core.engine import collective
 from tolk_core.engine import realize as engine
 
 NUMPY = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+COPIES = ("copies_direct", "copies_device", "bytes_copied")  # every way a copy between devices is counted
 
 
 def _run(devs, arrays, op, how):
@@ -86,6 +87,8 @@ def test_host_memory_devices_fold_in_place(cpus4, monkeypatch, ndev, size):
         direct = _run(devs, arrays, "sum", "naive")
     after = GlobalCounters.snapshot()
     assert after["allreduces_direct"] == before["allreduces_direct"] + 1
+    for k in ("copies_direct", "copies_device"):  # one kernel per device stores its folded chunk into every
+        assert after[k] == before[k], k           # result: nothing is copied between devices
     assert after["kernels_compiled"] - before["kernels_compiled"] <= len({-(-size // ndev), size % -(-size // ndev)})
     for got in direct:
         np.testing.assert_array_equal(got, want)
@@ -102,3 +105,36 @@ def test_host_memory_devices_fold_in_place(cpus4, monkeypatch, ndev, size):
     assert GlobalCounters.allreduces_direct == after["allreduces_direct"]  # the fold over copies
     for got in copied:
         np.testing.assert_array_equal(got, want)
+
+
+REDUCE = {"sum": Tensor.sum, "max": Tensor.max, "min": Tensor.min, "mean": Tensor.mean}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32], ids=["float", "int"])
+@pytest.mark.parametrize("op", ["sum", "max", "min", "mean"])
+@pytest.mark.parametrize("rows,cols", [(8, 12), (10, 7)], ids=["even", "uneven"])
+def test_jitted_allreduce_folds_in_place(cpus4, rows, cols, op, dtype):
+    # a reduction over the sharded axis, jitted: the replay folds the partials where they lie as eager does
+    # (no copy of any kind), and every call equals numpy's reduction of that call's data. "uneven": 10 rows
+    # over 4 devices (3, 3, 3, 1) and 7 columns, which the fold's chunks (2, 2, 2, 1) do not divide evenly
+    import tolk_core
+    from tolk_core.counters import GlobalCounters
+    from tolk_core.ir.ops import Op
+    rng = np.random.default_rng(rows + cols)
+    reduce = tolk_core.jit(lambda x: REDUCE[op](x, axis=0).realize())
+    for call in range(4):  # warm-up, capture, two replays
+        data = (rng.standard_normal((rows, cols)) * 100).astype(dtype)
+        x = Tensor(data).shard(cpus4, axis=0).realize()
+        before = GlobalCounters.snapshot()
+        out = reduce(x)
+        after = GlobalCounters.snapshot()
+        want = NUMPY[op](data.astype(np.float64), axis=0)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-3)
+        if call >= 2:  # a replay: one fold in place, nothing copied, nothing scheduled or compiled
+            assert after["allreduces_direct"] == before["allreduces_direct"] + 1
+            for k in (*COPIES, "schedules", "kernels_compiled"):
+                assert after[k] == before[k], k
+    captured = reduce.captured
+    assert captured is not None
+    bodies = [c.src[0] for c in captured.linear.src]
+    assert [b.arg[0] for b in bodies if b.op is Op.COPY] == ["fold"]  # the one COPY call is the fold

@@ -126,6 +126,33 @@ def test_shard_of_an_unplaced_tensor_shards_it(devs):
     np.testing.assert_array_equal((t.sum(axis=0)).numpy(), [66])
 
 
+@pytest.mark.parametrize("start,stop,step", [(0, 10, 1), (-7, 20, 3), (5, -6, -2)])
+def test_integer_arange_on_devices_is_computed_on_each(devs, start, stop, step):
+    # an integer arange over a device tuple is replicated with no storage: each device computes its own, so a
+    # program using it (one_hot's class grid) copies nothing between devices
+    labels = Tensor(np.array([1, 0, 3, 2, 2, 1, 0, 3, 9, 4], np.int32)).shard(devs, axis=0).realize()
+    before = GlobalCounters.snapshot()
+    t = Tensor.arange(start, stop, step, dtype="int32", device=devs)
+    assert t.device == devs and t.uop.op is Op.MULTI and t.uop.arg[1] is None
+    hits = (labels.reshape(10, 1) == t.reshape(1, -1)).cast("int32").sum(axis=1)
+    want = (np.array([1, 0, 3, 2, 2, 1, 0, 3, 9, 4])[:, None] == np.arange(start, stop, step)[None]).sum(1)
+    got = hits.realize()
+    assert GlobalCounters.copies_direct == before["copies_direct"]
+    np.testing.assert_array_equal(got.numpy(), want)
+    for i, d in enumerate(devs):  # every replica holds the values
+        np.testing.assert_array_equal(Tensor(t.realize().uop.src[i], d).numpy(), np.arange(start, stop, step))
+
+
+def test_reading_a_replicated_tensor_gathers_nothing(devs):
+    # numpy() of a replicated value reads its first device's replica as it is: no schedule, no copy
+    x = data(10, 3)
+    t = (Tensor(x).to(devs) * 2).realize()
+    before = GlobalCounters.snapshot()
+    np.testing.assert_array_equal(t.numpy(), x * 2)
+    assert GlobalCounters.schedules == before["schedules"]
+    assert GlobalCounters.copies_direct == before["copies_direct"]
+
+
 def test_replicated_tensor_and_integer_ops(devs):
     x = np.arange(30, dtype=np.int32).reshape(10, 3)
     t = Tensor(x).to(devs)
@@ -144,6 +171,25 @@ def test_assign_into_a_sharded_tensor(devs):
     r = Tensor(x[0]).to(devs).contiguous().realize()
     r.assign(r - 1)
     np.testing.assert_allclose(r.numpy(), x[0] - 1, rtol=1e-6)
+
+
+def test_assign_together_over_sharded_tensors(devs):
+    # independent sharded and replicated targets: one schedule per device stores them all, each equal to
+    # numpy; a value that reads another target's storage is assigned one by one, in order
+    from tolk_core.frontend.tensor import assign_together
+    x, w, g = data(10, 4), data(4), data(10, 4)
+    for _ in range(2):  # the first round plans the allreduce's fold (it schedules too)
+        t = Tensor(x).shard(devs, axis=0).contiguous().realize()
+        r = Tensor(w).to(devs).contiguous().realize()
+        grad = Tensor(g).shard(devs, axis=0).realize()
+        before = GlobalCounters.schedules
+        assign_together([(t, t - grad * 0.5), (r, r + grad.sum(axis=0))])  # a sum over the sharded axis: an allreduce
+    # per device one schedule of the allreduce's partial, one of both stores (one by one: a schedule per store)
+    assert GlobalCounters.schedules - before == 2 * len(devs)
+    np.testing.assert_allclose(t.numpy(), x - g * 0.5, rtol=1e-6)
+    np.testing.assert_allclose(r.numpy(), w + g.sum(0), rtol=1e-5, atol=1e-5)
+    assign_together([(r, r * 2), (t, t + r.reshape(1, 4))])  # t's value reads r, stored first
+    np.testing.assert_allclose(t.numpy(), x - g * 0.5 + 2 * (w + g.sum(0)), rtol=1e-5, atol=1e-5)
 
 
 def test_kernels_compiled_once_per_shape_and_renderer(cpus4):
@@ -183,6 +229,40 @@ def test_cpu_and_opencl_pair(rows):
     np.testing.assert_allclose(t.sum(axis=0).numpy(), x.sum(0), rtol=1e-5, atol=1e-5)
     a, b = Tensor(x.T.copy()).shard(devs, axis=1), Tensor(x).shard(devs, axis=0)
     np.testing.assert_allclose((a @ b).numpy(), x.T @ x, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+@pytest.mark.parametrize("rows", ROWS)
+def test_cpu_and_opencl_pair_each_op(rows, capsys):
+    # the ops of the other tests on a CPU + OPENCL pair: elementwise with a replicated operand, a movement
+    # keeping the sharded axis, one cutting it (allgathered), reductions beside and over it (an allreduce
+    # that copies: OpenCL memory is not the host's), each against numpy
+    devs = ("CPU", "OPENCL")
+    x, r = data(rows, 6), data(1, 6)
+    t, rep = Tensor(x).shard(devs, axis=0), Tensor(r).to(devs)
+    np.testing.assert_allclose((t * rep - 1.5).numpy(), x * r - 1.5, rtol=1e-6)
+    np.testing.assert_array_equal(t.permute(1, 0).numpy(), x.T)
+    with config.override(DEBUG=1):
+        np.testing.assert_array_equal(t.reshape(rows * 6).numpy(), x.reshape(-1))
+    assert "multi: allgather" in capsys.readouterr().out
+    np.testing.assert_allclose(t.max(axis=1).numpy(), x.max(1), rtol=1e-6)
+    np.testing.assert_allclose(t.max(axis=0).numpy(), x.max(0), rtol=1e-6)
+    np.testing.assert_allclose(t.mean(axis=0).numpy(), x.mean(0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not has_opencl(), reason="needs an OpenCL device")
+def test_kernels_compiled_once_per_renderer_over_cpu_and_opencl(cpus4):
+    # three shards of one shape: the two CPU devices share one program, OpenCL compiles its own
+    devs = ("CPU", "CPU:1", "OPENCL")
+    x = np.abs(data(12, 8))
+    t = Tensor(x).shard(devs, axis=0).realize()
+    before = GlobalCounters.snapshot()
+    out = (t * 1.3125 + 0.4375).sqrt().realize()
+    after = GlobalCounters.snapshot()
+    np.testing.assert_allclose(out.numpy(), np.sqrt(x * 1.3125 + 0.4375), rtol=1e-6)
+    assert after["kernels_launched"] - before["kernels_launched"] == 3
+    assert after["kernels_compiled"] - before["kernels_compiled"] == 2
+    assert after["programs_shared"] - before["programs_shared"] == 1
 
 
 def test_safe_save_writes_the_whole_tensor(cpus4, tmp_path):

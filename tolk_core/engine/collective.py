@@ -71,10 +71,10 @@ def allreduce(realize: Realize, partials: Sequence[UOp], devices: Sequence[str],
     if how == "ring" and numel < len(devices):
         how = "naive"  # a ring needs a chunk per device
     GlobalCounters.allreduces += 1
-    if config.get("DEBUG") >= 2:
+    if timed := config.get("DEBUG") >= 2:  # every launch timed and printed: the copying ways below
         print(f"allreduce {how} {op if isinstance(op, str) else op.name} {partials[0].dtype.name}{shape} over "
               f"{len(devices)} devices")
-    if how == "naive" and (direct := _direct(partials, devices, op, mean)) is not None:
+    if how == "naive" and not timed and (direct := _direct(partials, devices, op, mean)) is not None:
         # stored partials (the direct fold's condition) have a concrete shape
         return [buffers.view_as(b, shape) for b in direct]  # type: ignore[arg-type]
     outs = _naive(realize, partials, devices, op) if how == "naive" else \
@@ -182,6 +182,20 @@ def _ring(realize: Realize, partials: Sequence[UOp], devices: Sequence[str], op:
     return outs
 
 
+def _allreduces_below(nodes: Sequence[UOp]) -> dict[UOp, frozenset[UOp]]:
+    """The ALLREDUCE nodes each of `nodes` (a toposort, sources first) reads, itself included: one pass, where
+    asking each group's sources for their own toposort walked the backward graph once per gradient."""
+    below: dict[UOp, frozenset[UOp]] = {}
+    none: frozenset[UOp] = frozenset()
+    for u in nodes:
+        acc = frozenset((u,)) if u.op is Op.ALLREDUCE else none
+        for s in u.src:
+            if below[s] and not below[s] <= acc:
+                acc = acc | below[s]
+        below[u] = acc
+    return below
+
+
 def run_allreduces(realize: Realize, sink: UOp) -> UOp:
     """`sink` with each group of ALLREDUCE nodes (one per device over the same partials) computed: the partials
     realized on their devices, folded by `allreduce`, and each node replaced by the view of its device's result.
@@ -189,13 +203,17 @@ def run_allreduces(realize: Realize, sink: UOp) -> UOp:
     each device computes the partials of a whole wave in one schedule (the gradients of a data-parallel step
     share their forward and backward graph)."""
     groups: dict[tuple, list[UOp]] = {}
-    for u in sink.toposort():
+    nodes = sink.toposort()
+    for u in nodes:
         if u.op is Op.ALLREDUCE:
             groups.setdefault(u.src, []).append(u)
+    if not groups:
+        return sink
+    below = _allreduces_below(nodes)
     done: dict[UOp, UOp] = {}
     while todo := [g for g in groups if groups[g][0] not in done]:
         pending = {n for g in todo for n in groups[g]}
-        wave = [g for g in todo if not any(u in pending for s in g for u in s.toposort() if u.op is Op.ALLREDUCE)]
+        wave = [g for g in todo if not any(below[s] & pending for s in g)]
         per_device: dict[str, list[UOp]] = {}  # partial i of a group is computed on the group's devices[i]
         for g in wave:
             for d, s in zip(groups[g][0].arg[1], g, strict=True):

@@ -1,82 +1,109 @@
-"""direct_fold: the naive allreduce between devices whose kernels read each other's memory in place
+"""direct_fold: the naive allreduce between devices whose kernels read and write each other's memory in place
 (docs/multi-device.md, the allreduce).
 
 Where every device's allocator says it may take the others' handles as kernel arguments and that its
 memory is host memory (`Allocator.reads_peer`, `Allocator.host_memory`: virtual CPU devices), nothing is
-copied before the fold. The value is cut into one chunk per device (ceil(size / n) elements, the last
-ones shorter); device `i` folds chunk `i` of every partial, read where it lies, into chunk `i` of its
-result, and copies that chunk into the other devices' results (host memory to host memory). Each element is
-folded once, in device order as the naive allreduce folds it, so every device holds the same bits, and the
-work is the fold of the value once plus a copy of it per other device (the naive exchange folds it once per
-device after copying every partial everywhere).
+copied. The value is cut into one chunk per device (ceil(size / n) elements, the last ones shorter); device
+`i` runs one kernel that folds chunk `i` of every partial, read where it lies, and stores the folded chunk
+into chunk `i` of every device's result. Each element is folded once, in device order as the naive allreduce
+folds it, so every device holds the same bits, and the memory traffic is the partials read once and the
+results written once (the naive exchange copies every partial to every device and folds it there).
 
-The fold kernels are planned once per (fold, dtype, chunk size, devices): the fold graph over placeholder
-buffers scheduled and compiled per device (one program per chunk size, shared by the devices). A call
-allocates the results and launches the planned kernels on views of the partials, each device's work from
-its own thread (engine/concurrent.py). `fold` answers None where this does not apply (the engine then
-copies the partials, engine/collective.py).
+The fold kernel is Tolk's own: the fold graph over placeholder buffers is scheduled into one kernel and that
+kernel's store is repeated into n - 1 more arguments (`_store_everywhere`), so one loop writes every result.
+Kernels are planned once per (fold, dtype, element count, devices): one program per chunk size, shared by the
+devices. An eager call allocates the results and launches the plan on views of the partials, each device's
+chunk from its own thread (engine/concurrent.py). Inside a JIT capture the call is recorded as
+CALL(COPY arg ("fold", devices, plan), *results, *partials) and replayed by `launch` on the arena's handles
+(engine/jit.py). `fold` answers None where this does not apply (the engine then copies the partials,
+engine/collective.py).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from tolk_core import config
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers, concurrent, profile
 from tolk_core.engine.compile import compile_linear, kernel_vals
-from tolk_core.engine.run import capturing
+from tolk_core.engine.run import capturing, run_linear
 from tolk_core.engine.schedule import schedule
 from tolk_core.engine.target import target_for
-from tolk_core.ir.dtype import DType
+from tolk_core.ir.dtype import DType, dtypes
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.runtime import Buffer
+from tolk_core.runtime import Allocator
 
 # below this many bytes a fold runs its devices' chunks one after another on the calling thread: handing a
 # chunk to another thread costs tens of microseconds (hundreds on a loaded machine), more than its work
 CONCURRENT_BYTES = 1 << 20
 Build = Callable[[list[UOp]], UOp]  # the fold of per-device values, in device order
-# one device's chunk: (lo, hi) elements, and its kernel: (program, global size, local size, values, argument
-# order: -1 the result, i partial i)
-Chunk = tuple[tuple[int, int], tuple[Any, Any, Any, tuple[int, ...], tuple[int, ...]]]
+# a chunk's kernel: (program, global size, local size, values, argument order: i >= 0 partial i, -1 - j the
+# result of device j)
+Kernel = tuple[Any, Any, Any, tuple[int, ...], tuple[int, ...]]
+Chunk = tuple[tuple[int, int], Kernel]  # one device's (lo, hi) elements and its kernel
+Plan = tuple[Chunk, ...]  # one chunk per device, in device order (devices past the element count get none)
+Ref = tuple[Allocator, Any]  # a buffer as (its device's allocator, its handle)
 # plans by (fold, dtype, element count, devices, allocator ids), with weak references that tell a plan made
 # for allocators since dropped (a registry reset reopens the devices) from one for the allocators of now
-_plans: dict[tuple, tuple[list[weakref.ref], list[Chunk] | None]] = {}
+_plans: dict[tuple, tuple[list[weakref.ref], Plan | None]] = {}
+_host_backed: weakref.WeakKeyDictionary[Allocator, bool] = weakref.WeakKeyDictionary()
 
 
-def _peer_buffers(partials: Sequence[UOp]) -> list[Buffer] | None:
-    """The runtime Buffers holding `partials` whole, where every device may read every other's in place and
-    all of it is host memory."""
-    bases = [buffers.base_buffer(p) for p in partials]
-    if any(b is None for b in bases):
+def _is_host(alloc: Allocator) -> bool:
+    """Whether `alloc` hands out host memory (asked once of a one-byte allocation: `host_memory` takes a
+    handle, and a capture has none yet)."""
+    if (hit := _host_backed.get(alloc)) is None:
+        probe = alloc.alloc(1)
+        hit = _host_backed[alloc] = alloc.host_memory(probe) is not None
+        alloc.free(probe, 1)
+    return hit
+
+
+def _peers(allocs: Sequence[Allocator]) -> bool:
+    """Whether every one of `allocs` may read and write every other's memory in place, all of it host memory."""
+    return all(a is b or a.reads_peer(b) for a in allocs for b in allocs) and all(_is_host(a) for a in allocs)
+
+
+def _store_everywhere(sink: UOp, extra: int) -> UOp | None:
+    """Kernel AST `sink` with its one store repeated into `extra` new PARAMs (numbered after its own), in
+    the same loop; None where the kernel is not one store into a PARAM."""
+    nodes = sink.toposort()
+    stores = [u for u in nodes if u.op is Op.STORE]
+    if len(stores) != 1 or stores[0].src[0].op is not Op.INDEX or stores[0].src[0].src[0].op is not Op.PARAM:
         return None
-    rbs = [buffers.runtime_buffer(b).allocate() for b in bases if b is not None]
-    allocs = [rb.allocator for rb in rbs]
-    if not all(a is b or a.reads_peer(b) for a in allocs for b in allocs):
+    store = stores[0]
+    index, param = store.src[0], store.src[0].src[0]
+    tops = [s for s in sink.src if store in s.toposort()]  # what closes the store's loops (END), or the store
+    if len(tops) != 1:
         return None
-    return rbs if all(rb.allocator.host_memory(rb.handle) is not None for rb in rbs) else None
+    first = 1 + max(u.arg for u in nodes if u.op is Op.PARAM)
+    more = [tops[0].substitute({store: store.replace(src=(index.replace(src=(param.replace(arg=first + k),
+                                                                               *index.src[1:])), *store.src[1:]))})
+            for k in range(extra)]
+    return sink.replace(src=(*sink.src, *more))
 
 
-def _kernel(device: str, dtype: DType, size: int, n: int, build: Build) -> Any:
-    """The fold of `n` values of `size` elements as one kernel on `device`, compiled, with its arguments'
-    order; None when the fold is not one kernel reading the values and writing the result."""
+def _kernel(device: str, dtype: DType, size: int, n: int, own: int, build: Build) -> Kernel | None:
+    """Device `own`'s fold of `n` values of `size` elements as one compiled kernel storing into every
+    device's result; None when the fold is not one kernel reading the values and storing the result once."""
     holders = [buffers.new_buffer(device, size, dtype) for _ in range(n)]
     linear, (out,), var_vals = schedule(target_for(device), [build(holders)])
     if len(linear.src) != 1 or var_vals:
         return None
-    slots = {h: i for i, h in enumerate(holders)} | {out: -1}
-    if any(a not in slots for a in linear.src[0].src[1:]):
+    call = linear.src[0]
+    slots = {h: i for i, h in enumerate(holders)} | {out: -1 - own}
+    if any(a not in slots for a in call.src[1:]) or (sink := _store_everywhere(call.src[0], n - 1)) is None:
         return None
-    (prg, ks), = compile_linear(linear)
-    return prg, ks.launch_dims({}), ks.local_size, kernel_vals(ks, {}), tuple(slots[a] for a in linear.src[0].src[1:])
+    others = [buffers.new_buffer(device, size, dtype) for _ in range(n - 1)]
+    (prg, ks), = compile_linear(linear.replace(src=(call.replace(src=(sink, *call.src[1:], *others)),)))
+    order = (*(slots[a] for a in call.src[1:]), *(-1 - j for j in range(n) if j != own))
+    return prg, ks.launch_dims({}), ks.local_size, kernel_vals(ks, {}), order
 
 
-def _plan(devices: Sequence[str], dtype: DType, numel: int, build: Build) -> list[Chunk] | None:
+def _plan(devices: Sequence[str], dtype: DType, numel: int, build: Build) -> Plan | None:
     """Each device's chunk and fold kernel (devices past the element count get none)."""
     step = -(-numel // len(devices))  # ceil: the last devices' chunks may be shorter, or empty
     chunks = []
@@ -84,58 +111,76 @@ def _plan(devices: Sequence[str], dtype: DType, numel: int, build: Build) -> lis
         lo, hi = min(i * step, numel), min((i + 1) * step, numel)
         if lo == hi:
             break
-        if (k := _kernel(d, dtype, hi - lo, len(devices), build)) is None:
+        if (k := _kernel(d, dtype, hi - lo, len(devices), i, build)) is None:
             return None
         chunks.append(((lo, hi), k))
-    return chunks
+    return tuple(chunks)
 
 
-def _work(chunk: Chunk, rbs: list[Buffer], outs: list[Buffer], i: int) -> None:
-    """Device `i`'s part: its chunk of every partial folded into its chunk of `outs[i]`, that chunk copied into
-    the other results."""
-    (lo, hi), (prg, gs, ls, vals, slots) = chunk
-    isz = rbs[0].dtype.itemsize
-    off, nbytes = lo * isz, (hi - lo) * isz
-    args = [(outs[i] if s < 0 else rbs[s]) for s in slots]
-    prg(*(b.allocator.offset(b.handle, off, nbytes) for b in args), global_size=gs, local_size=ls, vals=vals)
-    mine = _host(outs[i])[off:off + nbytes]
-    for j, o in enumerate(outs):
-        if j != i:  # numpy's copy lets the other devices' threads run meanwhile
-            np.copyto(_host(o)[off:off + nbytes], mine)
+def _planned(key: tuple, devices: Sequence[str], allocs: list[Allocator], dtype: DType, numel: int,
+             build: Build) -> Plan | None:
+    """The plan of this fold, made on first use per (fold, dtype, size, devices, allocators)."""
+    full = (*key, dtype, numel, tuple(devices), tuple(id(a) for a in allocs))
+    if (hit := _plans.get(full)) is None or any(r() is not a for r, a in zip(hit[0], allocs, strict=True)):
+        hit = _plans[full] = ([weakref.ref(a) for a in allocs], _plan(devices, dtype, numel, build))
+    return hit[1]
 
 
-def _host(b: Buffer) -> np.ndarray:
-    """The bytes of host-memory Buffer `b` as a numpy array (`_peer_buffers` checked that they are)."""
-    mv = b.allocator.host_memory(b.handle)
-    assert mv is not None
-    return np.frombuffer(mv, np.uint8)
+def _work(chunk: Chunk, outs: Sequence[Ref], parts: Sequence[Ref], itemsize: int) -> None:
+    """One device's part: its chunk of every partial folded into its chunk of every result."""
+    (lo, hi), (prg, gs, ls, vals, order) = chunk
+    off, nbytes = lo * itemsize, (hi - lo) * itemsize
+    refs = [outs[-1 - s] if s < 0 else parts[s] for s in order]
+    prg(*(a.offset(h, off, nbytes) for a, h in refs), global_size=gs, local_size=ls, vals=vals)
+
+
+def launch(plan: Plan, devices: Sequence[str], outs: Sequence[Ref], parts: Sequence[Ref], itemsize: int) -> None:
+    """Run `plan`: the results `outs` (one per device) folded from the partials `parts`, each device's chunk
+    from its own thread where the chunks are worth a thread's wake-up; returns when every chunk is done (the
+    caller settled the launches that compute the partials)."""
+    works = [functools.partial(_work, chunk, outs, parts, itemsize) for chunk in plan]
+    if plan and (plan[0][0][1] - plan[0][0][0]) * len(devices) * itemsize >= CONCURRENT_BYTES:
+        with concurrent.together():
+            for d, w in zip(devices, works, strict=False):
+                concurrent.defer(d, w)
+            concurrent.settle()  # also inside an enclosing together(): the results are read next
+    else:
+        for w in works:
+            w()
+    GlobalCounters.kernels_launched += len(plan)
+    GlobalCounters.allreduces_direct += 1
 
 
 def fold(partials: Sequence[UOp], devices: Sequence[str], key: tuple, build: Build) -> list[UOp] | None:
     """The fold `build` of `partials` (partials[i] realized on devices[i]) computed where they lie (see the
-    module docstring), as a BUFFER per device; `key` names the fold (with `build`'s constants). None where the
-    devices cannot read each other's memory, inside a JIT capture (it records copies), or while launches are
-    timed (DEBUG>=2, a profile)."""
-    if capturing() or profile.profiling() or config.get("DEBUG") >= 2:
+    module docstring), as a BUFFER per device; `key` names the fold (with `build`'s constants). Inside a JIT
+    capture the fold is recorded for the replay. None where the devices cannot read each other's memory, a
+    partial is not a whole buffer, or while a profile times launches (the caller, engine/collective.py, does
+    not ask under DEBUG>=2 either, where every launch is timed and printed)."""
+    if profile.profiling():
         return None
-    concurrent.settle()  # the partials may still be being computed (an allreduce inside a sharded realize)
-    if (rbs := _peer_buffers(partials)) is None:
+    bases = [buffers.base_buffer(p) for p in partials]
+    if any(b is None or buffers.buffer_device(b) != d for b, d in zip(bases, devices, strict=True)):
         return None
-    dtype, numel = partials[0].dtype, rbs[0].size
-    allocs = [rb.allocator for rb in rbs]
-    full = (*key, dtype, numel, tuple(devices), tuple(id(a) for a in allocs))
-    if (hit := _plans.get(full)) is None or any(r() is not a for r, a in zip(hit[0], allocs, strict=True)):
-        hit = _plans[full] = ([weakref.ref(a) for a in allocs], _plan(devices, dtype, numel, build))
-    if (chunks := hit[1]) is None:
+    parts = [b for b in bases if b is not None]
+    if capturing():  # no buffer is allocated yet: the devices' allocators answer
+        from tolk_core.plugins import Device  # deferred: the registry sits above the runtime layer
+        allocs = [Device[d].allocator for d in devices]
+    else:
+        concurrent.settle()  # the partials may still be being computed (an allreduce inside a sharded realize)
+        rbs = [buffers.runtime_buffer(p).allocate() for p in parts]
+        allocs = [rb.allocator for rb in rbs]
+    if not _peers(allocs):
+        return None
+    dtype, numel = parts[0].dtype, parts[0].arg
+    if (plan := _planned(key, devices, allocs, dtype, numel, build)) is None:
         return None
     outs = [buffers.new_buffer(d, numel, dtype) for d in devices]
+    if capturing():  # recorded: the JIT replays it on its arenas (engine/jit.py)
+        body = UOp(Op.COPY, dtypes.void, (), ("fold", tuple(devices), plan))
+        run_linear(UOp(Op.LINEAR, dtypes.void, (UOp(Op.CALL, dtypes.void, (body, *outs, *parts)),)))
+        return outs
     held = [buffers.runtime_buffer(o, a).allocate() for o, a in zip(outs, allocs, strict=True)]
-    # each device's chunk from its own thread, where the chunks are worth a thread's wake-up
-    with concurrent.together() if numel * dtype.itemsize >= CONCURRENT_BYTES else contextlib.nullcontext():
-        for i, (d, chunk) in enumerate(zip(devices, chunks, strict=False)):
-            concurrent.defer(d, functools.partial(_work, chunk, rbs, held, i))
-        concurrent.settle()  # the partials are read now, not after this returns
-    GlobalCounters.kernels_launched += len(chunks)
-    GlobalCounters.allreduces_direct += 1
-    GlobalCounters.copies_direct += len(chunks) * (len(devices) - 1)
+    launch(plan, devices, [(a, b.handle) for a, b in zip(allocs, held, strict=True)],
+           [(a, b.handle) for a, b in zip(allocs, rbs, strict=True)], dtype.itemsize)
     return outs

@@ -27,7 +27,7 @@ from tolk_core import config
 from tolk_core.collectives.world import world
 from tolk_core.counters import GlobalCounters
 from tolk_core.engine import buffers as storage
-from tolk_core.engine import concurrent, profile, run
+from tolk_core.engine import concurrent, direct_fold, profile, run
 from tolk_core.engine.compile import CompiledKernel, arg_device, compile_linear, kernel_vals, to_program
 from tolk_core.engine.target import target_for
 from tolk_core.errors import JitError
@@ -63,7 +63,7 @@ def _batch_device(call: UOp) -> str | None:
 def _graphable(call: UOp, device: str, supports_copy: bool) -> bool:
     """Whether `call` may join a batch of `device`'s Graph: a kernel whose every argument lives there and whose
     launch size does not depend on a variable, or a copy into it when the Graph takes copies (a COPY with an
-    arg is a collective across ranks, never batched)."""
+    arg, a collective across ranks or an in-place fold across devices, is never batched)."""
     body = call.src[0]
     if body.op is Op.COPY:
         return supports_copy and body.arg is None and arg_device(call.src[1]) == device
@@ -218,8 +218,30 @@ class _CollectiveStep:
         self(inputs, var_vals, True)
 
 
+class _FoldStep:
+    """An allreduce folded in place, CALL(COPY arg ("fold", devices, plan), *results, *partials)
+    (engine/direct_fold.py): the kernels planned at capture launched on the bound handles, no copy."""
+    __slots__ = ("devices", "plan", "handles", "patches", "allocs", "itemsize")
+
+    def __init__(self, call: UOp, handles: list[Any], patches: tuple[tuple[int, int], ...]):
+        _, self.devices, self.plan = call.src[0].arg
+        self.handles, self.patches = handles, patches
+        self.allocs = [_device(arg_device(a)).allocator for a in call.src[1:]]
+        self.itemsize = call.src[1].dtype.itemsize
+
+    def __call__(self, inputs: list[Any], var_vals: dict[str, int], wait: bool) -> None:
+        for pos, slot in self.patches:
+            self.handles[pos] = inputs[slot]
+        refs = list(zip(self.allocs, self.handles, strict=True))
+        n = len(self.devices)
+        direct_fold.launch(self.plan, self.devices, refs[:n], refs[n:], self.itemsize)
+
+    def profiled(self, inputs: list[Any], var_vals: dict[str, int]) -> None:
+        self(inputs, var_vals, True)
+
+
 # steps that read another device's memory (or another process's): run once every queued launch has run
-_SYNC_STEPS = (_CopyStep, _CollectiveStep)
+_SYNC_STEPS = (_CopyStep, _CollectiveStep, _FoldStep)
 
 
 class _KernelStep:
@@ -368,7 +390,8 @@ class CapturedJit(Generic[T]):
                 continue
             if body.op is Op.COPY:
                 hs, patches = args(call)
-                steps.append(_CopyStep(call, hs, patches) if body.arg is None else _CollectiveStep(call, hs, patches))
+                kind = _CopyStep if body.arg is None else _FoldStep if body.arg[0] == "fold" else _CollectiveStep
+                steps.append(kind(call, hs, patches))
                 continue
             steps.append(self._graph_step(body.src[0].src, args, var_vals))
         self._steps, self._owned = steps, owned

@@ -200,14 +200,25 @@ def assign_sharded(devices: tuple[str, ...], target: UOp, value: UOp) -> None:
     shard the part of `value` in `target`'s layout, its allreduces run first. A shard that reads only its own
     device is stored directly; when some shard reads another device (a copy), every shard is computed first,
     so that no store changes what another device still reads."""
-    _, axis, bounds = target.arg
-    root = lower_multi(UOp(Op.SINK, dtypes.void, (value,))).src[0]
-    parts = multi.cut(root, devices, axis, bounds, "assign")
-    if not all(u.op is not Op.COPY and (u.op is not Op.BUFFER or u.device == d)
-               for d, p in zip(devices, parts, strict=True) for u in p.toposort()):
-        parts = list(realize_sharded(devices, [multi.multi(parts, devices, axis, bounds)])[0].src)
-    for d, dest, v in zip(devices, target.src, parts, strict=True):
-        assign(d, dest, v)
+    assign_sharded_all(devices, [(target, value)])
+
+
+def assign_sharded_all(devices: tuple[str, ...], pairs: Sequence[tuple[UOp, UOp]]) -> None:
+    """`assign_sharded` of every (target, value) pair in one pass: the values' graph pushed into the shards
+    and its allreduces run once, then one schedule per device storing every pair's shard there (an optimizer
+    step over replicated weights: docs/multi-device.md). The caller makes sure, as for `assign_all`, that no
+    value reads another pair's destination storage and that the destinations are distinct storage."""
+    roots = lower_multi(UOp(Op.SINK, dtypes.void, tuple(v for _, v in pairs))).src
+    cuts = []
+    for (target, _), root in zip(pairs, roots, strict=True):
+        _, axis, bounds = target.arg
+        parts = multi.cut(root, devices, axis, bounds, "assign")
+        if not all(u.op is not Op.COPY and (u.op is not Op.BUFFER or u.device == d)
+                   for d, p in zip(devices, parts, strict=True) for u in p.toposort()):
+            parts = list(realize_sharded(devices, [multi.multi(parts, devices, axis, bounds)])[0].src)
+        cuts.append(parts)
+    for i, d in enumerate(devices):
+        assign_all(d, [(target.src[i], parts[i]) for (target, _), parts in zip(pairs, cuts, strict=True)])
 
 
 def _bytes_of(src: UOp, device: str) -> tuple[np.ndarray, tuple, dict[str, int], DType]:

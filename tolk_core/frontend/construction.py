@@ -21,10 +21,11 @@ import numpy as np
 from tolk_core.engine import buffers as storage
 from tolk_core.errors import ShapeError
 from tolk_core.frontend.arguments import as_sizes, new_shape
+from tolk_core.frontend.sharding import resolve_devices
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule import placements
+from tolk_core.schedule import multi, placements
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Scalar, Tensor
@@ -122,10 +123,16 @@ class ConstructionMixin:
             if not floats:  # the values are Python ints: one that dt cannot hold is refused, not wrapped
                 for v in _int_span(values, start):
                     dtypes.check_fits(dt, v)
-        if not floats and dtypes.is_int(dt) and (device is None or isinstance(device, str)) and \
-                max(abs(int(start)), abs(int(stop)), len(values) * abs(int(step))) < 2 ** 62:
-            return cls._iota(len(values), int(start), int(step), dt, device)
-        # floats are uploaded (computed in float32 they would round unlike numpy's), as is a sharded arange
+        span = 0 if floats else max(abs(int(start)), abs(int(stop)), len(values) * abs(int(step)))
+        if not floats and dtypes.is_int(dt) and span < 2 ** 62:
+            if device is None or isinstance(device, str):
+                return cls._iota(len(values), int(start), int(step), dt, device)
+            # replicated: each device computes its own (an upload, or one device's values sharded, would be
+            # copied to the others on every jitted call: docs/multi-device.md)
+            names = resolve_devices(device)
+            parts = [cls._iota(len(values), int(start), int(step), dt, d).uop for d in names]
+            return cls(multi.multi(parts, names, None, None), names)
+        # floats are uploaded (computed in float32 they would round unlike numpy's)
         return cls(values.astype(dtypes.to_np(dt)), device, dt)
 
     @classmethod

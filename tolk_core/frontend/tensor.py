@@ -154,6 +154,9 @@ def assign_together(pairs: Sequence[tuple[Tensor, Any]]) -> None:
     value reads, whichever order the kernels run in), and no assign hook is active (a trace records assigns one
     by one). Otherwise one by one. For updates of many tensors at once (an optimizer's step)."""
     prepared = [(t, t._stored_value(v)) for t, v in pairs]
+    if not assign_hooks and len(prepared) > 1 and (devices := _sharded_independent(prepared)) is not None:
+        engine.assign_sharded_all(devices, [(t.uop, v.uop) for t, v in prepared])
+        return
     bases = [storage_of(t.uop) for t, _ in prepared]
     if assign_hooks or len(prepared) < 2 or not _independent(prepared, bases):
         for t, v in prepared:
@@ -162,6 +165,23 @@ def assign_together(pairs: Sequence[tuple[Tensor, Any]]) -> None:
     before_writes(bases, [v.uop for _, v in prepared])
     engine.assign_all(prepared[0][0].device, [(t.uop, v.uop) for t, v in prepared])
     after_writes([(t, v.uop) for t, v in prepared])
+
+
+def _sharded_independent(pairs: list[tuple[Tensor, Tensor]]) -> tuple[str, ...] | None:
+    """The devices of `pairs` where `assign_together` may store them in one pass per device: every target
+    sharded (or replicated) over the same devices with storage of its own for each shard (distinct from every
+    other shard's), every value on those devices, and no value reading another target's storage; else None."""
+    devices = pairs[0][0].device
+    if not isinstance(devices, tuple) or any(t.device != devices or v.device != devices or t.uop.op is not Op.MULTI
+                                             or not all(views_storage(s) for s in t.uop.src) for t, v in pairs):
+        return None
+    owned = [{storage_of(s) for s in t.uop.src} for t, _ in pairs]
+    written = set().union(*owned)
+    if len(written) != sum(len(t.uop.src) for t, _ in pairs):
+        return None
+    reads_other = any(u.op is Op.BUFFER and u in written and u not in own
+                      for (_, v), own in zip(pairs, owned, strict=True) for u in v.uop.toposort())
+    return None if reads_other else devices
 
 
 def _independent(pairs: list[tuple[Tensor, Tensor]], bases: list[UOp]) -> bool:
@@ -369,7 +389,14 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
         if isinstance(self.device, tuple):  # sharded: its shards computed (the devices at the same time, as
             # realize does: docs/multi-device.md), then gathered on its first device of this process (the devices
             # may span ranks: docs/distributed.md)
-            return self.realize().to(ranks.local_of(self.device)).numpy()
+            local, value = ranks.local_of(self.device), self.uop
+            if value.op is not Op.MULTI or not all(views_storage(s) for s in value.src):
+                value = self.realize().uop  # stored shards need no realize (it would walk the rewrite)
+            if value.op is Op.MULTI and value.arg[1] is None and local in value.arg[0]:
+                # replicated: that device holds the whole value, read as it is (a gather would schedule a kernel
+                # and copy; a data-parallel step's loss is one: docs/multi-device.md)
+                return Tensor(value.src[value.arg[0].index(local)], local).numpy()
+            return self.realize().to(local).numpy()
         with self._reading():
             return storage.to_numpy(self.uop, self.shape, self.dtype)
 

@@ -32,9 +32,10 @@ MIN_ALIGN = 256
 
 
 def written_slots(body: UOp) -> set[int]:
-    """The PARAM slots a kernel body (SINK or PROGRAM(SINK)) stores into; a COPY writes its first argument."""
+    """The PARAM slots a kernel body (SINK or PROGRAM(SINK)) stores into; a COPY writes its first argument, an
+    allreduce folded in place (COPY arg ("fold", devices, plan), engine/direct_fold.py) its first one per device."""
     if body.op is Op.COPY:
-        return {0}
+        return set(range(len(body.arg[1]))) if isinstance(body.arg, tuple) and body.arg[0] == "fold" else {0}
     ast = body.src[0] if body.op is Op.PROGRAM else body
     return {u.src[0].src[0].arg for u in ast.toposort() if u.op is Op.STORE}
 

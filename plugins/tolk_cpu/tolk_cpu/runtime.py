@@ -35,9 +35,11 @@ class HostMemory:
     """A handle: `nbytes` bytes at address `ptr` (64-byte aligned for fresh allocations) kept alive by `owner`."""
     __slots__ = ("owner", "ptr", "nbytes", "start", "_mv")
 
-    def __init__(self, owner: np.ndarray, start: int, nbytes: int):
+    def __init__(self, owner: np.ndarray, start: int, nbytes: int, base_ptr: int | None = None):
         self.owner, self.nbytes, self.start = owner, nbytes, start
-        self.ptr: int = owner.ctypes.data + start
+        # `base_ptr`, the owner's address where the caller knows it: numpy's `.ctypes` costs microseconds, and
+        # an allreduce makes a view per chunk and argument on every call (docs/multi-device.md)
+        self.ptr: int = (owner.ctypes.data if base_ptr is None else base_ptr) + start
         self._mv: memoryview | None = None
 
     @property
@@ -70,7 +72,7 @@ class CPUAllocator(Allocator):
         dest[:] = handle.mv
 
     def offset(self, handle: HostMemory, byte_offset: int, nbytes: int) -> HostMemory:
-        return HostMemory(handle.owner, handle.start + byte_offset, nbytes)
+        return HostMemory(handle.owner, handle.start + byte_offset, nbytes, handle.ptr - handle.start)
 
     def host_memory(self, handle: HostMemory) -> memoryview:
         return handle.mv
