@@ -92,22 +92,23 @@ def _shape(m: int, k: int, n: int):
 
 
 def test_tile_sizes_follow_the_registers_and_the_l2_cache():
-    """AVX2 (32-byte vectors, 16 registers): 4 x 24 tiles (12 accumulators, 3 B vectors, one A value: 7 loads
-    per 12 FMAs); AVX-512 (64, 32): 6 x 64. The panel is half the L2 cache: with 512 KiB and K = 1024 (4 KiB
-    per column), 48 columns (two 24-column micro-panels); with 256 KiB, 24 (one); with 128 KiB a micro-panel
-    (96 KiB) does not fit: two vectors per row (64 KiB) do; with 16 KiB not even one, and B is read in place."""
-    assert register_tile(16, 100) == (3, 4) and register_tile(32, 100) == (4, 6)
-    assert register_tile(16, 2) == (2, 6)  # a row two vectors wide: the widest tile it has
+    """AVX2 (32-byte vectors, 16 registers): 6 x 16 tiles (12 accumulators, 2 B vectors, one A value and one
+    register left to the compiler: 8 loads per 12 FMAs); AVX-512 (64, 32): 6 x 64. The panel is half the L2
+    cache: with 512 KiB and K = 1024 (4 KiB per column), 64 columns (four 16-column micro-panels); with 256 KiB,
+    32 (two); with 64 KiB a micro-panel (64 KiB) does not fit: one vector per row (32 KiB) does, and the rows
+    grow to the 12 the registers allow; with 16 KiB not even one, and B is read in place."""
+    assert register_tile(16, 100) == (2, 6) and register_tile(32, 100) == (4, 6)
+    assert register_tile(16, 1) == (1, 12)  # a row one vector wide: the tallest tile
     mm = _shape(1024, 1024, 1024)
     assert mm is not None
     avx2 = tile_sizes(mm, 32, 16, 512 << 10)
-    assert avx2 is not None and (avx2.w, avx2.mr, avx2.nr, avx2.nc, avx2.panels) == (8, 4, 24, 48, 22)
+    assert avx2 is not None and (avx2.w, avx2.mr, avx2.nr, avx2.nc, avx2.panels) == (8, 6, 16, 64, 16)
     avx512 = tile_sizes(mm, 64, 32, 2 << 20)
     assert avx512 is not None and (avx512.w, avx512.mr, avx512.nr) == (16, 6, 64)
     small = tile_sizes(mm, 32, 16, 256 << 10)
-    assert small is not None and (small.nc, small.panels) == (24, 43)
-    narrow = tile_sizes(mm, 32, 16, 128 << 10)
-    assert narrow is not None and (narrow.mr, narrow.nr, narrow.nc, narrow.packed) == (6, 16, 16, True)
+    assert small is not None and (small.nc, small.panels) == (32, 32)
+    narrow = tile_sizes(mm, 32, 16, 64 << 10)
+    assert narrow is not None and (narrow.mr, narrow.nr, narrow.nc, narrow.packed) == (12, 8, 8, True)
     unpacked = tile_sizes(mm, 32, 16, 16 << 10)
     assert unpacked is not None and not unpacked.packed
 
@@ -116,7 +117,7 @@ def test_odd_sizes_get_whole_tiles_and_even_panels():
     mm = _shape(65, 100, 1000)
     assert mm is not None
     t = tile_sizes(mm, 32, 16, 128 << 10)  # 64 KiB per panel: 160 columns of K = 100
-    assert t is not None and t.nr == 24 and t.nc * t.panels >= 1000 and t.nc % 24 == 0
+    assert t is not None and t.nr == 16 and t.nc * t.panels >= 1000 and t.nc % 16 == 0
     assert t.nc * (t.panels - 1) < 1000  # no panel lies wholly past the last column
 
 
@@ -162,14 +163,14 @@ def test_cache_sizes_from_sysfs_and_the_setting(tmp_path):
 
 
 def test_fake_cache_sizes_reach_the_plan():
-    """A renderer made under CPU_CACHE_SIZES sizes its panels from them: a 64 KiB L2 leaves room for one
-    24-column micro-panel of K = 256 per panel (32 KiB), a 1 MiB L2 for the whole row (11 micro-panels)."""
+    """A renderer made under CPU_CACHE_SIZES sizes its panels from them: a 64 KiB L2 leaves room for two
+    16-column micro-panels of K = 256 per panel (32 KiB), a 1 MiB L2 for the whole row (16 micro-panels)."""
     fn, specs = (lambda a, b: a @ b), (((256, 256), "float32"), ((256, 256), "float32"))
     with config.override(CPU_CACHE_SIZES="16K,64K,1M", CPU_VECTOR_BYTES=32):
         small, = _kernel_sources(fn, *specs)
     with config.override(CPU_CACHE_SIZES="32K,1M,8M", CPU_VECTOR_BYTES=32):
         large, = _kernel_sources(fn, *specs)
-    assert f"panel0[{256 * 24}]" in small and f"panel0[{256 * 264}]" in large
+    assert f"panel0[{256 * 32}]" in small and f"panel0[{256 * 256}]" in large
     with config.override(CPU_CACHE_SIZES="4K,8K,16K", CPU_VECTOR_BYTES=32):  # K x 8 floats > 4 KiB: in place
         tiny, = _kernel_sources(fn, *specs)
     assert "panel0" not in tiny and "tolk_fma8_float(" in tiny

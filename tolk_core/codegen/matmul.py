@@ -8,7 +8,7 @@ the standard one of BLAS libraries, built from the IR's own nodes:
 - **Micro-kernel**: a register tile of MR rows x NR columns, NR a whole number of vectors of the width the
   compiler targets (`Renderer.vector_bytes`), MR as many rows as the remaining vector registers hold
   accumulators for (`Renderer.vector_registers`), the shape that loads the fewest values per FMA
-  (`register_tile`: AVX2 4 x 3 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of B, broadcasts
+  (`register_tile`: AVX2 6 x 2 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of B, broadcasts
   MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
 - **Packed panel**: the columns are cut into panels of NC columns; each panel's K x NC slice of B is copied
   once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to half the L2 cache
@@ -136,16 +136,24 @@ def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> T
 
 
 def _rows_for(registers: int, vectors: int) -> int:
-    """Rows of a tile `vectors` wide: accumulators for each, plus a register per B vector and one for A."""
-    return max(1, min(MR_MOST, (registers - vectors - 1) // vectors))
+    """Rows of a tile `vectors` wide: accumulators for each, plus a register per B vector, one for the broadcast
+    A value and one left to the compiler. A tile that claims every register is loaded through memory operands:
+    gcc 12 gave the 4 x 3-vector AVX2 tile (12 + 3 + 1 = 16 `ymm`) 12 vector loads of B per step instead of 3,
+    more loads than Zen 3's two vector load ports issue beside 12 FMAs (docs/performance.md, "Matmul on CPU")."""
+    return max(1, min(MR_MOST, (registers - vectors - 2) // vectors))
 
 
 def register_tile(registers: int, most_vectors: int) -> tuple[int, int]:
     """(vectors per row, rows) of the register tile: of the tiles that fit `registers` (`_rows_for`) with at most
     `VECTORS_MOST` (and `most_vectors`) vectors per row, the one loading the fewest values per FMA, (rows +
-    vectors) / (rows x vectors): 16 registers (AVX2) give 4 x 3 vectors, 32 (AVX-512) 6 x 4."""
+    vectors) / (rows x vectors), and of those the one with the most accumulators (more independent FMAs in
+    flight): 16 registers (AVX2) give 6 x 2 vectors, 32 (AVX-512) 6 x 4."""
     widths = range(1, max(1, min(VECTORS_MOST, most_vectors)) + 1)
-    v = min(widths, key=lambda v: (_rows_for(registers, v) + v) / (_rows_for(registers, v) * v))
+
+    def cost(v: int) -> tuple[float, int]:
+        rows = _rows_for(registers, v)
+        return (rows + v) / (rows * v), -rows * v
+    v = min(widths, key=cost)
     return v, _rows_for(registers, v)
 
 
