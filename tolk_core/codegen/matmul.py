@@ -7,24 +7,31 @@ the standard one of BLAS libraries, built from the IR's own nodes:
 
 - **Micro-kernel**: a register tile of MR rows x NR columns, NR a whole number of vectors of the width the
   compiler targets (`Renderer.vector_bytes`), MR as many rows as the remaining vector registers hold
-  accumulators for (`Renderer.vector_registers`), the shape that loads the fewest values per FMA
-  (`register_tile`: AVX2 6 x 2 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of B, broadcasts
-  MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
+  accumulators for (`Renderer.vector_registers`, one left to the compiler), the shape that loads the fewest
+  values per FMA (`register_tile`: AVX2 6 x 2 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of
+  B, broadcasts MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
 - **Packed panel**: the columns are cut into panels of NC columns; each panel's K x NC slice of B is copied
-  once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to half the L2 cache
-  (`Renderer.cache_bytes`; at most `PANEL_MOST`: the array is on the thread's stack), so the micro-kernel reads
-  B contiguously from L2 for every row of A, whatever B's layout (B transposed included) and without a TLB miss
-  per row of B.
-- **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then the panel's micro-panels (jr), then
-  k. The outermost loop with several iterations runs on threads (panels have private arrays; with one panel
-  the rows share it).
+  once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to the L2 cache (half
+  of it when k is not blocked; `Renderer.cache_bytes`; at most `PANEL_MOST`: the array is on the thread's
+  stack), so the micro-kernel reads B contiguously from L2 for every row of A, whatever B's layout (B
+  transposed included) and without a TLB miss per row of B.
+- **K-blocking**: the sum over k is cut into blocks of KC (`k_block`: a divisor of K, the MR x KC sliver of A
+  in a quarter of the L1 cache; K = 2048 on a 32 KiB L1: 256). A kernel's stores are final, so the partial sums
+  live in a kernel-local C block of MR x NC values instead of the output: for each block of k, every
+  micro-panel's tile sums its KC products in registers and adds them to its part of the block (the first block
+  reads nothing: a gated load), so the A sliver is read from L1 by every micro-panel of the panel; after the
+  last block the epilogue and the stores read the C block. Without a divisor in range (a prime K) the tile
+  sums the whole K, as for a K within the bound.
+- **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then blocks of k (pc) and the panel's
+  micro-panels (jr), then k. The outermost loop with several iterations runs on threads (panels have private
+  arrays; with one panel the rows share it).
 - **Sizes that do not fill a tile**: the last tile of a row or column is moved back to end at the last row or
   column (it overlaps its neighbour, which computes the same values), so every tile is whole and no tail loop
   is needed; a matrix narrower than one vector keeps the generic plan.
 
-The reduction is not blocked over `k` (a kernel's stores are final: a partial sum cannot be stored and
-reloaded), so for a large K the panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per
-row); past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row).
+For a large K the unblocked panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per row);
+past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row). A is read in place
+(MR rows at a time), not packed.
 """
 from __future__ import annotations
 
