@@ -51,7 +51,8 @@ def test_matmuls_match_numpy(device):
 
 def _blocked_cases(rng: np.random.Generator):
     """Sums blocked 32 deep at most (the MATMUL_KC knob): K = 96 in three blocks, 300 in ten of 30, 257 (a
-    prime) whole; sizes that fill no tile, transposed operands, a batch, a bias and relu after the last block."""
+    prime) whole; sizes that fill no tile, transposed operands, a batch, a bias and relu after the last block,
+    float64."""
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     out = []
     for m, k, n in [(65, 96, 129), (130, 300, 70), (9, 257, 17), (7, 64, 8)]:
@@ -61,8 +62,10 @@ def _blocked_cases(rng: np.random.Generator):
                 (f"A.T@B {m}x{k}x{n}", lambda T, at=at, b=b: T(at).T @ T(b), a @ b),
                 (f"A@B.T {m}x{k}x{n}", lambda T, a=a, bt=bt: T(a) @ T(bt).T, a @ b)]
     x, w, bias = f(3, 33, 96), f(3, 96, 40), f(40)
+    d1, d2 = f(65, 96).astype(np.float64), f(96, 40).astype(np.float64)
     out += [("batched", lambda T: T(x) @ T(w), x @ w),
-            ("bias relu", lambda T: (T(x) @ T(w) + T(bias)).relu(), np.maximum(x @ w + bias, 0))]
+            ("bias relu", lambda T: (T(x) @ T(w) + T(bias)).relu(), np.maximum(x @ w + bias, 0)),
+            ("float64", lambda T: T(d1) @ T(d2), d1 @ d2)]
     return out
 
 
