@@ -51,11 +51,11 @@ def test_matmuls_match_numpy(device):
 
 def _blocked_cases(rng: np.random.Generator):
     """Sums blocked 32 deep at most (the MATMUL_KC knob): K = 96 in three blocks, 300 in ten of 30, 257 (a
-    prime) whole; sizes that fill no tile, transposed operands, a batch, a bias and relu after the last block,
-    float64."""
+    prime) whole; sizes that fill no tile, one row (A @ B.T: packed), transposed operands, a batch, a bias and
+    relu after the last block, float64."""
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     out = []
-    for m, k, n in [(65, 96, 129), (130, 300, 70), (9, 257, 17), (7, 64, 8)]:
+    for m, k, n in [(65, 96, 129), (130, 300, 70), (9, 257, 17), (7, 64, 8), (1, 96, 40)]:
         a, b = f(m, k), f(k, n)
         at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
         out += [(f"{m}x{k}x{n}", lambda T, a=a, b=b: T(a) @ T(b), a @ b),
