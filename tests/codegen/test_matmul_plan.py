@@ -16,7 +16,7 @@ from tests.frontend.helpers import check_cases_together
 from tolk_core import config
 from tolk_core.codegen import generate
 from tolk_core.codegen.choices import Choices, using
-from tolk_core.codegen.matmul import match, register_tile, tile_sizes
+from tolk_core.codegen.matmul import k_block, match, register_tile, tile_sizes
 from tolk_core.codegen.optimize import _output_ranges
 from tolk_core.render import host
 from tolk_core.testing import kernels
@@ -47,6 +47,41 @@ def _cases(rng: np.random.Generator):
 
 def test_matmuls_match_numpy(device):
     check_cases_together(_cases(np.random.default_rng(0)), device, rtol=1e-5, atol=2e-4)  # sums of <= 300 terms
+
+
+def _blocked_cases(rng: np.random.Generator):
+    """Sums blocked 32 deep at most (the MATMUL_KC knob): K = 96 in three blocks, 300 in ten of 30, 257 (a
+    prime) whole; sizes that fill no tile, one row (A @ B.T: packed), transposed operands, a batch, a bias and
+    relu after the last block, float64."""
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    out = []
+    for m, k, n in [(65, 96, 129), (130, 300, 70), (9, 257, 17), (7, 64, 8), (1, 96, 40)]:
+        a, b = f(m, k), f(k, n)
+        at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+        out += [(f"{m}x{k}x{n}", lambda T, a=a, b=b: T(a) @ T(b), a @ b),
+                (f"A.T@B {m}x{k}x{n}", lambda T, at=at, b=b: T(at).T @ T(b), a @ b),
+                (f"A@B.T {m}x{k}x{n}", lambda T, a=a, bt=bt: T(a) @ T(bt).T, a @ b)]
+    x, w, bias = f(3, 33, 96), f(3, 96, 40), f(40)
+    d1, d2 = f(65, 96).astype(np.float64), f(96, 40).astype(np.float64)
+    out += [("batched", lambda T: T(x) @ T(w), x @ w),
+            ("bias relu", lambda T: (T(x) @ T(w) + T(bias)).relu(), np.maximum(x @ w + bias, 0)),
+            ("float64", lambda T: T(d1) @ T(d2), d1 @ d2)]
+    return out
+
+
+def test_k_blocked_matmuls_match_numpy(device):
+    with using(Choices.of({"MATMUL_KC": 32})):
+        check_cases_together(_blocked_cases(np.random.default_rng(5)), device, rtol=1e-5, atol=2e-4)
+
+
+def test_k_blocks_keep_a_c_block():
+    """With K past the block, the tile's sums go through a kernel-local C block, one block of k at a time; a
+    prime K keeps the whole sum in the tile's registers."""
+    with using(Choices.of({"MATMUL_KC": 32})):
+        blocked, = _kernel_sources(lambda a, b: a @ b, ((65, 96), "float32"), ((96, 129), "float32"))
+        whole, = _kernel_sources(lambda a, b: a @ b, ((65, 257), "float32"), ((257, 129), "float32"))
+    assert "cblock0[" in blocked and "< 3;" in blocked and "< 32;" in blocked and "tolk_fma" in blocked
+    assert "cblock0" not in whole and "panel0[" in whole
 
 
 def _kernel_sources(fn, *specs, renderer=None) -> list[str]:
@@ -91,32 +126,43 @@ def _shape(m: int, k: int, n: int):
     return match(ast, _output_ranges(ast))
 
 
-def test_tile_sizes_follow_the_registers_and_the_l2_cache():
-    """AVX2 (32-byte vectors, 16 registers): 4 x 24 tiles (12 accumulators, 3 B vectors, one A value: 7 loads
-    per 12 FMAs); AVX-512 (64, 32): 6 x 64. The panel is half the L2 cache: with 512 KiB and K = 1024 (4 KiB
-    per column), 48 columns (two 24-column micro-panels); with 256 KiB, 24 (one); with 128 KiB a micro-panel
-    (96 KiB) does not fit: two vectors per row (64 KiB) do; with 16 KiB not even one, and B is read in place."""
-    assert register_tile(16, 100) == (3, 4) and register_tile(32, 100) == (4, 6)
-    assert register_tile(16, 2) == (2, 6)  # a row two vectors wide: the widest tile it has
+def test_tile_sizes_follow_the_registers_and_the_caches():
+    """AVX2 (32-byte vectors, 16 registers): 6 x 16 tiles (12 accumulators, 2 B vectors, one A value and one
+    register left to the compiler: 8 loads per 12 FMAs); AVX-512 (64, 32): 6 x 64. K = 1024 is blocked 256 deep
+    (a 6-row sliver of A in a quarter of a 32 KiB L1: at most 341), and the blocked panel fills the L2 cache: with
+    512 KiB (4 KiB per column), 128 columns; with 256 KiB, 64. With 64 KiB a micro-panel of two vectors (64 KiB)
+    does not fit half of it: one vector per row does, the rows grow to the 12 the registers allow, and k is
+    blocked 128 deep (12-row slivers: at most 170); with 16 KiB not even one, and B is read in place."""
+    assert register_tile(16, 100) == (2, 6) and register_tile(32, 100) == (4, 6)
+    assert register_tile(16, 1) == (1, 12)  # a row one vector wide: the tallest tile
     mm = _shape(1024, 1024, 1024)
     assert mm is not None
-    avx2 = tile_sizes(mm, 32, 16, 512 << 10)
-    assert avx2 is not None and (avx2.w, avx2.mr, avx2.nr, avx2.nc, avx2.panels) == (8, 4, 24, 48, 22)
-    avx512 = tile_sizes(mm, 64, 32, 2 << 20)
+    avx2 = tile_sizes(mm, 32, 16, 512 << 10, 32 << 10)
+    assert avx2 is not None and (avx2.w, avx2.mr, avx2.nr, avx2.nc, avx2.panels, avx2.kc) == (8, 6, 16, 128, 8, 256)
+    avx512 = tile_sizes(mm, 64, 32, 2 << 20, 48 << 10)
     assert avx512 is not None and (avx512.w, avx512.mr, avx512.nr) == (16, 6, 64)
-    small = tile_sizes(mm, 32, 16, 256 << 10)
-    assert small is not None and (small.nc, small.panels) == (24, 43)
-    narrow = tile_sizes(mm, 32, 16, 128 << 10)
-    assert narrow is not None and (narrow.mr, narrow.nr, narrow.nc, narrow.packed) == (6, 16, 16, True)
-    unpacked = tile_sizes(mm, 32, 16, 16 << 10)
+    small = tile_sizes(mm, 32, 16, 256 << 10, 32 << 10)
+    assert small is not None and (small.nc, small.panels) == (64, 16)
+    narrow = tile_sizes(mm, 32, 16, 64 << 10, 32 << 10)
+    assert narrow is not None and (narrow.mr, narrow.nr, narrow.nc, narrow.packed, narrow.kc) == (12, 8, 16, True, 128)
+    unpacked = tile_sizes(mm, 32, 16, 16 << 10, 32 << 10)
     assert unpacked is not None and not unpacked.packed
+
+
+def test_k_blocks_divide_k():
+    """A block of k is the largest divisor of K within the L1 bound and above half of it; K within the bound,
+    or without such a divisor (a prime), is summed whole."""
+    assert k_block(2048, 6, 4, 32 << 10) == 256 and k_block(768, 6, 4, 32 << 10) == 256
+    assert k_block(300, 6, 4, 4 << 10) == 30  # at most 42 (4 KiB / 96 B): 30 divides 300, 31..42 do not
+    assert k_block(341, 6, 4, 32 << 10) == 0 and k_block(1021, 6, 4, 32 << 10) == 0  # within; prime
+    assert k_block(1024, 6, 8, 32 << 10) == 128  # float64: half as deep
 
 
 def test_odd_sizes_get_whole_tiles_and_even_panels():
     mm = _shape(65, 100, 1000)
     assert mm is not None
     t = tile_sizes(mm, 32, 16, 128 << 10)  # 64 KiB per panel: 160 columns of K = 100
-    assert t is not None and t.nr == 24 and t.nc * t.panels >= 1000 and t.nc % 24 == 0
+    assert t is not None and t.nr == 16 and t.nc * t.panels >= 1000 and t.nc % 16 == 0
     assert t.nc * (t.panels - 1) < 1000  # no panel lies wholly past the last column
 
 
@@ -162,14 +208,16 @@ def test_cache_sizes_from_sysfs_and_the_setting(tmp_path):
 
 
 def test_fake_cache_sizes_reach_the_plan():
-    """A renderer made under CPU_CACHE_SIZES sizes its panels from them: a 64 KiB L2 leaves room for one
-    24-column micro-panel of K = 256 per panel (32 KiB), a 1 MiB L2 for the whole row (11 micro-panels)."""
+    """A renderer made under CPU_CACHE_SIZES sizes its plan from them: a 16 KiB L1 blocks K = 256 128 deep (at
+    most 170) in a 6 x 64 C block, and the blocked panel fills the 64 KiB L2 (four 16-column micro-panels of
+    K = 256); a 32 KiB L1 sums K = 256 whole, and half of a 1 MiB L2 holds the whole row (16 micro-panels)."""
     fn, specs = (lambda a, b: a @ b), (((256, 256), "float32"), ((256, 256), "float32"))
     with config.override(CPU_CACHE_SIZES="16K,64K,1M", CPU_VECTOR_BYTES=32):
         small, = _kernel_sources(fn, *specs)
     with config.override(CPU_CACHE_SIZES="32K,1M,8M", CPU_VECTOR_BYTES=32):
         large, = _kernel_sources(fn, *specs)
-    assert f"panel0[{256 * 24}]" in small and f"panel0[{256 * 264}]" in large
+    assert f"panel0[{256 * 64}]" in small and f"cblock0[{6 * 64}]" in small and "< 128;" in small
+    assert f"panel0[{256 * 256}]" in large and "cblock0" not in large
     with config.override(CPU_CACHE_SIZES="4K,8K,16K", CPU_VECTOR_BYTES=32):  # K x 8 floats > 4 KiB: in place
         tiny, = _kernel_sources(fn, *specs)
     assert "panel0" not in tiny and "tolk_fma8_float(" in tiny

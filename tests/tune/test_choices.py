@@ -26,7 +26,8 @@ REFS = {"conv": lambda x, w: np.einsum("ncijkl,ockl->noij", np.lib.stride_tricks
     x, (3, 3), axis=(2, 3)), w)}
 # for each knob: a program whose plan it changes, and a value other than the default
 MOVES = {"MAX_ACCUMULATORS": ("conv", 4), "MATMUL_MR": ("matmul", 2), "MATMUL_NR_VECTORS": ("matmul", 1),
-         "MATMUL_NC": ("wide_matmul", 64), "PARALLEL_MIN_WORK": ("wide", 1 << 23), "UNROLL_MAX": ("short_sum", 4),
+         "MATMUL_NC": ("wide_matmul", 64), "MATMUL_KC": ("wide_matmul", 32),
+         "PARALLEL_MIN_WORK": ("wide", 1 << 23), "UNROLL_MAX": ("short_sum", 4),
          "GPU_BLOCK": ("matmul", 4), "GPU_LOCAL": ("wide", 64), "GPU_VECTOR_ACCUMULATORS": ("matmul", 4)}
 
 

@@ -131,19 +131,23 @@ class _Linearizer:
         self.placed.update(group)
 
     def emit_fill(self, fill: UOp) -> None:
+        """An array's fill: one STORE, or a SINK of STOREs filled in the same loops (a matmul's C block: the
+        tile's reductions then fold in one loop, codegen/matmul.py), in the loops its END closes."""
         target = self.block_for(fill)
-        store = fill.src[0] if fill.op is Op.END else fill
-        if (arr := store.src[0].src[0]) not in self.placed:  # declared where it is first filled
+        body = fill.src[0] if fill.op is Op.END else fill
+        stores = list(body.src) if body.op is Op.SINK else [body]
+        if (arr := stores[0].src[0].src[0]) not in self.placed:  # declared where it is first filled
             target.append(arr)
             self.placed.add(arr)
         rngs = [s for s in fill.src[1:] if s.op is Op.RANGE] if fill.op is Op.END else []
         for rng in rngs:
             self.open_loop(rng)
-        for s in store.src:
-            self.emit(s)
-        (self.stack[-1].body if rngs else target).append(store)
+        for store in stores:
+            for s in store.src:
+                self.emit(s)
+            (self.stack[-1].body if rngs else target).append(store)
         self.close(len(rngs), target)
-        self.placed.update((fill, store))
+        self.placed.update((fill, body, *stores))
 
     def emit_tops(self, tops: list[UOp]) -> None:
         """The kernel's stores in order; adjacent END tops over the same ranges (unrolled copies) share loops."""

@@ -7,24 +7,31 @@ the standard one of BLAS libraries, built from the IR's own nodes:
 
 - **Micro-kernel**: a register tile of MR rows x NR columns, NR a whole number of vectors of the width the
   compiler targets (`Renderer.vector_bytes`), MR as many rows as the remaining vector registers hold
-  accumulators for (`Renderer.vector_registers`), the shape that loads the fewest values per FMA
-  (`register_tile`: AVX2 4 x 3 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of B, broadcasts
-  MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
+  accumulators for (`Renderer.vector_registers`, one left to the compiler), the shape that loads the fewest
+  values per FMA (`register_tile`: AVX2 6 x 2 vectors, AVX-512 6 x 4). Each step of `k` loads NR/W vectors of
+  B, broadcasts MR values of A and folds MR x NR/W products (FMA: tolk_cpu's renderer).
 - **Packed panel**: the columns are cut into panels of NC columns; each panel's K x NC slice of B is copied
-  once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to half the L2 cache
-  (`Renderer.cache_bytes`; at most `PANEL_MOST`: the array is on the thread's stack), so the micro-kernel reads
-  B contiguously from L2 for every row of A, whatever B's layout (B transposed included) and without a TLB miss
-  per row of B.
-- **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then the panel's micro-panels (jr), then
-  k. The outermost loop with several iterations runs on threads (panels have private arrays; with one panel
-  the rows share it).
+  once, micro-panel by micro-panel (NR columns, k-major), into a kernel-local array sized to the L2 cache (half
+  of it when k is not blocked; `Renderer.cache_bytes`; at most `PANEL_MOST`: the array is on the thread's
+  stack), so the micro-kernel reads B contiguously from L2 for every row of A, whatever B's layout (B
+  transposed included) and without a TLB miss per row of B.
+- **K-blocking**: the sum over k is cut into blocks of KC (`k_block`: a divisor of K, the MR x KC sliver of A
+  in a quarter of the L1 cache; K = 2048 on a 32 KiB L1: 256). A kernel's stores are final, so the partial sums
+  live in a kernel-local C block of MR x NC values instead of the output: for each block of k, every
+  micro-panel's tile sums its KC products in registers and adds them to its part of the block (the first block
+  reads nothing: a gated load), so the A sliver is read from L1 by every micro-panel of the panel; after the
+  last block the epilogue and the stores read the C block. Without a divisor in range (a prime K) the tile
+  sums the whole K, as for a K within the bound.
+- **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then blocks of k (pc) and the panel's
+  micro-panels (jr), then k. The outermost loop with several iterations runs on threads (panels have private
+  arrays; with one panel the rows share it).
 - **Sizes that do not fill a tile**: the last tile of a row or column is moved back to end at the last row or
   column (it overlaps its neighbour, which computes the same values), so every tile is whole and no tail loop
   is needed; a matrix narrower than one vector keeps the generic plan.
 
-The reduction is not blocked over `k` (a kernel's stores are final: a partial sum cannot be stored and
-reloaded), so for a large K the panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per
-row); past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row).
+For a large K the unblocked panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per row);
+past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row). A is read in place
+(MR rows at a time), not packed.
 """
 from __future__ import annotations
 
@@ -43,6 +50,7 @@ MATMUL_MR = 0          # rows of the register tile
 MATMUL_NR_VECTORS = 0  # vectors per row of the register tile (NR = this x lanes)
 VECTORS_MOST = 4       # vectors per row of the tile at most
 MATMUL_NC = 0          # columns of a packed panel of B
+MATMUL_KC = 0          # depth of a block of k at most (0: from the L1 cache)
 PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
 MR_MOST = 12           # rows of the tile at most (one broadcast A value per row and step)
 _DTYPES = (dtypes.float32, dtypes.float64)
@@ -110,11 +118,12 @@ class Tile:
     nc: int
     panels: int
     packed: bool = True  # False: a micro-panel of B would not fit half the L2 cache, B is read in place
+    kc: int = 0          # depth of a block of k (0: not blocked, the tile sums the whole K at once)
 
 
-def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> Tile | None:
-    """The plan's sizes for `mm` on a machine with `registers` vectors of `vector_bytes` and `l2` bytes of L2
-    (module docstring), or None when a row is narrower than a vector."""
+def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int, l1: int = 0) -> Tile | None:
+    """The plan's sizes for `mm` on a machine with `registers` vectors of `vector_bytes`, `l2` bytes of L2 and
+    `l1` of L1 (module docstring), or None when a row is narrower than a vector."""
     item = mm.red.dtype.itemsize
     w, size_m, size_n, size_k = vector_bytes // item, mm.rows, mm.n.src[0].arg, mm.k.src[0].arg
     if w < 2 or size_n < w:
@@ -127,25 +136,46 @@ def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int) -> T
     nr, mr = vectors * w, min(knob("MATMUL_MR", MATMUL_MR) or _rows_for(registers, vectors), size_m)
     if size_k * nr * item > budget:  # not even one vector's micro-panel: B is read in place
         return Tile(w, mr, nr, nr, -(-size_n // nr), packed=False)
+    kc = k_block(size_k, mr, item, l1)
+    if kc:  # a block of k reads KC x NC of the panel: the whole panel may fill the L2 cache
+        budget = min(l2 or DEFAULT.l2, PANEL_MOST)
     widest = knob("MATMUL_NC", MATMUL_NC) or budget // (size_k * item)
     micro = -(-size_n // nr)                             # micro-panels covering the row
     per_panel = max(1, min(micro, widest // nr))
     panels = -(-micro // per_panel)
     per_panel = -(-micro // panels)                      # the same count in every panel, as even as it gets
-    return Tile(w, mr, nr, per_panel * nr, panels)
+    return Tile(w, mr, nr, per_panel * nr, panels, kc=kc)
+
+
+def k_block(size_k: int, mr: int, item: int, l1: int) -> int:
+    """The depth of a block of k (module docstring): the largest divisor of K whose MR-row sliver of A fills at
+    most a quarter of the L1 cache (the rest holds the streamed B and the C block), and not under half that
+    bound; 0 (the tile sums the whole K) when K is within the bound or has no such divisor."""
+    most = knob("MATMUL_KC", MATMUL_KC) or (l1 or DEFAULT.l1) // (4 * mr * item)
+    if size_k <= most:
+        return 0
+    return next((d for d in range(most, most // 2, -1) if size_k % d == 0), 0)
 
 
 def _rows_for(registers: int, vectors: int) -> int:
-    """Rows of a tile `vectors` wide: accumulators for each, plus a register per B vector and one for A."""
-    return max(1, min(MR_MOST, (registers - vectors - 1) // vectors))
+    """Rows of a tile `vectors` wide: accumulators for each, plus a register per B vector, one for the broadcast
+    A value and one left to the compiler. A tile that claims every register is loaded through memory operands:
+    gcc 12 gave the 4 x 3-vector AVX2 tile (12 + 3 + 1 = 16 `ymm`) 12 vector loads of B per step instead of 3,
+    more loads than Zen 3's two vector load ports issue beside 12 FMAs (docs/performance.md, "Matmul on CPU")."""
+    return max(1, min(MR_MOST, (registers - vectors - 2) // vectors))
 
 
 def register_tile(registers: int, most_vectors: int) -> tuple[int, int]:
     """(vectors per row, rows) of the register tile: of the tiles that fit `registers` (`_rows_for`) with at most
     `VECTORS_MOST` (and `most_vectors`) vectors per row, the one loading the fewest values per FMA, (rows +
-    vectors) / (rows x vectors): 16 registers (AVX2) give 4 x 3 vectors, 32 (AVX-512) 6 x 4."""
+    vectors) / (rows x vectors), and of those the one with the most accumulators (more independent FMAs in
+    flight): 16 registers (AVX2) give 6 x 2 vectors, 32 (AVX-512) 6 x 4."""
     widths = range(1, max(1, min(VECTORS_MOST, most_vectors)) + 1)
-    v = min(widths, key=lambda v: (_rows_for(registers, v) + v) / (_rows_for(registers, v) * v))
+
+    def cost(v: int) -> tuple[float, int]:
+        rows = _rows_for(registers, v)
+        return (rows + v) / (rows * v), -rows * v
+    v = min(widths, key=cost)
     return v, _rows_for(registers, v)
 
 
@@ -158,12 +188,12 @@ def _clamped(start: UOp, last: int) -> UOp:
     return start.minimum(UOp.const(dtypes.index, last))
 
 
-def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int) -> UOp | None:
+def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int, l1: int = 0) -> UOp | None:
     """`ast` rebuilt as the module docstring's plan (vector lanes expanded), or None when it is not
     matmul-shaped or the plan does not apply. With one row of tiles (M <= MR: a matrix-vector product) each
     value of B is read once, and a copy would only add to the reads: B is read in place where it is contiguous
     along the row."""
-    if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2)) is None:
+    if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2, l1)) is None:
         return None
     if (mm.rows <= t.mr or not t.packed) and (direct := _build(ast, mm, t, packed=False)) is not None:
         return direct
@@ -184,22 +214,52 @@ def _panel_read(mm: MatmulShape, t: Tile, jc: UOp, jr: UOp, ids: Iterator[int]) 
                                                fill))
 
 
+def _blocked_sum(mm: MatmulShape, t: Tile, jc: UOp, row0: UOp, lane: UOp, ids: Iterator[int]) \
+        -> Callable[[int, int, UOp], UOp]:
+    """The C block (module docstring, "K-blocking"): a kernel-local MR x NC array that adds up the tile's
+    products one block of k at a time, every micro-panel of the panel per block; a function of (row, vector,
+    micro-panel `jr`) giving the load of the block's final sum there, after the fill."""
+    dtype = mm.red.dtype
+    pc = _range(next(ids), mm.k.src[0].arg // t.kc, AxisType.LOCAL)
+    jq = _range(next(ids), t.nc // t.nr, AxisType.LOCAL)
+    kk = _range(next(ids), t.kc, AxisType.REDUCE)
+    read_b = _panel_read(mm, t, jc, jq, ids)
+    block = UOp(Op.DEFINE_REG, dtype.ptr(t.mr * t.nc, AddrSpace.REG), (), ("cblock0", t.mr * t.nc))
+    at = lambda i, c, jr: (jr * t.nr + i * t.nc + c * t.w) + lane  # noqa: E731 - lane last: a vector access
+    summed = pc.ne(0)  # blocks summed before this one (the first reads nothing: a gated load gives 0)
+    stores = []
+    for i in range(t.mr):
+        for c in range(t.nr // t.w):
+            prod = mm.red.src[0].substitute({mm.b: read_b(c * t.w + lane)})
+            prod = prod.substitute({mm.k: pc * t.kc + kk} | ({} if mm.m is None else {mm.m: row0 + i}))
+            # the block's sum first: the loaded running sum is not held in a register across the k loop
+            prev = UOp(Op.LOAD, dtype, (UOp(Op.INDEX, block.dtype, (block, at(i, c, jq), summed)),))
+            stores.append(UOp(Op.STORE, dtypes.void, (UOp(Op.INDEX, block.dtype, (block, at(i, c, jq))),
+                                                      mm.red.replace(src=(prod, kk)) + prev)))
+    fill = UOp(Op.END, dtypes.void, (UOp(Op.SINK, dtypes.void, tuple(stores)), pc, jq))
+    return lambda i, c, jr: UOp(Op.LOAD, dtype, (UOp(Op.INDEX, block.dtype, (block, at(i, c, jr))), fill))
+
+
 def _build(ast: UOp, mm: MatmulShape, t: Tile, packed: bool) -> UOp | None:
     """The plan's loops (module docstring) around MR x NR/W copies of the store, B read from the packed panel
-    or (`packed` False) in place; None when some access is not contiguous in the lanes."""
+    or (`packed` False) in place, the sum blocked over k where `t.kc` says (packed only); None when some access
+    is not contiguous in the lanes."""
     size_m, size_n = mm.rows, mm.n.src[0].arg
     ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
     jc, ir, jr = (_range(next(ids), s, AxisType.LOOP) for s in (t.panels, -(-size_m // t.mr), t.nc // t.nr))
     lane = _range(next(ids), t.w, AxisType.LANE)
-    read_b = _panel_read(mm, t, jc, jr, ids) if packed else None
     row0 = _clamped(ir * t.mr, size_m - t.mr)
     col0 = _clamped(jc * t.nc + jr * t.nr, size_n - t.nr)
+    blocked = _blocked_sum(mm, t, jc, row0, lane, ids) if packed and t.kc else None
+    read_b = _panel_read(mm, t, jc, jr, ids) if packed and blocked is None else None
     top = next(u for u in ast.src if mm.store in u.toposort())
     tops = []
     for i in range(t.mr):
         for c in range(t.nr // t.w):
             store = mm.store
-            if read_b is not None:
+            if blocked is not None:
+                store = store.substitute({mm.red: blocked(i, c, jr)})
+            elif read_b is not None:
                 red = mm.red.replace(src=(mm.red.src[0].substitute({mm.b: read_b(c * t.w + lane)}), mm.k))
                 store = store.substitute({mm.red: red})
             at = {mm.n: col0 + c * t.w + lane} | ({} if mm.m is None else {mm.m: row0 + i})

@@ -45,7 +45,7 @@ from tolk_core.codegen.choices import knob
 from tolk_core.codegen.linearize import is_array, range_deps
 
 # the matmul plan's knob defaults, where engine/tuning.py reads every knob's default
-from tolk_core.codegen.matmul import MATMUL_MR, MATMUL_NC, MATMUL_NR_VECTORS  # noqa: F401
+from tolk_core.codegen.matmul import MATMUL_KC, MATMUL_MR, MATMUL_NC, MATMUL_NR_VECTORS  # noqa: F401
 from tolk_core.codegen.upcast import (
     hoist_range,
     lanes_are_contiguous,
@@ -135,7 +135,8 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
     packed = None
     if reduce_ranges and renderer.vector_bytes:
         # a matmul-shaped kernel gets the packed-panel plan (codegen/matmul.py), others the register tile below
-        packed = matmul.plan(ast, outs, renderer.vector_bytes, renderer.vector_registers, renderer.cache_bytes[1])
+        packed = matmul.plan(ast, outs, renderer.vector_bytes, renderer.vector_registers, renderer.cache_bytes[1],
+                             renderer.cache_bytes[0])
         # at most half the vector registers hold a register tile's accumulators (the rest: loaded operands)
         accumulators = renderer.vector_registers // 2
         ast = packed if packed is not None else _upcast(ast, outs, renderer.vector_bytes, accumulators)

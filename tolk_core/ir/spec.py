@@ -274,7 +274,7 @@ def _linearized_violation(program: list[UOp]) -> tuple[int, str] | None:
         if s.op is Op.INDEX:
             return next((m for x in s.src if (m := missing(x)) is not None), None)
         ok = s.op in (Op.CONST, Op.PARAM, Op.DEFINE_VAR) or any(s in sc for sc in scopes) or \
-            s.op is Op.END and s.src[0] in done
+            s.op is Op.END and all(x in done for x in (s.src[0].src if s.src[0].op is Op.SINK else s.src[:1]))
         return None if ok else s
 
     for i, u in enumerate(program):
