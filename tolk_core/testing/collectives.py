@@ -70,12 +70,38 @@ def _strided(dtype: str, n: int, seed: int, rank: int) -> np.ndarray:
     return make_input(dtype, (n, 6), seed, rank)[:, ::2]
 
 
+def _into(g: ProcessGroup, dtype: str, seed: int, op: str, how: str) -> None:
+    """allreduce with out=: the result lands in the given array, which is returned (its identity), and equals
+    the fold of every rank's input. `how`: 'out' (a separate array; the input stays as it was), 'inplace' (out
+    is the input), both as large as a provider's bulk path takes; 'overlap' (out is the input shifted by one
+    element: the provider must not read input it has already overwritten)."""
+    shape = (3, 7) if how == "overlap" else (5001,)
+    every = [make_input(dtype, shape, seed, r) for r in range(g.size)]
+    want = reduce_arrays(every, op)
+    if how == "overlap":
+        store = np.concatenate([every[g.rank].reshape(-1), every[g.rank].reshape(-1)[:1]])
+        x, out = store[1:].reshape(shape), store[:-1].reshape(shape)
+        x[...] = every[g.rank]
+    else:
+        x = every[g.rank].copy()
+        out = x if how == "inplace" else np.full(shape, 7, x.dtype)
+    got = g.allreduce(x, op, out=out)
+    if got is not out:
+        raise AssertionError(f"allreduce out= ({how}): returned a new array, not the given out")
+    _close(out, want, f"allreduce {op} out= ({how})")
+    if how == "out":
+        _close(x, every[g.rank], "allreduce out=: the input after the call")
+
+
 def _op_checks(g: ProcessGroup, dtype: str, seed: int) -> list[tuple[str, Callable[[], None]]]:
     n, size, rank = 2 * g.size, g.size, g.rank
     every = [_strided(dtype, n, seed, r) for r in range(size)]
     out: list[tuple[str, Callable[[], None]]] = []
     def allreduce(op: str) -> Callable[[], None]:
         return lambda: _close(g.allreduce(every[rank], op), reduce_arrays(every, op), f"allreduce {op}")
+
+    def into(op: str, how: str) -> Callable[[], None]:
+        return lambda: _into(g, dtype, seed, op, how)
 
     def reduce_scatter(op: str) -> Callable[[], None]:
         want = reduce_arrays(every, op)[rank * 2:(rank + 1) * 2]
@@ -89,6 +115,10 @@ def _op_checks(g: ProcessGroup, dtype: str, seed: int) -> list[tuple[str, Callab
             g.allreduce(np.zeros((0, 3), _np_dtype(dtype))), np.zeros((0, 3), _np_dtype(dtype)), "allreduce empty")))
         out.append((f"allreduce_sum[{dtype}-scalar]", lambda: _close(
             g.allreduce(every[rank][0, 0]), reduce_arrays([e[0, 0] for e in every], "sum"), "allreduce 0-d")))
+        for how in ("out", "overlap"):
+            out.append((f"allreduce_sum[{dtype}-{how}]", into("sum", how)))
+    if "allreduce_max" in g.ops:
+        out.append((f"allreduce_max[{dtype}-inplace]", into("max", "inplace")))
     if "allgather" in g.ops:
         out.append((f"allgather[{dtype}-strided]", lambda: _close(g.allgather(every[rank]), np.stack(every),
                                                                   "allgather")))

@@ -151,6 +151,14 @@ class MpiGroup(ProcessGroup):
         return out
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
+        return self._reduce(a, op, None)
+
+    def _allreduce_into(self, a: np.ndarray, op: str, out: np.ndarray) -> None:
+        self._reduce(a, op, out)
+
+    def _reduce(self, a: np.ndarray, op: str, out: np.ndarray | None) -> np.ndarray:
+        """The allreduce of `a`, into `out` when given (a's shape and dtype, `a` itself or disjoint from it),
+        else into a new array."""
         if a.nbytes <= SMALL:  # the data rides in the agreement's frames
             self._agree(describe(f"allreduce_{op}", a), payload=a)
             if (rows := self._rows.get((a.dtype, a.shape))) is None:
@@ -158,10 +166,15 @@ class MpiGroup(ProcessGroup):
                     self._rows.clear()
                 rows = self._rows[(a.dtype, a.shape)] = [
                     self._every[r, _HEADER:_HEADER + a.nbytes].view(a.dtype).reshape(a.shape) for r in range(self.size)]
-            return reduce_arrays(rows, op)
+            return reduce_arrays(rows, op, out)
         self._agree(describe(f"allreduce_{op}", a))
         if dtype_name(a.dtype) not in NATIVE:
-            return reduce_arrays(list(self._gathered(a, "allreduce")), op)
+            return reduce_arrays(list(self._gathered(a, "allreduce")), op, out)
+        if out is not None:  # the caller's buffers, as mpi4py's own call takes them: no copy, no fresh pages
+            if a.size:
+                send = self._mpi.IN_PLACE if out is a else a
+                self._wait(self._comm.Iallreduce(send, out, op=self._ops[op]), f"allreduce_{op}")
+            return out
         if self._can_bind:
             try:
                 return self._bound(a, op)
@@ -250,7 +263,7 @@ class _MpiPersistent(PersistentOp):
         if self._req is not None:
             self.group._wait(self._req, f"persistent allreduce_{self.op}")
         else:
-            self.out[...] = self.group.allreduce(self.x, self.op)
+            self.group.allreduce(self.x, self.op, out=self.out)
         return self.out
 
     def close(self) -> None:
