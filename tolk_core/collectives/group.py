@@ -52,13 +52,16 @@ def reduce_arrays(arrays: list[np.ndarray], op: str, out: np.ndarray | None = No
     With `out` (their shape and dtype; it may be arrays[0] itself, no other of them) the fold happens there and
     `out` is returned, else in a new array."""
     ufunc = _UFUNCS[op]
-    if out is None:
-        acc = np.array(arrays[0], copy=True)
-    else:
-        acc = out
-        if acc is not arrays[0]:
-            np.copyto(acc, arrays[0])
-    for a in arrays[1:]:
+    if len(arrays) == 1:
+        if out is None:
+            return np.array(arrays[0], copy=True)
+        if out is not arrays[0]:
+            np.copyto(out, arrays[0])
+        return out
+    # the first pair straight into the result (one pass, not a copy then a fold); an explicit array, because a
+    # ufunc of 0-d arrays returns a numpy scalar, which the next fold could not write into
+    acc = ufunc(arrays[0], arrays[1], out=np.empty_like(arrays[0]) if out is None else out)
+    for a in arrays[2:]:
         ufunc(acc, a, out=acc)
     return acc
 
@@ -108,11 +111,14 @@ def out_array(out: Any, a: np.ndarray, what: str) -> np.ndarray | None:
     when the result must go through `deliver` instead (no out, a Buffer, a strided view, or an out that
     partly overlaps `a`: the provider would overwrite input it has yet to read). Raises ShapeError or
     ArgumentTypeError for an out that can never hold the result, before any rank moves data."""
-    if out is None or isinstance(out, Buffer):
-        return None
-    if not isinstance(out, np.ndarray) or out.shape != a.shape or out.dtype != a.dtype:
+    if type(out) is not np.ndarray:  # the common case (an ndarray) first: no isinstance against the Buffer ABC
+        if out is None or isinstance(out, Buffer):
+            return None
+        if not isinstance(out, np.ndarray):
+            raise ShapeError(f"{what}: out must be a numpy array or a device Buffer, got {type(out).__name__}")
+    if out.shape != a.shape or out.dtype != a.dtype:
         raise ShapeError(f"{what}: out must be an array of shape {a.shape} and dtype {a.dtype}, got "
-                         f"{getattr(out, 'shape', type(out).__name__)} {getattr(out, 'dtype', '')}")
+                         f"{out.shape} {out.dtype}")
     if not out.flags.writeable:
         raise ArgumentTypeError(f"{what}: out is read-only")
     if out is a:

@@ -73,9 +73,11 @@ def _strided(dtype: str, n: int, seed: int, rank: int) -> np.ndarray:
 def _into(g: ProcessGroup, dtype: str, seed: int, op: str, how: str) -> None:
     """allreduce with out=: the result lands in the given array, which is returned (its identity), and equals
     the fold of every rank's input. `how`: 'out' (a separate array; the input stays as it was), 'inplace' (out
-    is the input), both as large as a provider's bulk path takes; 'overlap' (out is the input shifted by one
-    element: the provider must not read input it has already overwritten)."""
-    shape = (3, 7) if how == "overlap" else (5001,)
+    is the input), 'overlap' (out is the input shifted by one element: the provider must not read input it has
+    already overwritten). 'small-out' is 'out' at 21 elements; the others take 5001, past any provider's
+    small-message path (tolk-mpi's: under 4 KiB)."""
+    shape = (3, 7) if how.startswith("small") else (5001,)
+    how = how.removeprefix("small-")
     every = [make_input(dtype, shape, seed, r) for r in range(g.size)]
     want = reduce_arrays(every, op)
     if how == "overlap":
@@ -115,7 +117,7 @@ def _op_checks(g: ProcessGroup, dtype: str, seed: int) -> list[tuple[str, Callab
             g.allreduce(np.zeros((0, 3), _np_dtype(dtype))), np.zeros((0, 3), _np_dtype(dtype)), "allreduce empty")))
         out.append((f"allreduce_sum[{dtype}-scalar]", lambda: _close(
             g.allreduce(every[rank][0, 0]), reduce_arrays([e[0, 0] for e in every], "sum"), "allreduce 0-d")))
-        for how in ("out", "overlap"):
+        for how in ("small-out", "out", "overlap"):
             out.append((f"allreduce_sum[{dtype}-{how}]", into("sum", how)))
     if "allreduce_max" in g.ops:
         out.append((f"allreduce_max[{dtype}-inplace]", into("max", "inplace")))

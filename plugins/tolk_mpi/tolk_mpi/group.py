@@ -28,11 +28,16 @@ from tolk_core.collectives import PersistentOp, ProcessGroup, reduce_arrays
 from tolk_core.collectives.group import describe, dtype_name
 from tolk_core.errors import CollectiveError, CollectiveTimeoutError
 
-SMALL = 4096
+_HEADER = 24  # ok, digest, data bytes: three int64
+FRAME = 3968
+"""Bytes of one rank's agreement frame. It must stay under the eager limit of Open MPI's shared-memory
+transport (4 KiB with its own fragment header): a frame of 4120 bytes went by rendezvous and made every
+agreement twice as slow (measured in docs/performance.md, "Collectives"). A multiple of 8, so that every
+row's data is aligned for any dtype."""
+SMALL = FRAME - _HEADER
+"""Bytes of data an agreement frame carries: an allreduce this small is done by its agreement alone."""
 BOUND = 8
 """Call signatures whose large allreduce keeps a persistent request and its two buffers bound (see `_bound`)."""
-"""Bytes of data an agreement frame carries: an allreduce this small is done by its agreement alone."""
-_HEADER = 24  # ok, digest, data bytes: three int64
 NATIVE = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"})
 """Dtypes MPI reduces itself (mpi4py maps them to MPI datatypes); the others go through bytes."""
 
@@ -46,17 +51,19 @@ class MpiGroup(ProcessGroup):
 
     name = "MPI"
     persistent = True
+    spin = 1000
 
     def __init__(self, comm: Any, timeout: float):
         super().__init__(comm.Get_rank(), comm.Get_size(), timeout)
         from mpi4py import MPI
         self._mpi, self._comm = MPI, comm
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-        self._mine = np.zeros(_HEADER + SMALL, np.uint8)  # the agreement's frames, reused by every operation
-        self._every = np.zeros((self.size, _HEADER + SMALL), np.uint8)
+        self._mine = np.zeros(FRAME, np.uint8)  # the agreement's frames, reused by every operation
+        self._every = np.zeros((self.size, FRAME), np.uint8)
         self._mine_head = self._mine[:_HEADER].view(np.int64)
         self._digests: dict[str, int] = {}
-        self._rows: dict[tuple[np.dtype, tuple[int, ...]], list[np.ndarray]] = {}  # typed views of the frames
+        # per small-allreduce signature: its text, typed views of this rank's frame and of every rank's
+        self._small_calls: dict[tuple[np.dtype, tuple[int, ...], str], tuple[str, np.ndarray, list[np.ndarray]]] = {}
         self._can_bind = hasattr(comm, "Allreduce_init")
         self._bound_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, np.ndarray, np.ndarray]] = {}
         # the agreement as an MPI-4 persistent allgather, bound once: each agreement is a Start (no buffer
@@ -95,7 +102,7 @@ class MpiGroup(ProcessGroup):
         spins = 0
         while not req.Test():
             spins += 1
-            if spins > 1000:  # past a short spin, give the core away: oversubscribed ranks need it to progress
+            if spins > self.spin:  # past a short spin, give the core away: oversubscribed ranks need it to progress
                 os.sched_yield()
             if spins & 63 == 0 and time.monotonic() > deadline:
                 self.closed = True
@@ -103,26 +110,23 @@ class MpiGroup(ProcessGroup):
                                              f"{self.timeout:g}s (TOLK_COLLECTIVES_TIMEOUT); another rank never "
                                              "joined it. The group is closed")
 
-    def _agree(self, text: str, ok: bool = True, payload: np.ndarray | None = None) -> np.ndarray | None:
-        """Raise CollectiveError on every rank unless every rank is ok and calls `text`. With `payload` (at most
-        SMALL bytes, C-contiguous) the frames carry it: returns every rank's payload bytes, shape (size, n)."""
+    def _agree(self, text: str, ok: bool = True, nbytes: int = 0) -> None:
+        """Raise CollectiveError on every rank unless every rank is ok and calls `text`. `nbytes`: how much data
+        the caller put in this rank's frame (after the header; see `_small`), which every rank must agree on too."""
         digest = self._digests.get(text)
         if digest is None:
             if len(self._digests) > 4096:  # a program with ever new shapes: keep the memo bounded
                 self._digests.clear()
             digest = self._digests[text] = zlib.crc32(text.encode())
-        n = 0 if payload is None else payload.nbytes
         head = self._mine_head
-        head[0], head[1], head[2] = 1 if ok else 0, digest, n
-        if n:
-            self._mine[_HEADER:_HEADER + n] = _u8(payload)  # type: ignore[arg-type]
+        head[0], head[1], head[2] = 1 if ok else 0, digest, nbytes
         if self._agreement is not None:
             self._agreement.Start()
             self._wait(self._agreement, f"agreeing on {text}")
         else:
             self._wait(self._comm.Iallgather(self._mine, self._every), f"agreeing on {text}")
         if ok and self._every[:, :_HEADER].tobytes() == self._mine[:_HEADER].tobytes() * self.size:
-            return self._every[:, _HEADER:_HEADER + n] if payload is not None else None
+            return
         every = self._comm.allgather((ok, text))  # every rank is here: this cannot hang
         bad = next((r for r in range(self.size) if not every[r][0]), None)
         texts = [t for _, t in every]
@@ -159,14 +163,8 @@ class MpiGroup(ProcessGroup):
     def _reduce(self, a: np.ndarray, op: str, out: np.ndarray | None) -> np.ndarray:
         """The allreduce of `a`, into `out` when given (a's shape and dtype, `a` itself or disjoint from it),
         else into a new array."""
-        if a.nbytes <= SMALL:  # the data rides in the agreement's frames
-            self._agree(describe(f"allreduce_{op}", a), payload=a)
-            if (rows := self._rows.get((a.dtype, a.shape))) is None:
-                if len(self._rows) > 256:
-                    self._rows.clear()
-                rows = self._rows[(a.dtype, a.shape)] = [
-                    self._every[r, _HEADER:_HEADER + a.nbytes].view(a.dtype).reshape(a.shape) for r in range(self.size)]
-            return reduce_arrays(rows, op, out)
+        if a.nbytes <= SMALL:
+            return self._small(a, op, out)
         self._agree(describe(f"allreduce_{op}", a))
         if dtype_name(a.dtype) not in NATIVE:
             return reduce_arrays(list(self._gathered(a, "allreduce")), op, out)
@@ -184,6 +182,24 @@ class MpiGroup(ProcessGroup):
         if a.size:
             self._wait(self._comm.Iallreduce(a, out, op=self._ops[op]), f"allreduce_{op}")
         return out
+
+    def _small(self, a: np.ndarray, op: str, out: np.ndarray | None) -> np.ndarray:
+        """An allreduce whose data rides in the agreement's frames: one round, then every rank folds the
+        gathered rows in rank order (the same bits everywhere). The call's text and typed views of the frames
+        are made once per signature: per call there is one copy in and the fold."""
+        key = (a.dtype, a.shape, op)
+        if (hit := self._small_calls.get(key)) is None:
+            if len(self._small_calls) > 256:  # a program with ever new shapes: keep the memo bounded
+                self._small_calls.clear()
+            n = a.nbytes
+            hit = self._small_calls[key] = (describe(f"allreduce_{op}", a),
+                                            self._mine[_HEADER:_HEADER + n].view(a.dtype).reshape(a.shape),
+                                            [self._every[r, _HEADER:_HEADER + n].view(a.dtype).reshape(a.shape)
+                                             for r in range(self.size)])
+        text, mine, rows = hit
+        mine[...] = a
+        self._agree(text, nbytes=a.nbytes)
+        return reduce_arrays(rows, op, out)
 
     def _bound(self, a: np.ndarray, op: str) -> np.ndarray:
         """A large allreduce through a persistent request bound to two buffers of its signature, made on first
