@@ -2,7 +2,7 @@
 in one mpiexec job (rank 0's time per call, median over REPS calls of each, float32 sum).
 
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec -n 2 --oversubscribe \\
-        python -m bench.collectives_allreduce [--reps 200] [--sizes 256,1048576,4194304,16777216,67108864]
+        python -m bench.collectives_allreduce [--reps 200] [--big-reps N] [--sizes 256,1048576,4194304,16777216]
 
 Engines (each reuses one input and one result array across calls, as mpi4py's own call does):
   mpi4py      comm.Allreduce(x, out) on COMM_WORLD
@@ -74,7 +74,9 @@ def _fmt(s: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--sizes", default="256,1048576,4194304,16777216,67108864", help="float32 elements")
+    ap.add_argument("--sizes", default="256,1048576,4194304,16777216", help="float32 elements (1 KiB, 4, 16, 64 MiB)")
+    ap.add_argument("--big-reps", type=int, default=None,
+                    help="reps at sizes of 64 MiB and more (default --reps; the TCP star is slow there)")
     a = ap.parse_args()
     from mpi4py import MPI
     from tolk_mpi.group import MpiGroup
@@ -83,20 +85,21 @@ def main() -> None:
     rows = []
     for n in [int(s) for s in a.sizes.split(",")]:
         engines, free = _engines(comm, mpi_g, tcp_g, n)
-        med = _time(comm, engines, a.reps)
+        reps = a.big_reps if a.big_reps is not None and n * 4 >= 1 << 26 else a.reps
+        med = _time(comm, engines, reps)
         free()
         load = os.getloadavg()[0]
         if comm.Get_rank() == 0:
             size = f"{n * 4 / 1024:g} KiB" if n * 4 < 1 << 20 else f"{n * 4 / (1 << 20):g} MiB"
             ratio = {k: v / med["mpi4py"] for k, v in med.items()}
-            print(f"ranks={comm.Get_size()} {size} reps={a.reps} load={load:.1f} median: "
+            print(f"ranks={comm.Get_size()} {size} reps={reps} load={load:.1f} median: "
                   + ", ".join(f"{k} {_fmt(v)} ({ratio[k]:.2f})" for k, v in med.items()), flush=True)
-            rows.append(f"| {comm.Get_size()} | {size} | " + " | ".join(
+            rows.append(f"| {comm.Get_size()} | {size} | {reps} | " + " | ".join(
                 f"{_fmt(v)}" + ("" if k == "mpi4py" else f" ({ratio[k]:.2f})") for k, v in med.items())
                 + f" | {load:.1f} |")
     if comm.Get_rank() == 0:
-        print("| ranks | size | " + " | ".join(engines) + " | load |")
-        print("|---" * (len(engines) + 3) + "|")
+        print("| ranks | size | calls | " + " | ".join(engines) + " | load |")
+        print("|---" * (len(engines) + 4) + "|")
         print("\n".join(rows), flush=True)
     tcp_g.close()
     mpi_g.close()

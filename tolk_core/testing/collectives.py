@@ -143,6 +143,21 @@ def _big(g: ProcessGroup) -> None:
         raise AssertionError(f"allreduce 2^22 float32: first wrong element {bad} (got shape {got.shape})")
 
 
+def _reused(g: ProcessGroup) -> None:
+    """allreduce with out= called again and again on the same two arrays with new data (a provider may keep
+    what it bound to them), then with a new out on the last rank alone (its peers keep theirs), then in place:
+    every call's answer is this call's data."""
+    n = 5001
+    x, out = np.empty(n, np.float32), np.empty(n, np.float32)
+    for step in range(5):
+        x[...] = make_input("float32", (n,), 200 + step, g.rank)
+        if step == 3 and g.rank == g.size - 1:
+            out = np.empty(n, np.float32)
+        got = g.allreduce(x, "sum", out=x if step == 4 else out)
+        want = reduce_arrays([make_input("float32", (n,), 200 + step, r) for r in range(g.size)], "sum")
+        _close(got, want, f"allreduce out= reused, call {step}")
+
+
 def _persistent(g: ProcessGroup) -> None:
     x = np.empty(64, np.float32)
     req = g.allreduce_init(x, "sum")
@@ -176,6 +191,8 @@ def tier_checks(g: ProcessGroup, dtypes: Sequence[str] = DTYPES, big: bool = Tru
         checks += _op_checks(g, dtype, seed=DTYPES.index(dtype))
     if "barrier" in g.ops:
         checks.append(("barrier", g.barrier))
+    if "allreduce_sum" in g.ops:
+        checks.append(("allreduce_sum[float32-out-reused]", lambda: _reused(g)))
     if big:
         checks.append(("allreduce_sum[float32-2^22]", lambda: _big(g)))
     if g.persistent:

@@ -66,6 +66,7 @@ class MpiGroup(ProcessGroup):
         self._small_calls: dict[tuple[np.dtype, tuple[int, ...], str], tuple[str, np.ndarray, list[np.ndarray]]] = {}
         self._can_bind = hasattr(comm, "Allreduce_init")
         self._bound_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, np.ndarray, np.ndarray]] = {}
+        self._into_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, tuple[int, int]]] = {}
         # the agreement as an MPI-4 persistent allgather, bound once: each agreement is a Start (no buffer
         # parsing, no new request); an MPI without persistent collectives makes a new Iallgather each time
         self._agreement = comm.Allgather_init(self._mine, self._every) if hasattr(comm, "Allgather_init") else None
@@ -79,13 +80,15 @@ class MpiGroup(ProcessGroup):
     def close(self) -> None:
         if not self.closed and self._comm is not None:
             comm, self._comm = self._comm, None
-            for req in [self._agreement, *(b[0] for b in self._bound_ops.values())]:
+            for req in [self._agreement, *(b[0] for b in self._bound_ops.values()),
+                        *(b[0] for b in self._into_ops.values())]:
                 try:
                     if req is not None:
                         req.Free()
                 except Exception:  # noqa: BLE001  # a request pending after a timeout cannot be freed: closed anyway
                     pass
             self._bound_ops.clear()
+            self._into_ops.clear()
             try:
                 comm.Free()
             except Exception:  # noqa: BLE001  # freeing after a failed collective may itself fail: closed anyway
@@ -165,13 +168,18 @@ class MpiGroup(ProcessGroup):
         else into a new array."""
         if a.nbytes <= SMALL:
             return self._small(a, op, out)
+        native = dtype_name(a.dtype) in NATIVE
+        if out is not None and native and self._can_bind:
+            try:
+                return self._bound_into(a, op, out)
+            except NotImplementedError:  # an MPI before 4.0 (every rank links the same library)
+                self._can_bind = False
         self._agree(describe(f"allreduce_{op}", a))
-        if dtype_name(a.dtype) not in NATIVE:
+        if not native:
             return reduce_arrays(list(self._gathered(a, "allreduce")), op, out)
         if out is not None:  # the caller's buffers, as mpi4py's own call takes them: no copy, no fresh pages
-            if a.size:
-                send = self._mpi.IN_PLACE if out is a else a
-                self._wait(self._comm.Iallreduce(send, out, op=self._ops[op]), f"allreduce_{op}")
+            send = self._mpi.IN_PLACE if out is a else a
+            self._wait(self._comm.Iallreduce(send, out, op=self._ops[op]), f"allreduce_{op}")
             return out
         if self._can_bind:
             try:
@@ -200,6 +208,34 @@ class MpiGroup(ProcessGroup):
         mine[...] = a
         self._agree(text, nbytes=a.nbytes)
         return reduce_arrays(rows, op, out)
+
+    def _bound_into(self, a: np.ndarray, op: str, out: np.ndarray) -> np.ndarray:
+        """A large allreduce of the caller's `a` into the caller's `out` (in place when `out` is `a`) through a
+        persistent request bound to those two addresses, kept per call signature while the caller passes the
+        same arrays (a training loop's gradient and its result buffer). A fresh nonblocking allreduce costs
+        Open MPI a temporary buffer of the message's size per call, fresh pages to fault in (measured in
+        docs/performance.md, "Collectives"); the request makes it once. Binding is collective, so whether to
+        bind is agreed: each rank's agreement frame says whether it holds a request for this signature on
+        these addresses, and unless every rank does, every rank (re)binds, in the same order."""
+        key = (a.dtype, a.shape, op)
+        place = (a.ctypes.data, out.ctypes.data)
+        hit = self._into_ops.get(key)
+        self._mine[_HEADER] = 1 if hit is not None and hit[1] == place else 0  # frames carry no data here
+        self._agree(describe(f"allreduce_{op}", a))
+        if not self._every[:, _HEADER].all():
+            if hit is not None:
+                hit[0].Free()
+            elif len(self._into_ops) >= BOUND:  # every rank holds the same signatures: they evict alike
+                for req, _ in self._into_ops.values():
+                    req.Free()
+                self._into_ops.clear()
+            self._into_ops.pop(key, None)
+            send = self._mpi.IN_PLACE if out is a else a
+            self._into_ops[key] = (self._comm.Allreduce_init(send, out, op=self._ops[op]), place)
+        req = self._into_ops[key][0]
+        req.Start()
+        self._wait(req, f"allreduce_{op}")
+        return out
 
     def _bound(self, a: np.ndarray, op: str) -> np.ndarray:
         """A large allreduce through a persistent request bound to two buffers of its signature, made on first
