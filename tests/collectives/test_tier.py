@@ -26,7 +26,8 @@ def test_tier_passes_on_the_reference(n, extra, tmp_path):
     names = _checks(reps)
     assert "persistent_replay_new_data" in names and "error_on_one_rank_reaches_every_rank" in names
     assert ("allreduce_sum[float32-2^22]" in names) == ("--no-big" not in extra)
-    want = {"allreduce_min[bfloat16-strided]", "reduce_scatter_max[uint64-strided]", f"broadcast[bool-root{n - 1}]"}
+    want = {"allreduce_min[bfloat16-strided]", "reduce_scatter_max[uint64-strided]", f"broadcast[bool-root{n - 1}]",
+            "allreduce_sum[bool-out]", "allreduce_sum[bool-overlap]", "allreduce_max[bool-inplace]"}
     assert want <= names
 
 

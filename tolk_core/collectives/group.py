@@ -17,6 +17,7 @@ Meanings (checked against numpy by the conformance tier, tolk_core.testing.colle
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,11 +44,24 @@ def dtype_name(dt: np.dtype) -> str:
     return name
 
 
-def reduce_arrays(arrays: list[np.ndarray], op: str) -> np.ndarray:
-    """The reference reduction: `op` folded over `arrays` in rank order, in their dtype (bool sum: logical or)."""
-    ufunc = {"sum": np.add, "max": np.maximum, "min": np.minimum}[op]
-    acc = np.array(arrays[0], copy=True)
-    for a in arrays[1:]:
+_UFUNCS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def reduce_arrays(arrays: list[np.ndarray], op: str, out: np.ndarray | None = None) -> np.ndarray:
+    """The reference reduction: `op` folded over `arrays` in rank order, in their dtype (bool sum: logical or).
+    With `out` (their shape and dtype; it may be arrays[0] itself, no other of them) the fold happens there and
+    `out` is returned, else in a new array."""
+    ufunc = _UFUNCS[op]
+    if len(arrays) == 1:
+        if out is None:
+            return np.array(arrays[0], copy=True)
+        if out is not arrays[0]:
+            np.copyto(out, arrays[0])
+        return out
+    # the first pair straight into the result (one pass, not a copy then a fold); an explicit array, because a
+    # ufunc of 0-d arrays returns a numpy scalar, which the next fold could not write into
+    acc = ufunc(arrays[0], arrays[1], out=np.empty_like(arrays[0]) if out is None else out)
+    for a in arrays[2:]:
         ufunc(acc, a, out=acc)
     return acc
 
@@ -88,6 +102,29 @@ def deliver(result: np.ndarray, out: Any, what: str) -> np.ndarray:
         raise ShapeError(f"{what}: out must be an array of shape {result.shape} and dtype {result.dtype}, got "
                          f"{getattr(out, 'shape', type(out).__name__)} {getattr(out, 'dtype', '')}")
     out[...] = result
+    return out
+
+
+def out_array(out: Any, a: np.ndarray, what: str) -> np.ndarray | None:
+    """The array an allreduce of `a` may write its result into directly: `out` itself when it is a writable
+    C-contiguous ndarray of a's shape and dtype that is either `a` (in place) or shares no memory with it. None
+    when the result must go through `deliver` instead (no out, a Buffer, a strided view, or an out that
+    partly overlaps `a`: the provider would overwrite input it has yet to read). Raises ShapeError or
+    ArgumentTypeError for an out that can never hold the result, before any rank moves data."""
+    if type(out) is not np.ndarray:  # the common case (an ndarray) first: no isinstance against the Buffer ABC
+        if out is None or isinstance(out, Buffer):
+            return None
+        if not isinstance(out, np.ndarray):
+            raise ShapeError(f"{what}: out must be a numpy array or a device Buffer, got {type(out).__name__}")
+    if out.shape != a.shape or out.dtype != a.dtype:
+        raise ShapeError(f"{what}: out must be an array of shape {a.shape} and dtype {a.dtype}, got "
+                         f"{out.shape} {out.dtype}")
+    if not out.flags.writeable:
+        raise ArgumentTypeError(f"{what}: out is read-only")
+    if out is a:
+        return out
+    if not out.flags.c_contiguous or np.may_share_memory(out, a):
+        return None
     return out
 
 
@@ -141,8 +178,19 @@ class ProcessGroup(abc.ABC):
     # ------------------------------------------------------------ public operations
 
     def allreduce(self, x: Any, op: str = "sum", *, out: Any = None) -> np.ndarray:
-        """Elementwise `op` (sum, max, min) of every rank's `x`; every rank gets the result."""
-        a = self._prepare(f"allreduce_{op}", x, lambda: self._check_reduce(op, "allreduce"))
+        """Elementwise `op` (sum, max, min) of every rank's `x`; every rank gets the result. With `out` (an array
+        or Buffer of x's shape and dtype; `x` itself reduces in place) the result is written there and `out`
+        returned: a contiguous ndarray is handed to the provider, which reduces into it with no copy and no
+        new array (the cost of a large allreduce is otherwise a copy and fresh pages per call)."""
+        dst: list[np.ndarray | None] = [None]
+
+        def check(a: np.ndarray) -> None:
+            self._check_reduce(op, "allreduce")
+            dst[0] = out_array(out, a, "allreduce")
+        a = self._prepare(f"allreduce_{op}", x, check)
+        if (into := dst[0]) is not None:
+            self._allreduce_into(a, op, into)
+            return into
         return deliver(self._allreduce(a, op), out, "allreduce")
 
     def allgather(self, x: Any, *, out: Any = None) -> np.ndarray:
@@ -152,7 +200,7 @@ class ProcessGroup(abc.ABC):
 
     def broadcast(self, x: Any, root: int = 0, *, out: Any = None) -> np.ndarray:
         """Rank `root`'s `x` on every rank (the others' `x` give only shape and dtype)."""
-        def check() -> None:
+        def check(a: np.ndarray) -> None:
             if not (isinstance(root, int) and 0 <= root < self.size):
                 raise ArgumentTypeError(f"broadcast: root must be a rank in 0..{self.size - 1}, got {root!r}")
         a = self._prepare("broadcast", x, check)
@@ -160,7 +208,7 @@ class ProcessGroup(abc.ABC):
 
     def reduce_scatter(self, x: Any, op: str = "sum", *, out: Any = None) -> np.ndarray:
         """allreduce(x, op) split along axis 0 into `size` equal parts; this rank's part."""
-        def check() -> None:
+        def check(a: np.ndarray) -> None:
             self._check_reduce(op, "reduce_scatter")
             if x.ndim == 0 or x.shape[0] % self.size:
                 raise ShapeError(f"reduce_scatter: the first axis of shape {tuple(x.shape)} must split into "
@@ -176,7 +224,7 @@ class ProcessGroup(abc.ABC):
     def allreduce_init(self, x: np.ndarray, op: str = "sum") -> PersistentOp:
         """A persistent allreduce bound to `x` (a C-contiguous, writable ndarray): each start() reads x's current
         contents. Raises CollectiveError when the provider offers no persistent operations."""
-        def check() -> None:
+        def check(a: np.ndarray) -> None:
             if not self.persistent:
                 raise CollectiveError(f"{self.name} offers no persistent operations (CollectiveSpec.persistent)")
             self._check_reduce(op, "allreduce_init")
@@ -198,8 +246,8 @@ class ProcessGroup(abc.ABC):
         if f"allreduce_{op}" not in self.ops:
             raise CollectiveError(f"{self.name} does not offer {what} with op {op!r} (CollectiveSpec.ops)")
 
-    def _prepare(self, opname: str, x: Any, check: Any = None) -> np.ndarray:
-        """The C-contiguous host array of `x` after `check`; on a bad input, the other ranks are told (`_abort`)
+    def _prepare(self, opname: str, x: Any, check: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
+        """The C-contiguous host array of `x` after `check(it)`; on a bad input, the other ranks are told (`_abort`)
         before this rank raises."""
         if self.closed:
             raise CollectiveError(f"{self!r}: the group is closed (an earlier operation failed, or close() was "
@@ -211,7 +259,7 @@ class ProcessGroup(abc.ABC):
                 raise CollectiveError(f"{self.name} does not offer {base} (CollectiveSpec.ops)")
             a = to_host(x, opname)
             if check is not None:
-                check()
+                check(a)
         except TolkError as e:
             self._abort(f"rank {self.rank} of {self.size} failed {opname}: {type(e).__name__}: {e}")
             raise
@@ -221,6 +269,12 @@ class ProcessGroup(abc.ABC):
 
     @abc.abstractmethod
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray: ...
+
+    def _allreduce_into(self, a: np.ndarray, op: str, out: np.ndarray) -> None:
+        """`_allreduce(a, op)` written into `out`: a writable C-contiguous array of a's shape and dtype that is
+        either `a` itself or disjoint from it (`out_array`). This default copies; a provider overrides it to
+        reduce into `out` directly."""
+        np.copyto(out, self._allreduce(a, op))
 
     @abc.abstractmethod
     def _allgather(self, a: np.ndarray) -> np.ndarray: ...

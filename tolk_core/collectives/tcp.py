@@ -33,12 +33,19 @@ ENV = ("TOLK_RANK", "TOLK_WORLD_SIZE", "TOLK_MASTER_ADDR", "TOLK_MASTER_PORT")
 DEFAULT_ADDR, DEFAULT_PORT = "127.0.0.1", 29517
 
 
+Raw = bytearray | memoryview | bytes
+"""A frame's data: received (bytearray, or the caller's memoryview), or an answer the hub made."""
+Answer = Callable[[list[Raw]], list[memoryview | bytes]]
+
+
 class _Gone(Exception):
     """The peer closed its socket."""
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytearray:
-    buf = bytearray(n)
+def _recv_exact(sock: socket.socket, n: int, deadline: float, into: memoryview | None = None) -> bytearray | memoryview:
+    """`n` bytes from `sock`, read into `into` when it is given and n bytes long (a caller's array: no copy),
+    else into a new bytearray."""
+    buf: bytearray | memoryview = into if into is not None and len(into) == n else bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
         sock.settimeout(max(deadline - time.monotonic(), 1e-3))
@@ -58,10 +65,12 @@ def _send(sock: socket.socket, kind: int, text: str, data: memoryview | bytes = 
         sock.sendall(mv)
 
 
-def _recv(sock: socket.socket, deadline: float) -> tuple[int, str, bytearray]:
+def _recv(sock: socket.socket, deadline: float, into: memoryview | None = None,
+          ) -> tuple[int, str, bytearray | memoryview]:
+    """One frame: (kind, text, data); the data lands in `into` when its length matches (see _recv_exact)."""
     kind, tlen, dlen = _HEADER.unpack(_recv_exact(sock, _HEADER.size, deadline))
-    text = _recv_exact(sock, tlen, deadline).decode() if tlen else ""
-    return kind, text, (_recv_exact(sock, dlen, deadline) if dlen else bytearray())
+    text = bytes(_recv_exact(sock, tlen, deadline)).decode() if tlen else ""
+    return kind, text, (_recv_exact(sock, dlen, deadline, into) if dlen else bytearray())
 
 
 def _env_int(name: str, default: int | None) -> int:
@@ -121,17 +130,19 @@ class TcpGroup(ProcessGroup):
         self.close()
         return (CollectiveTimeoutError if timed_out else CollectiveError)(f"{self.name}: {message}")
 
-    def _round(self, text: str, data: np.ndarray | None, kind: int = DATA,
-               answer: Callable[[list[bytearray]], list[memoryview | bytes]] | None = None) -> bytearray:
+    def _round(self, text: str, data: np.ndarray | None, kind: int = DATA, answer: Answer | None = None,
+               into: memoryview | None = None) -> Raw:
         """Send (text, data) to the hub and return this rank's answer; the hub collects every rank's frame, checks
-        the texts agree and sends each rank `answer(datas)[rank]`."""
+        the texts agree and sends each rank `answer(datas)[rank]`. A rank above 0 receives its answer into
+        `into` when it is given and the answer's length (then returns it); the hub returns its own reply as
+        `answer` made it (no copy: an answer that writes `into` itself returns it)."""
         deadline = time.monotonic() + self.timeout
         mv: memoryview | bytes = as_bytes(data) if data is not None and data.size else b""
         if self.rank != 0:
             hub = self._socks[0]
             try:
                 _send(hub, kind, text, mv, deadline)
-                got, msg, out = _recv(hub, deadline + 1.0)  # the hub's own deadline ends first: its abort says who
+                got, msg, out = _recv(hub, deadline + 1.0, into)  # the hub times out first: its abort says who
             except _Gone:
                 raise self._fail(self._hub_said("rank 0 closed the connection (it failed or exited)")) from None
             except TimeoutError:
@@ -143,7 +154,8 @@ class TcpGroup(ProcessGroup):
                 self.close()
                 raise CollectiveError(f"{self.name}: {msg}")
             return out
-        texts, datas, problem = [text], [bytearray(mv)], "" if kind == DATA else text
+        datas: list[Raw] = [mv]  # its own data, read in place
+        texts, problem = [text], "" if kind == DATA else text
         for r in range(1, self.size):
             try:
                 k, t, d = _recv(self._socks[r], deadline)
@@ -168,7 +180,7 @@ class TcpGroup(ProcessGroup):
                 _send(self._socks[r], DATA, "", replies[r], deadline)
             except OSError as e:
                 raise self._fail(f"lost the connection to rank {r} during {text} ({e})") from None
-        return bytearray(replies[0])
+        return replies[0]
 
     def _hub_said(self, otherwise: str) -> str:
         """The abort the hub sent before closing (it names the rank at fault: a send to a closed hub fails before
@@ -188,28 +200,49 @@ class TcpGroup(ProcessGroup):
 
     # ------------------------------------------------------------ the operations
 
-    def _arrays(self, datas: list[bytearray], a: np.ndarray) -> list[np.ndarray]:
+    def _arrays(self, datas: list[Raw], a: np.ndarray) -> list[np.ndarray]:
         return [np.frombuffer(d, dtype=a.dtype).reshape(a.shape) if a.size else np.empty(a.shape, a.dtype)
                 for d in datas]
 
-    def _result(self, raw: bytearray, a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    def _result(self, raw: Raw, a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """The answer's bytes as an array of `shape`: a view of a received bytearray or of an array the hub made
+        (both this call's own), copied only when read-only (bytes)."""
         n = int(np.prod(shape))
-        return (np.frombuffer(raw, dtype=a.dtype) if n else np.empty(0, a.dtype)).reshape(shape).copy()
+        arr = (np.frombuffer(raw, dtype=a.dtype) if n else np.empty(0, a.dtype)).reshape(shape)
+        return arr if arr.flags.writeable else arr.copy()
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
         if self.size == 1:
             return a.copy()
 
-        def answer(datas: list[bytearray]) -> list[memoryview | bytes]:
+        def answer(datas: list[Raw]) -> list[memoryview | bytes]:
             r = as_bytes(reduce_arrays(self._arrays(datas, a), op)) if a.size else b""
             return [r] * self.size
         return self._result(self._round(describe(f"allreduce_{op}", a), a, answer=answer), a, a.shape)
+
+    def _allreduce_into(self, a: np.ndarray, op: str, out: np.ndarray) -> None:
+        """The hub folds into `out`, the others receive into it: no array made, no copy of the result."""
+        if self.size == 1 or not a.size:
+            if out is not a:
+                np.copyto(out, a)
+            if self.size == 1:
+                return
+        dst = as_bytes(out) if a.size else None
+
+        def answer(datas: list[Raw]) -> list[memoryview | bytes]:
+            if dst is None:
+                return [b""] * self.size
+            reduce_arrays(self._arrays(datas, a), op, out)
+            return [dst] * self.size
+        raw = self._round(describe(f"allreduce_{op}", a), a, answer=answer, into=dst)
+        if dst is not None and raw is not dst:  # (only an answer of a length this call did not expect)
+            np.copyto(out, self._result(raw, a, a.shape))
 
     def _allgather(self, a: np.ndarray) -> np.ndarray:
         if self.size == 1:
             return a[None].copy()
 
-        def answer(datas: list[bytearray]) -> list[memoryview | bytes]:
+        def answer(datas: list[Raw]) -> list[memoryview | bytes]:
             whole = b"".join(datas)
             return [whole] * self.size
         return self._result(self._round(describe("allgather", a), a, answer=answer), a, (self.size, *a.shape))
@@ -226,7 +259,7 @@ class TcpGroup(ProcessGroup):
         if self.size == 1:
             return a.copy()
 
-        def answer(datas: list[bytearray]) -> list[memoryview | bytes]:
+        def answer(datas: list[Raw]) -> list[memoryview | bytes]:
             whole = reduce_arrays(self._arrays(datas, a), op)
             return [as_bytes(whole[r * k:(r + 1) * k].copy(order="C")) if whole.size else b""
                     for r in range(self.size)]
@@ -258,7 +291,7 @@ class _TcpPersistent(PersistentOp):
         if self._snap is None:
             raise CollectiveError("persistent allreduce: wait() without start()")
         snap, self._snap = self._snap, None
-        self.out[...] = self.group.allreduce(snap, self.op)
+        self.group.allreduce(snap, self.op, out=self.out)
         return self.out
 
 

@@ -148,7 +148,7 @@ def _ranks(realize: Realize, partials: Sequence[UOp], devices: Sequence[str], op
         host = np.empty(src.arg, dtypes.to_np(src.dtype))
         if host.size:
             buffers.runtime_buffer(src).copyout(host.reshape(-1).view(np.uint8).data)
-        total = world().allreduce(host, name)
+        total = world().allreduce(host, name, out=host)  # in place: host is this call's own array
         if total.size:
             buffers.runtime_buffer(out).copyin(total.reshape(-1).view(np.uint8).data)
     shape = tuple(s for s in partials[i].tensor_shape if isinstance(s, int))  # concrete (realize: _placeholder)

@@ -70,12 +70,40 @@ def _strided(dtype: str, n: int, seed: int, rank: int) -> np.ndarray:
     return make_input(dtype, (n, 6), seed, rank)[:, ::2]
 
 
+def _into(g: ProcessGroup, dtype: str, seed: int, op: str, how: str) -> None:
+    """allreduce with out=: the result lands in the given array, which is returned (its identity), and equals
+    the fold of every rank's input. `how`: 'out' (a separate array; the input stays as it was), 'inplace' (out
+    is the input), 'overlap' (out is the input shifted by one element: the provider must not read input it has
+    already overwritten). 'small-out' is 'out' at 21 elements; the others take 5001, past any provider's
+    small-message path (tolk-mpi's: under 4 KiB)."""
+    shape = (3, 7) if how.startswith("small") else (5001,)
+    how = how.removeprefix("small-")
+    every = [make_input(dtype, shape, seed, r) for r in range(g.size)]
+    want = reduce_arrays(every, op)
+    if how == "overlap":
+        store = np.concatenate([every[g.rank].reshape(-1), every[g.rank].reshape(-1)[:1]])
+        x, out = store[1:].reshape(shape), store[:-1].reshape(shape)
+        x[...] = every[g.rank]
+    else:
+        x = every[g.rank].copy()
+        out = x if how == "inplace" else np.full(shape, 7, x.dtype)
+    got = g.allreduce(x, op, out=out)
+    if got is not out:
+        raise AssertionError(f"allreduce out= ({how}): returned a new array, not the given out")
+    _close(out, want, f"allreduce {op} out= ({how})")
+    if how == "out":
+        _close(x, every[g.rank], "allreduce out=: the input after the call")
+
+
 def _op_checks(g: ProcessGroup, dtype: str, seed: int) -> list[tuple[str, Callable[[], None]]]:
     n, size, rank = 2 * g.size, g.size, g.rank
     every = [_strided(dtype, n, seed, r) for r in range(size)]
     out: list[tuple[str, Callable[[], None]]] = []
     def allreduce(op: str) -> Callable[[], None]:
         return lambda: _close(g.allreduce(every[rank], op), reduce_arrays(every, op), f"allreduce {op}")
+
+    def into(op: str, how: str) -> Callable[[], None]:
+        return lambda: _into(g, dtype, seed, op, how)
 
     def reduce_scatter(op: str) -> Callable[[], None]:
         want = reduce_arrays(every, op)[rank * 2:(rank + 1) * 2]
@@ -89,6 +117,10 @@ def _op_checks(g: ProcessGroup, dtype: str, seed: int) -> list[tuple[str, Callab
             g.allreduce(np.zeros((0, 3), _np_dtype(dtype))), np.zeros((0, 3), _np_dtype(dtype)), "allreduce empty")))
         out.append((f"allreduce_sum[{dtype}-scalar]", lambda: _close(
             g.allreduce(every[rank][0, 0]), reduce_arrays([e[0, 0] for e in every], "sum"), "allreduce 0-d")))
+        for how in ("small-out", "out", "overlap"):
+            out.append((f"allreduce_sum[{dtype}-{how}]", into("sum", how)))
+    if "allreduce_max" in g.ops:
+        out.append((f"allreduce_max[{dtype}-inplace]", into("max", "inplace")))
     if "allgather" in g.ops:
         out.append((f"allgather[{dtype}-strided]", lambda: _close(g.allgather(every[rank]), np.stack(every),
                                                                   "allgather")))
@@ -109,6 +141,21 @@ def _big(g: ProcessGroup) -> None:
     if not np.array_equal(got, want):
         bad = int(np.flatnonzero(got != want)[0]) if got.shape == want.shape else -1
         raise AssertionError(f"allreduce 2^22 float32: first wrong element {bad} (got shape {got.shape})")
+
+
+def _reused(g: ProcessGroup) -> None:
+    """allreduce with out= called again and again on the same two arrays with new data (a provider may keep
+    what it bound to them), then with a new out on the last rank alone (its peers keep theirs), then in place:
+    every call's answer is this call's data."""
+    n = 5001
+    x, out = np.empty(n, np.float32), np.empty(n, np.float32)
+    for step in range(5):
+        x[...] = make_input("float32", (n,), 200 + step, g.rank)
+        if step == 3 and g.rank == g.size - 1:
+            out = np.empty(n, np.float32)
+        got = g.allreduce(x, "sum", out=x if step == 4 else out)
+        want = reduce_arrays([make_input("float32", (n,), 200 + step, r) for r in range(g.size)], "sum")
+        _close(got, want, f"allreduce out= reused, call {step}")
 
 
 def _persistent(g: ProcessGroup) -> None:
@@ -144,6 +191,8 @@ def tier_checks(g: ProcessGroup, dtypes: Sequence[str] = DTYPES, big: bool = Tru
         checks += _op_checks(g, dtype, seed=DTYPES.index(dtype))
     if "barrier" in g.ops:
         checks.append(("barrier", g.barrier))
+    if "allreduce_sum" in g.ops:
+        checks.append(("allreduce_sum[float32-out-reused]", lambda: _reused(g)))
     if big:
         checks.append(("allreduce_sum[float32-2^22]", lambda: _big(g)))
     if g.persistent:

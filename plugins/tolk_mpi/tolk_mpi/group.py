@@ -28,11 +28,16 @@ from tolk_core.collectives import PersistentOp, ProcessGroup, reduce_arrays
 from tolk_core.collectives.group import describe, dtype_name
 from tolk_core.errors import CollectiveError, CollectiveTimeoutError
 
-SMALL = 4096
+_HEADER = 24  # ok, digest, data bytes: three int64
+FRAME = 3968
+"""Bytes of one rank's agreement frame. It must stay under the eager limit of Open MPI's shared-memory
+transport (4 KiB with its own fragment header): a frame of 4120 bytes went by rendezvous and made every
+agreement twice as slow (measured in docs/performance.md, "Collectives"). A multiple of 8, so that every
+row's data is aligned for any dtype."""
+SMALL = FRAME - _HEADER
+"""Bytes of data an agreement frame carries: an allreduce this small is done by its agreement alone."""
 BOUND = 8
 """Call signatures whose large allreduce keeps a persistent request and its two buffers bound (see `_bound`)."""
-"""Bytes of data an agreement frame carries: an allreduce this small is done by its agreement alone."""
-_HEADER = 24  # ok, digest, data bytes: three int64
 NATIVE = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64"})
 """Dtypes MPI reduces itself (mpi4py maps them to MPI datatypes); the others go through bytes."""
 
@@ -46,19 +51,22 @@ class MpiGroup(ProcessGroup):
 
     name = "MPI"
     persistent = True
+    spin = 1000
 
     def __init__(self, comm: Any, timeout: float):
         super().__init__(comm.Get_rank(), comm.Get_size(), timeout)
         from mpi4py import MPI
         self._mpi, self._comm = MPI, comm
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
-        self._mine = np.zeros(_HEADER + SMALL, np.uint8)  # the agreement's frames, reused by every operation
-        self._every = np.zeros((self.size, _HEADER + SMALL), np.uint8)
+        self._mine = np.zeros(FRAME, np.uint8)  # the agreement's frames, reused by every operation
+        self._every = np.zeros((self.size, FRAME), np.uint8)
         self._mine_head = self._mine[:_HEADER].view(np.int64)
         self._digests: dict[str, int] = {}
-        self._rows: dict[tuple[np.dtype, tuple[int, ...]], list[np.ndarray]] = {}  # typed views of the frames
+        # per small-allreduce signature: its text, typed views of this rank's frame and of every rank's
+        self._small_calls: dict[tuple[np.dtype, tuple[int, ...], str], tuple[str, np.ndarray, list[np.ndarray]]] = {}
         self._can_bind = hasattr(comm, "Allreduce_init")
         self._bound_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, np.ndarray, np.ndarray]] = {}
+        self._into_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, tuple[int, int]]] = {}
         # the agreement as an MPI-4 persistent allgather, bound once: each agreement is a Start (no buffer
         # parsing, no new request); an MPI without persistent collectives makes a new Iallgather each time
         self._agreement = comm.Allgather_init(self._mine, self._every) if hasattr(comm, "Allgather_init") else None
@@ -72,13 +80,15 @@ class MpiGroup(ProcessGroup):
     def close(self) -> None:
         if not self.closed and self._comm is not None:
             comm, self._comm = self._comm, None
-            for req in [self._agreement, *(b[0] for b in self._bound_ops.values())]:
+            for req in [self._agreement, *(b[0] for b in self._bound_ops.values()),
+                        *(b[0] for b in self._into_ops.values())]:
                 try:
                     if req is not None:
                         req.Free()
                 except Exception:  # noqa: BLE001  # a request pending after a timeout cannot be freed: closed anyway
                     pass
             self._bound_ops.clear()
+            self._into_ops.clear()
             try:
                 comm.Free()
             except Exception:  # noqa: BLE001  # freeing after a failed collective may itself fail: closed anyway
@@ -95,7 +105,7 @@ class MpiGroup(ProcessGroup):
         spins = 0
         while not req.Test():
             spins += 1
-            if spins > 1000:  # past a short spin, give the core away: oversubscribed ranks need it to progress
+            if spins > self.spin:  # past a short spin, give the core away: oversubscribed ranks need it to progress
                 os.sched_yield()
             if spins & 63 == 0 and time.monotonic() > deadline:
                 self.closed = True
@@ -103,26 +113,23 @@ class MpiGroup(ProcessGroup):
                                              f"{self.timeout:g}s (TOLK_COLLECTIVES_TIMEOUT); another rank never "
                                              "joined it. The group is closed")
 
-    def _agree(self, text: str, ok: bool = True, payload: np.ndarray | None = None) -> np.ndarray | None:
-        """Raise CollectiveError on every rank unless every rank is ok and calls `text`. With `payload` (at most
-        SMALL bytes, C-contiguous) the frames carry it: returns every rank's payload bytes, shape (size, n)."""
+    def _agree(self, text: str, ok: bool = True, nbytes: int = 0) -> None:
+        """Raise CollectiveError on every rank unless every rank is ok and calls `text`. `nbytes`: how much data
+        the caller put in this rank's frame (after the header; see `_small`), which every rank must agree on too."""
         digest = self._digests.get(text)
         if digest is None:
             if len(self._digests) > 4096:  # a program with ever new shapes: keep the memo bounded
                 self._digests.clear()
             digest = self._digests[text] = zlib.crc32(text.encode())
-        n = 0 if payload is None else payload.nbytes
         head = self._mine_head
-        head[0], head[1], head[2] = 1 if ok else 0, digest, n
-        if n:
-            self._mine[_HEADER:_HEADER + n] = _u8(payload)  # type: ignore[arg-type]
+        head[0], head[1], head[2] = 1 if ok else 0, digest, nbytes
         if self._agreement is not None:
             self._agreement.Start()
             self._wait(self._agreement, f"agreeing on {text}")
         else:
             self._wait(self._comm.Iallgather(self._mine, self._every), f"agreeing on {text}")
         if ok and self._every[:, :_HEADER].tobytes() == self._mine[:_HEADER].tobytes() * self.size:
-            return self._every[:, _HEADER:_HEADER + n] if payload is not None else None
+            return
         every = self._comm.allgather((ok, text))  # every rank is here: this cannot hang
         bad = next((r for r in range(self.size) if not every[r][0]), None)
         texts = [t for _, t in every]
@@ -151,17 +158,29 @@ class MpiGroup(ProcessGroup):
         return out
 
     def _allreduce(self, a: np.ndarray, op: str) -> np.ndarray:
-        if a.nbytes <= SMALL:  # the data rides in the agreement's frames
-            self._agree(describe(f"allreduce_{op}", a), payload=a)
-            if (rows := self._rows.get((a.dtype, a.shape))) is None:
-                if len(self._rows) > 256:
-                    self._rows.clear()
-                rows = self._rows[(a.dtype, a.shape)] = [
-                    self._every[r, _HEADER:_HEADER + a.nbytes].view(a.dtype).reshape(a.shape) for r in range(self.size)]
-            return reduce_arrays(rows, op)
+        return self._reduce(a, op, None)
+
+    def _allreduce_into(self, a: np.ndarray, op: str, out: np.ndarray) -> None:
+        self._reduce(a, op, out)
+
+    def _reduce(self, a: np.ndarray, op: str, out: np.ndarray | None) -> np.ndarray:
+        """The allreduce of `a`, into `out` when given (a's shape and dtype, `a` itself or disjoint from it),
+        else into a new array."""
+        if a.nbytes <= SMALL:
+            return self._small(a, op, out)
+        native = dtype_name(a.dtype) in NATIVE
+        if out is not None and native and self._can_bind:
+            try:
+                return self._bound_into(a, op, out)
+            except NotImplementedError:  # an MPI before 4.0 (every rank links the same library)
+                self._can_bind = False
         self._agree(describe(f"allreduce_{op}", a))
-        if dtype_name(a.dtype) not in NATIVE:
-            return reduce_arrays(list(self._gathered(a, "allreduce")), op)
+        if not native:
+            return reduce_arrays(list(self._gathered(a, "allreduce")), op, out)
+        if out is not None:  # the caller's buffers, as mpi4py's own call takes them: no copy, no fresh pages
+            send = self._mpi.IN_PLACE if out is a else a
+            self._wait(self._comm.Iallreduce(send, out, op=self._ops[op]), f"allreduce_{op}")
+            return out
         if self._can_bind:
             try:
                 return self._bound(a, op)
@@ -170,6 +189,52 @@ class MpiGroup(ProcessGroup):
         out = np.empty_like(a)
         if a.size:
             self._wait(self._comm.Iallreduce(a, out, op=self._ops[op]), f"allreduce_{op}")
+        return out
+
+    def _small(self, a: np.ndarray, op: str, out: np.ndarray | None) -> np.ndarray:
+        """An allreduce whose data rides in the agreement's frames: one round, then every rank folds the
+        gathered rows in rank order (the same bits everywhere). The call's text and typed views of the frames
+        are made once per signature: per call there is one copy in and the fold."""
+        key = (a.dtype, a.shape, op)
+        if (hit := self._small_calls.get(key)) is None:
+            if len(self._small_calls) > 256:  # a program with ever new shapes: keep the memo bounded
+                self._small_calls.clear()
+            n = a.nbytes
+            hit = self._small_calls[key] = (describe(f"allreduce_{op}", a),
+                                            self._mine[_HEADER:_HEADER + n].view(a.dtype).reshape(a.shape),
+                                            [self._every[r, _HEADER:_HEADER + n].view(a.dtype).reshape(a.shape)
+                                             for r in range(self.size)])
+        text, mine, rows = hit
+        mine[...] = a
+        self._agree(text, nbytes=a.nbytes)
+        return reduce_arrays(rows, op, out)
+
+    def _bound_into(self, a: np.ndarray, op: str, out: np.ndarray) -> np.ndarray:
+        """A large allreduce of the caller's `a` into the caller's `out` (in place when `out` is `a`) through a
+        persistent request bound to those two addresses, kept per call signature while the caller passes the
+        same arrays (a training loop's gradient and its result buffer). A fresh nonblocking allreduce costs
+        Open MPI a temporary buffer of the message's size per call, fresh pages to fault in (measured in
+        docs/performance.md, "Collectives"); the request makes it once. Binding is collective, so whether to
+        bind is agreed: each rank's agreement frame says whether it holds a request for this signature on
+        these addresses, and unless every rank does, every rank (re)binds, in the same order."""
+        key = (a.dtype, a.shape, op)
+        place = (a.ctypes.data, out.ctypes.data)
+        hit = self._into_ops.get(key)
+        self._mine[_HEADER] = 1 if hit is not None and hit[1] == place else 0  # frames carry no data here
+        self._agree(describe(f"allreduce_{op}", a))
+        if not self._every[:, _HEADER].all():
+            if hit is not None:
+                hit[0].Free()
+            elif len(self._into_ops) >= BOUND:  # every rank holds the same signatures: they evict alike
+                for req, _ in self._into_ops.values():
+                    req.Free()
+                self._into_ops.clear()
+            self._into_ops.pop(key, None)
+            send = self._mpi.IN_PLACE if out is a else a
+            self._into_ops[key] = (self._comm.Allreduce_init(send, out, op=self._ops[op]), place)
+        req = self._into_ops[key][0]
+        req.Start()
+        self._wait(req, f"allreduce_{op}")
         return out
 
     def _bound(self, a: np.ndarray, op: str) -> np.ndarray:
@@ -250,7 +315,7 @@ class _MpiPersistent(PersistentOp):
         if self._req is not None:
             self.group._wait(self._req, f"persistent allreduce_{self.op}")
         else:
-            self.out[...] = self.group.allreduce(self.x, self.op)
+            self.group.allreduce(self.x, self.op, out=self.out)
         return self.out
 
     def close(self) -> None:
