@@ -142,6 +142,8 @@ def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
     kernel computes, values broadcast or padded past the fusion bound, and reductions broadcast to their
     consumer (stored, or with `row_fusion` fused row by row). Returns the row-scratch values and their axes."""
     owners = _Owners(order, realized)
+    if row_fusion:  # first: the shared-reduction rule would store the row reductions inside them
+        _store_row_roots(order, realized, p, cap, owners)
     owners.store_shared(order, p, cap)
     users: dict[UOp, list[UOp]] = {}
     for u in order:
@@ -164,7 +166,10 @@ def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
                 if _recomputes_too_much(u, x, realized):  # no reduction, but too much recomputed work
                     owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
                 continue
-            if row_fusion and _row_fusable(x, users, realized, fused):
+            if row_fusion and (inner := _row_fusable(x, users, realized, fused)) is not None and \
+                    all(cap(b) for b in inner):
+                if inner:  # the row reads them twice or more (a max, then an exp sum): each is computed once
+                    owners.store_shared(owners.add(set().union(*(_store(b, realized, p) for b in inner))), p, cap)
                 fused.add(x)
                 r = x.src[0]
                 if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
@@ -187,22 +192,45 @@ def _row_consumers(w: UOp, axes: tuple[int, ...], users: dict[UOp, list[UOp]], r
     """Whether the broadcast `w` of a row reduction over `axes` is consumed row by row up to its kernel's root:
     elementwise ops and reductions over the same axes only. A view (the axes move) or a reduction over other
     axes (each row would be recomputed once per element of the other axes) makes it False."""
-    seen, stack = {w}, list(users.get(w, ()))
+    return _row_frontier(w, axes, users, realized) == set()
+
+
+def _row_frontier(w: UOp, axes: tuple[int, ...], users: dict[UOp, list[UOp]],
+                  realized: set[UOp]) -> set[UOp] | None:
+    """The unstored values on the paths from the broadcast `w` of a row reduction over `axes` that a reader
+    takes out of the row (a view, a reduction over other axes, the sink): empty when every path is row by row up
+    to stored values (`_row_consumers`); None when `w` itself is read that way."""
+    frontier: set[UOp] = set()
+    seen, stack = {w}, [(w, u) for u in users.get(w, ())]
     while stack:
-        u = stack.pop()
+        parent, u = stack.pop()
+        if u.op in GroupOp.Movement or u.op is Op.SINK or (u.op is Op.REDUCE_AXIS and u.arg[1] != axes):
+            if parent is w:
+                return None
+            frontier.add(parent)
+            continue
         if u in seen:
             continue
         seen.add(u)
-        if u.op in GroupOp.Movement or u.op is Op.SINK or (u.op is Op.REDUCE_AXIS and u.arg[1] != axes):
-            return False
         if u.op is Op.REDUCE_AXIS or u in realized:
             continue  # a reduction of the row is per row again; a stored value ends the kernel
-        stack.extend(users.get(u, ()))
-    return True
+        stack.extend((u, v) for v in users.get(u, ()))
+    return frontier
 
 
-def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused: set[UOp]) -> bool:
-    """Whether reduction `x` may be computed by its broadcast consumer, once per row (see realize_points)."""
+def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused: set[UOp]) -> list[UOp] | None:
+    """Whether reduction `x` may be computed by its broadcast consumer, once per row (see realize_points): None
+    when it may not, else the other reductions its row reads, which must be stored first (`_inner_reductions`)."""
+    if not _is_row_reduction(x, users):
+        return None
+    if any(w.op is Op.EXPAND and not _row_consumers(w, x.arg[1], users, realized) for w in users[x]):
+        return None
+    return _inner_reductions(x, realized, fused)
+
+
+def _is_row_reduction(x: UOp, users: dict[UOp, list[UOp]]) -> bool:
+    """Whether `x` is a reduction over its innermost axes, broadcast back along those axes only, whose row fits
+    kernel-local scratch: the shape of a reduction its consumer can compute once per row."""
     if x.op is not Op.REDUCE_AXIS:
         return False
     axes = x.arg[1]
@@ -214,12 +242,57 @@ def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused:
             return False  # broadcast along another axis: every copy would recompute the whole reduction
         if w.op in GroupOp.Movement and w.op is not Op.EXPAND:
             return False  # a view of it might be broadcast further on
-        if w.op is Op.EXPAND and not _row_consumers(w, axes, users, realized):
-            return False
     extent = _row_extent(x)
-    if extent is None or not pm.fits_scratch(extent, x.src[0].dtype.itemsize):
-        return False
-    return all(b is x or b in fused for b in _kernel_body(x, realized) if b.op is Op.REDUCE_AXIS)
+    return extent is not None and pm.fits_scratch(extent, x.src[0].dtype.itemsize)
+
+
+def _inner_reductions(x: UOp, realized: set[UOp], fused: set[UOp]) -> list[UOp]:
+    """The unstored reductions a row kernel fusing `x` would compute inside its rows, other than the row
+    reductions fused there (attention's scores, a matmul, under softmax's row max). The row kernel reads such a
+    value once per row reduction over it (max, then the exp sum, then the output); not fusing `x` would not
+    help, since x's own kernel and its consumer's would then both compute it and the shared-reduction cap
+    stores it anyway. So the caller stores them and fuses the row."""
+    out, seen, stack = [], {x}, list(x.src)
+    while stack:
+        u = stack.pop()
+        if u in seen or u in realized:
+            continue
+        seen.add(u)
+        if u.op is Op.REDUCE_AXIS and u not in fused:
+            out.append(u)
+            continue
+        stack.extend(u.src)
+    return out
+
+
+def _store_row_roots(order: list[UOp], realized: set[UOp], p: pm.Placements, cap, owners: _Owners) -> None:
+    """Before any other cap, store the values that end a row kernel, so that its row reductions can be fused
+    (`_row_consumers` must see the kernel end at a stored value, which the sources-first pass would learn too
+    late, after the shared-reduction rule stored the reductions):
+    - a value holding a reduction that is broadcast to its consumer (softmax's output read by the matmul P @ V):
+      `_cap_copies` stores each of them in any case, only a reduction itself may be fused row by row;
+    - a value computed row by row from a row reduction and then read out of the row (through a view or by a
+      reduction over other axes: softmax's output in attention's backward, where dV sums it over the queries).
+      Not stored, it would be recomputed by each reader and its row reductions stored, each a kernel reading
+      the whole input again; stored, one row kernel computes the reductions and the value and writes it once."""
+    users: dict[UOp, list[UOp]] = {}
+    for u in order:
+        for s in u.src:
+            users.setdefault(s, []).append(u)
+    for u in order:
+        if not _is_expanding(u):
+            continue
+        x = u.src[0].storage_base(GroupOp.Movement)
+        if x.op is not Op.REDUCE_AXIS:
+            if cap(x) and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+                owners.store_shared(owners.add(_store(x, realized, p)), p, cap)
+            continue
+        if u.src[0] is not x or not cap(x) or not _is_row_reduction(x, users):
+            continue
+        ends = _row_frontier(u, x.arg[1], users, realized)
+        if ends and all(cap(b) and b.op is not Op.REDUCE_AXIS for b in ends):
+            for b in ends:
+                owners.store_shared(owners.add(_store(b, realized, p)), p, cap)
 
 
 def _store(u: UOp, realized: set[UOp], p: pm.Placements,
