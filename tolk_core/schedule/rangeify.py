@@ -91,8 +91,10 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
 
     Row fusion: a reduction broadcast back only along the axes it reduced (softmax's row max and row sum) is
     not stored when its row fits kernel-local scratch (PLACEMENT_STACK_THRESHOLD) and every reduction it reads
-    is fused the same way: its consumer computes it once per row. The value it reduces, when the consumer also
-    reads it, becomes Never_virtual (row scratch) so it is computed once into a Local row.
+    is fused the same way: its consumer computes it once per row. The value it reduces becomes Never_virtual
+    (row scratch) so it is computed once into a Local row; also when the consumer does not read it again
+    (softmax's backward sum of g * p): a kernel without a row array got codegen's output tiling, which
+    recomputed the row sum once per tile of 16 columns (docs/performance.md, "Attention")
     Row fusion needs kernel-local arrays: it happens only when `local_axes` is given, which then receives each
     Local value's array axes (its row's axes, else all of them).
     """
@@ -172,8 +174,7 @@ def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
                     owners.store_shared(owners.add(set().union(*(_store(b, realized, p) for b in inner))), p, cap)
                 fused.add(x)
                 r = x.src[0]
-                if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
-                        p.mode_is_unspecified(r):
+                if _is_candidate(r) and r.op is not Op.CONST and p.mode_is_unspecified(r):
                     p.update(r, pm.NV, ROW_SCRATCH)
                     p.set_scratch_extent(r, _row_extent(x))
                     rows[r] = x.arg[1]
