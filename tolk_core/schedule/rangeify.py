@@ -272,28 +272,27 @@ def _store_row_roots(order: list[UOp], realized: set[UOp], p: pm.Placements, cap
     late, after the shared-reduction rule stored the reductions):
     - a value holding a reduction that is broadcast to its consumer (softmax's output read by the matmul P @ V):
       `_cap_copies` stores each of them in any case, only a reduction itself may be fused row by row;
-    - a value computed row by row from a row reduction and then read out of the row (through a view or by a
-      reduction over other axes: softmax's output in attention's backward, where dV sums it over the queries).
-      Not stored, it would be recomputed by each reader and its row reductions stored, each a kernel reading
-      the whole input again; stored, one row kernel computes the reductions and the value and writes it once."""
+    - a value computed row by row from a row reduction, read out of the row (through a view or by a reduction
+      over other axes) and by something else as well: softmax's output in attention's backward, which dV sums
+      over the queries and dS reads row by row. Not stored, each reader would recompute it and its row
+      reductions would be stored, each a kernel reading the whole input again; stored, one row kernel computes
+      the reductions and the value and writes it once. With a single reader out of the row it stays inlined
+      there (computed once per element) and the small row reduction is stored instead."""
     users: dict[UOp, list[UOp]] = {}
     for u in order:
         for s in u.src:
             users.setdefault(s, []).append(u)
-    for u in order:
-        if not _is_expanding(u):
-            continue
-        x = u.src[0].storage_base(GroupOp.Movement)
-        if x.op is not Op.REDUCE_AXIS:
-            if cap(x) and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
-                owners.store_shared(owners.add(_store(x, realized, p)), p, cap)
-            continue
+    expands = [(u, u.src[0].storage_base(GroupOp.Movement)) for u in order if _is_expanding(u)]
+    for _, x in expands:  # the broadcast ones first: they end the paths the second kind is found on
+        if x.op is not Op.REDUCE_AXIS and cap(x) and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+            owners.add(_store(x, realized, p))  # (shared reductions are stored after both kinds, by the caller)
+    for u, x in expands:
         if u.src[0] is not x or not cap(x) or not _is_row_reduction(x, users):
             continue
         ends = _row_frontier(u, x.arg[1], users, realized)
-        if ends and all(cap(b) and b.op is not Op.REDUCE_AXIS for b in ends):
+        if ends and all(cap(b) and b.op is not Op.REDUCE_AXIS and len(set(users[b])) > 1 for b in ends):
             for b in ends:
-                owners.store_shared(owners.add(_store(b, realized, p)), p, cap)
+                owners.add(_store(b, realized, p))
 
 
 def _store(u: UOp, realized: set[UOp], p: pm.Placements,
