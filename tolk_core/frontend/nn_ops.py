@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tolk_core.errors import ArgumentTypeError, ShapeError
+from tolk_core.frontend import softmax as softmax_op
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
 from tolk_core.frontend.reductions import is_half
@@ -173,9 +174,7 @@ class NNMixin:
         return self.matmul(other)
 
     def softmax(self: Tensor, axis: int = -1) -> Tensor:
-        x = self._as_float()
-        e = (x - x.max(axis=axis, keepdim=True)).exp()
-        return e / e.sum(axis=axis, keepdim=True)
+        return softmax_op.softmax(self._as_float(), axis)  # its gradient as a whole: frontend/softmax.py
 
     def log_softmax(self: Tensor, axis: int = -1) -> Tensor:
         x = self._as_float()
@@ -348,7 +347,9 @@ class NNMixin:
         value (..., S, Ev): softmax(q k^T * scale + mask) v, scale defaulting to 1/sqrt(E). A boolean
         `attn_mask` (broadcast to (..., L, S)) is True where a query may attend; a float one is added to the
         scores. `is_causal`: query i attends to keys j <= i (not together with attn_mask). `dropout_p` zeroes
-        attention weights with that probability (Tensor.rand draws) and rescales the rest."""
+        attention weights with that probability (Tensor.rand draws) and rescales the rest. A query every key is
+        masked from gets zeros (and zero gradients), as torch's; the softmax is one row kernel with its
+        gradient given whole (frontend/softmax.py)."""
         if is_causal and attn_mask is not None:
             raise ShapeError("scaled_dot_product_attention: give attn_mask or is_causal, not both (torch's rule)")
         L, S = self.shape[-2], key.shape[-2]
@@ -357,7 +358,7 @@ class NNMixin:
             attn_mask = type(self).full((L, S), True, dtypes.bool, self.device).tril()
         if attn_mask is not None:
             scores = attn_mask.where(scores, float("-inf")) if dtypes.is_bool(attn_mask.dtype) else scores + attn_mask
-        weights = scores.softmax(-1)
+        weights = softmax_op.softmax(scores._as_float(), -1, masked_rows_zero=True)
         if dropout_p > 0:
             keep = type(self).rand(*weights.shape, device=self.device) >= dropout_p
             weights = keep.where(weights / (1 - dropout_p), 0.0)

@@ -91,8 +91,10 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
 
     Row fusion: a reduction broadcast back only along the axes it reduced (softmax's row max and row sum) is
     not stored when its row fits kernel-local scratch (PLACEMENT_STACK_THRESHOLD) and every reduction it reads
-    is fused the same way: its consumer computes it once per row. The value it reduces, when the consumer also
-    reads it, becomes Never_virtual (row scratch) so it is computed once into a Local row.
+    is fused the same way: its consumer computes it once per row. The value it reduces becomes Never_virtual
+    (row scratch) so it is computed once into a Local row; also when the consumer does not read it again
+    (softmax's backward sum of g * p): a kernel without a row array got codegen's output tiling, which
+    recomputed the row sum once per tile of 16 columns (docs/performance.md, "Attention")
     Row fusion needs kernel-local arrays: it happens only when `local_axes` is given, which then receives each
     Local value's array axes (its row's axes, else all of them).
     """
@@ -142,6 +144,8 @@ def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
     kernel computes, values broadcast or padded past the fusion bound, and reductions broadcast to their
     consumer (stored, or with `row_fusion` fused row by row). Returns the row-scratch values and their axes."""
     owners = _Owners(order, realized)
+    if row_fusion:  # first: the shared-reduction rule would store the row reductions inside them
+        _store_row_roots(order, realized, p, cap, owners)
     owners.store_shared(order, p, cap)
     users: dict[UOp, list[UOp]] = {}
     for u in order:
@@ -164,11 +168,13 @@ def _cap_copies(order: list[UOp], realized: set[UOp], p: pm.Placements, cap,
                 if _recomputes_too_much(u, x, realized):  # no reduction, but too much recomputed work
                     owners.store_shared(owners.add(_store(x, realized, p, pm.Provenance.RECOMPUTE_CAP)), p, cap)
                 continue
-            if row_fusion and _row_fusable(x, users, realized, fused):
+            if row_fusion and (inner := _row_fusable(x, users, realized, fused)) is not None and \
+                    all(cap(b) for b in inner):
+                if inner:  # the row reads them twice or more (a max, then an exp sum): each is computed once
+                    owners.store_shared(owners.add(set().union(*(_store(b, realized, p) for b in inner))), p, cap)
                 fused.add(x)
                 r = x.src[0]
-                if _is_candidate(r) and r.op is not Op.CONST and any(w is not x for w in users[r]) and \
-                        p.mode_is_unspecified(r):
+                if _is_candidate(r) and r.op is not Op.CONST and p.mode_is_unspecified(r):
                     p.update(r, pm.NV, ROW_SCRATCH)
                     p.set_scratch_extent(r, _row_extent(x))
                     rows[r] = x.arg[1]
@@ -187,22 +193,45 @@ def _row_consumers(w: UOp, axes: tuple[int, ...], users: dict[UOp, list[UOp]], r
     """Whether the broadcast `w` of a row reduction over `axes` is consumed row by row up to its kernel's root:
     elementwise ops and reductions over the same axes only. A view (the axes move) or a reduction over other
     axes (each row would be recomputed once per element of the other axes) makes it False."""
-    seen, stack = {w}, list(users.get(w, ()))
+    return _row_frontier(w, axes, users, realized) == set()
+
+
+def _row_frontier(w: UOp, axes: tuple[int, ...], users: dict[UOp, list[UOp]],
+                  realized: set[UOp]) -> set[UOp] | None:
+    """The unstored values on the paths from the broadcast `w` of a row reduction over `axes` that a reader
+    takes out of the row (a view, a reduction over other axes, the sink): empty when every path is row by row up
+    to stored values (`_row_consumers`); None when `w` itself is read that way."""
+    frontier: set[UOp] = set()
+    seen, stack = {w}, [(w, u) for u in users.get(w, ())]
     while stack:
-        u = stack.pop()
+        parent, u = stack.pop()
+        if u.op in GroupOp.Movement or u.op is Op.SINK or (u.op is Op.REDUCE_AXIS and u.arg[1] != axes):
+            if parent is w:
+                return None
+            frontier.add(parent)
+            continue
         if u in seen:
             continue
         seen.add(u)
-        if u.op in GroupOp.Movement or u.op is Op.SINK or (u.op is Op.REDUCE_AXIS and u.arg[1] != axes):
-            return False
         if u.op is Op.REDUCE_AXIS or u in realized:
             continue  # a reduction of the row is per row again; a stored value ends the kernel
-        stack.extend(users.get(u, ()))
-    return True
+        stack.extend((u, v) for v in users.get(u, ()))
+    return frontier
 
 
-def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused: set[UOp]) -> bool:
-    """Whether reduction `x` may be computed by its broadcast consumer, once per row (see realize_points)."""
+def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused: set[UOp]) -> list[UOp] | None:
+    """Whether reduction `x` may be computed by its broadcast consumer, once per row (see realize_points): None
+    when it may not, else the other reductions its row reads, which must be stored first (`_inner_reductions`)."""
+    if not _is_row_reduction(x, users):
+        return None
+    if any(w.op is Op.EXPAND and not _row_consumers(w, x.arg[1], users, realized) for w in users[x]):
+        return None
+    return _inner_reductions(x, realized, fused)
+
+
+def _is_row_reduction(x: UOp, users: dict[UOp, list[UOp]]) -> bool:
+    """Whether `x` is a reduction over its innermost axes, broadcast back along those axes only, whose row fits
+    kernel-local scratch: the shape of a reduction its consumer can compute once per row."""
     if x.op is not Op.REDUCE_AXIS:
         return False
     axes = x.arg[1]
@@ -214,12 +243,56 @@ def _row_fusable(x: UOp, users: dict[UOp, list[UOp]], realized: set[UOp], fused:
             return False  # broadcast along another axis: every copy would recompute the whole reduction
         if w.op in GroupOp.Movement and w.op is not Op.EXPAND:
             return False  # a view of it might be broadcast further on
-        if w.op is Op.EXPAND and not _row_consumers(w, axes, users, realized):
-            return False
     extent = _row_extent(x)
-    if extent is None or not pm.fits_scratch(extent, x.src[0].dtype.itemsize):
-        return False
-    return all(b is x or b in fused for b in _kernel_body(x, realized) if b.op is Op.REDUCE_AXIS)
+    return extent is not None and pm.fits_scratch(extent, x.src[0].dtype.itemsize)
+
+
+def _inner_reductions(x: UOp, realized: set[UOp], fused: set[UOp]) -> list[UOp]:
+    """The unstored reductions a row kernel fusing `x` would compute inside its rows, other than the row
+    reductions fused there (attention's scores, a matmul, under softmax's row max). The row kernel reads such a
+    value once per row reduction over it (max, then the exp sum, then the output); not fusing `x` would not
+    help, since x's own kernel and its consumer's would then both compute it and the shared-reduction cap
+    stores it anyway. So the caller stores them and fuses the row."""
+    out, seen, stack = [], {x}, list(x.src)
+    while stack:
+        u = stack.pop()
+        if u in seen or u in realized:
+            continue
+        seen.add(u)
+        if u.op is Op.REDUCE_AXIS and u not in fused:
+            out.append(u)
+            continue
+        stack.extend(u.src)
+    return out
+
+
+def _store_row_roots(order: list[UOp], realized: set[UOp], p: pm.Placements, cap, owners: _Owners) -> None:
+    """Before any other cap, store the values that end a row kernel, so that its row reductions can be fused
+    (`_row_consumers` must see the kernel end at a stored value, which the sources-first pass would learn too
+    late, after the shared-reduction rule stored the reductions):
+    - a value holding a reduction that is broadcast to its consumer (softmax's output read by the matmul P @ V):
+      `_cap_copies` stores each of them in any case, only a reduction itself may be fused row by row;
+    - a value computed row by row from a row reduction, read out of the row (through a view or by a reduction
+      over other axes) and by something else as well: softmax's output in attention's backward, which dV sums
+      over the queries and dS reads row by row. Not stored, each reader would recompute it and its row
+      reductions would be stored, each a kernel reading the whole input again; stored, one row kernel computes
+      the reductions and the value and writes it once. With a single reader out of the row it stays inlined
+      there (computed once per element) and the small row reduction is stored instead."""
+    users: dict[UOp, list[UOp]] = {}
+    for u in order:
+        for s in u.src:
+            users.setdefault(s, []).append(u)
+    expands = [(u, u.src[0].storage_base(GroupOp.Movement)) for u in order if _is_expanding(u)]
+    for _, x in expands:  # the broadcast ones first: they end the paths the second kind is found on
+        if x.op is not Op.REDUCE_AXIS and cap(x) and any(b.op is Op.REDUCE_AXIS for b in _kernel_body(x, realized)):
+            owners.add(_store(x, realized, p))  # (shared reductions are stored after both kinds, by the caller)
+    for u, x in expands:
+        if u.src[0] is not x or not cap(x) or not _is_row_reduction(x, users):
+            continue
+        ends = _row_frontier(u, x.arg[1], users, realized)
+        if ends and all(cap(b) and b.op is not Op.REDUCE_AXIS and len(set(users[b])) > 1 for b in ends):
+            for b in ends:
+                owners.add(_store(b, realized, p))
 
 
 def _store(u: UOp, realized: set[UOp], p: pm.Placements,

@@ -25,15 +25,18 @@ def _fold_op(op: Op, dt: DType) -> str:
 # float32 2^x as arithmetic the C compiler vectorizes (libm's exp2f is a scalar call): 2^x = 2^n * 2^f with
 # n = min(rint(x), 127), f in [-1/2, 1], 2^f by its Taylor series in f*ln2 to degree 9 (truncation < 1e-8
 # relative), 2^n as two factors (s1*s2 = 2^n is a float in any association). Saturates to 0 and inf; NaN stays
-# NaN. Within 3 ulp of libm's exp2f where the result is a normal float.
+# NaN. Within 3 ulp of libm's exp2f where the result is a normal float. Below -150 (softmax's masked -inf
+# scores) the series runs on 0 and the result is selected 0: computed, its product would underflow, and a
+# multiply whose result is subnormal or underflows costs a microcode assist per lane (about 2x on a causal
+# softmax row; docs/performance.md "Attention").
 _EXP2F = """static inline float tolk_exp2f(float x) {
-  const float c = x != x ? 0.0f : (x < -150.0f ? -150.0f : (x > 128.0f ? 128.0f : x));
+  const float c = (x != x || x < -150.0f) ? 0.0f : (x > 128.0f ? 128.0f : x);
   const float r = __builtin_rintf(c), n = r > 127.0f ? 127.0f : r, f = (c - n) * 0.6931471805599453f;
   const float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.6666667e-1f + f * (4.1666667e-2f + f * (8.3333333e-3f
                   + f * (1.3888889e-3f + f * (1.9841270e-4f + f * (2.4801587e-5f + f * 2.7557319e-6f))))))));
   const int k = (int)n, k1 = k / 2, k2 = k - k1;
   union { int i; float f; } s1 = {(k1 + 127) << 23}, s2 = {(k2 + 127) << 23};
-  return x != x ? x : (x >= 128.0f ? __builtin_inff() : p * s1.f * s2.f);
+  return x != x ? x : (x >= 128.0f ? __builtin_inff() : (x < -150.0f ? 0.0f : p * s1.f * s2.f));
 }
 """
 
@@ -101,6 +104,11 @@ class CRenderer(CStyleRenderer):
         a, b = (x if d.count > 1 else f"(({vec}){{{', '.join([x] * dt.count)}}})"
                 for x, d in zip((a, b), operand_dtypes, strict=True))
         return f"tolk_fma{dt.count}_{self.type_name(dt.scalar())}({a}, {b}, {acc})"
+
+    def buffer_type_name(self, dt: DType) -> str:
+        # bool buffers as bytes (numpy's bools are bytes of 0 or 1): gcc 12 vectorizes no loop that selects
+        # on a value loaded through a _Bool pointer ("no vectype" on AVX2), so a masked softmax ran scalar
+        return "unsigned char" if dt == dtypes.bool else super().buffer_type_name(dt)
 
     def unary(self, op: Op, x: str, dt: DType) -> str:
         return f"tolk_exp2f({x})" if op is Op.EXP2 and dt == dtypes.float32 else super().unary(op, x, dt)

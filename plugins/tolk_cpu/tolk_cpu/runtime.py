@@ -95,8 +95,11 @@ class CPUCompiler(Compiler):
         super().__init__()
         self.cc = cc or config.get("CC")
         # no fused multiply-add contraction unless asked for: a*b+c rounds twice, as in numpy and torch (first,
-        # so that CFLAGS can override it)
-        self.flags = ["-ffp-contract=off", *(list(flags) if flags is not None else shlex.split(config.get("CFLAGS")))]
+        # so that CFLAGS can override it). No trapping math: kernels never read the floating-point exception
+        # flags, and with them gcc may not evaluate a float operation a select does not take, so it vectorized
+        # no loop holding a `where` over a computed value (nor tolk_exp2f) without AVX-512's masked ops
+        self.flags = ["-ffp-contract=off", "-fno-trapping-math",
+                      *(list(flags) if flags is not None else shlex.split(config.get("CFLAGS")))]
         if "-fopenmp" not in self.flags:
             self.flags.append("-fopenmp")
 
