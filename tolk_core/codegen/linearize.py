@@ -166,11 +166,13 @@ class _Linearizer:
             self.close(len(rngs), self.stack[0].body)
 
     def emit_run(self, run: list[UOp]) -> None:
-        """Statements that share a block: every store's address and value first, then the stores, so each
-        element is loaded before any store of the block lands (a merged kernel's stores read storage that its
-        other stores write, at the index they write it: schedule/merge.py)."""
-        for x in run:
-            if x.op is Op.STORE:
+        """Statements that share a block, in order. When they store into more than one buffer (a merged
+        kernel's stores, which read storage that the others write, at the index they write it:
+        schedule/merge.py), every store's address and value first, then the stores, so each element is loaded
+        before any store of the block lands; the copies of one store (unrolled) keep each value next to its store."""
+        stores = [x for x in run if x.op is Op.STORE]
+        if len({x.src[0].src[0] for x in stores}) > 1:
+            for x in stores:
                 for s in x.src:
                     self.emit(s)
         for x in run:
