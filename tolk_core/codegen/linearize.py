@@ -150,19 +150,37 @@ class _Linearizer:
         self.placed.update((fill, body, *stores))
 
     def emit_tops(self, tops: list[UOp]) -> None:
-        """The kernel's stores in order; adjacent END tops over the same ranges (unrolled copies) share loops."""
+        """The kernel's stores in order; adjacent END tops over the same ranges (unrolled copies, merged store
+        kernels) share loops, as do adjacent bare tops."""
         while tops:
             top = tops.pop(0)
             if top.op is not Op.END:
-                self.emit(top)
+                run = [top]
+                while tops and tops[0].op is not Op.END:
+                    run.append(tops.pop(0))
+                self.emit_run(run)
                 continue
             rngs = [s for s in top.src[1:] if s.op is Op.RANGE]
             for rng in rngs:
                 self.open_loop(rng)
-            self.emit(top.src[0])
-            while tops and tops[0].op is Op.END and tops[0].src[1:] == top.src[1:]:  # unrolled copies
-                self.emit(tops.pop(0).src[0])
+            run = [top.src[0]]
+            while tops and tops[0].op is Op.END and tops[0].src[1:] == top.src[1:]:
+                run.append(tops.pop(0).src[0])
+            self.emit_run(run)
             self.close(len(rngs), self.stack[0].body)
+
+    def emit_run(self, run: list[UOp]) -> None:
+        """Statements that share a block, in order. When they store into more than one buffer (a merged
+        kernel's stores, which read storage that the others write, at the index they write it:
+        schedule/merge.py), every store's address and value first, then the stores, so each element is loaded
+        before any store of the block lands; the copies of one store (unrolled) keep each value next to its store."""
+        stores = [x for x in run if x.op is Op.STORE]
+        if len({x.src[0].src[0] for x in stores}) > 1:
+            for x in stores:
+                for s in x.src:
+                    self.emit(s)
+        for x in run:
+            self.emit(x)
 
 
 def linearize(sink: UOp, guard: UOp | None = None) -> list[UOp]:

@@ -31,6 +31,7 @@ from tolk_core.ir.pattern import graph_rewrite
 from tolk_core.ir.uop import UOp
 from tolk_core.runtime import ranks
 from tolk_core.schedule import multi, placements, prepare
+from tolk_core.schedule.merge import reads_precede_stores
 from tolk_core.schedule.prepare import storage_base
 
 # values already computed: value UOp -> the storage view holding it (lives as long as the value does)
@@ -251,20 +252,34 @@ def assign(device: str, target: UOp, value: UOp) -> None:
     assign_all(device, [(target, value)])
 
 
-def assign_all(device: str, pairs: Sequence[tuple[UOp, UOp]]) -> None:
+def assign_all(device: str, pairs: Sequence[tuple[UOp, UOp]], cross_reads: bool = False) -> bool:
     """`assign` of every (target, value) pair, in one schedule: every value is read before any store lands, so
     the caller makes sure that no value reads another pair's destination storage, and that the destinations
     are distinct storage (a value reading its own destination is `assign`'s case). Nothing is stored on another
-    rank's device (runtime/ranks.py): that rank stores its own."""
+    rank's device (runtime/ranks.py): that rank stores its own.
+
+    `cross_reads`: values may read other pairs' destinations. The schedule keeps every such read before the
+    store it reads only when it merges the kernels involved (schedule/merge.py); when it does not, nothing is
+    run and the result is False (the caller stores another way). True otherwise."""
     if ranks.is_remote(device):
-        return
+        return True
     for _, value in pairs:
         _refuse_disk(device, value)
     stores = tuple(UOp(Op.STORE, dtypes.void, (target, value)) for target, value in pairs)
     sink = _copy_across_devices(device, UOp(Op.SINK, dtypes.void, stores))
     linear, _, var_vals = schedule_stores(target_for(device), sink)
+    if cross_reads and not reads_precede_stores_in(linear, {storage_base(target) for target, _ in pairs}):
+        return False
     run_linear(linear, var_vals=var_vals)
     _forget({storage_base(target) for target, _ in pairs})
+    return True
+
+
+def reads_precede_stores_in(linear: UOp, destinations: set[UOp]) -> bool:
+    """`merge.reads_precede_stores` of a LINEAR's kernel calls (False when it calls anything but kernels)."""
+    calls = [(c.src[0], c.src[1:]) for c in linear.src]
+    return all(c.op is Op.CALL and ast.op is Op.SINK for c, (ast, _) in zip(linear.src, calls, strict=True)) and \
+        reads_precede_stores(calls, destinations)
 
 
 def _forget(written: set[UOp]) -> None:

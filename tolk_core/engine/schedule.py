@@ -50,17 +50,19 @@ def concrete(x: sint, var_vals: dict[str, int]) -> int:
     return x if isinstance(x, int) else int(x.eval(var_vals))
 
 
-def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp], nodes: Sequence[UOp] | None = None) -> UOp:
+def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp], nodes: Sequence[UOp] | None = None,
+          merge: bool = False) -> UOp:
     """The LINEAR of `sink` (stores of unbound values) on `target`; `new_buffer(value)` makes the storage of
     each intermediate the scheduler stores. `nodes`, when given, are the graph's nodes that can name another
-    device (a caller that walked the graph already passes them: a walk of a deep graph is not free)."""
+    device (a caller that walked the graph already passes them: a walk of a deep graph is not free). `merge`:
+    `sink` assigns into existing storage, its store kernels may merge (`create_linear`)."""
     target = reading(target, sink.toposort() if nodes is None else nodes)
     if viz.active():  # recorded for the HTML view (docs/viz.md)
         def both(nb: Callable[[UOp], UOp]) -> tuple[UOp, UOp]:
             prepared = prepare_rangeify(sink, target)
-            return prepared, create_linear(prepared, nb, target)
+            return prepared, create_linear(prepared, nb, target, merge)
         return viz.note_lower(target.device, sink, both, new_buffer, lambda: structure(sink))
-    return create_linear(prepare_rangeify(sink, target), new_buffer, target)
+    return create_linear(prepare_rangeify(sink, target), new_buffer, target, merge)
 
 
 def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int]) -> tuple | None:
@@ -111,7 +113,7 @@ def _scheduled(target: Target, sink: UOp, values: bool, var_vals: dict[str, int]
         outs = [new_buffer(v) for v in sink.src]
         sink = UOp(Op.SINK, dtypes.void, tuple(UOp(Op.STORE, dtypes.void, (b, v))
                                                for v, b in zip(sink.src, outs, strict=True)))
-    linear = lower(target, sink, new_buffer, nodes)  # the stores add no device
+    linear = lower(target, sink, new_buffer, nodes, merge=not values)  # the stores add no device
     GlobalCounters.schedules += 1
     if (debug := config.get("DEBUG")) >= 1:
         print(f"scheduled {len(linear.src)} kernel(s) on {target.device}" + (f":\n{linear}" if debug >= 3 else ""))

@@ -184,13 +184,33 @@ def _sharded_independent(pairs: list[tuple[Tensor, Tensor]]) -> tuple[str, ...] 
     return None if reads_other else devices
 
 
-def _independent(pairs: list[tuple[Tensor, Tensor]], bases: list[UOp]) -> bool:
+def assign_stages(stages: Sequence[Sequence[tuple[Tensor, Any]]]) -> None:
+    """Store `stages` of (target, value) pairs where every value is an expression of the storage before the
+    first store, and a value may read other pairs' targets (an optimizer's new parameter reads the moments
+    stored with it). As one schedule when the conditions of `assign_together` but the last hold and the
+    scheduler keeps each read of a target before its store (it merges the kernels of one shape: docs/training.md,
+    "Optimizer updates"); otherwise stage by stage, each as `assign_together`, which the caller's order of
+    stages must make equal: no value reads a target of its own stage or of an earlier one."""
+    prepared = [(t, t._stored_value(v)) for stage in stages for t, v in stage]
+    bases = [storage_of(t.uop) for t, _ in prepared]
+    if not assign_hooks and len(prepared) > 1 and _independent(prepared, bases, cross_reads=True):
+        before_writes(bases, [v.uop for _, v in prepared])
+        if engine.assign_all(prepared[0][0].device, [(t.uop, v.uop) for t, v in prepared], cross_reads=True):
+            after_writes([(t, v.uop) for t, v in prepared])
+            return
+    for stage in stages:
+        assign_together(stage)
+
+
+def _independent(pairs: list[tuple[Tensor, Tensor]], bases: list[UOp], cross_reads: bool = False) -> bool:
     """Whether `assign_together` may store `pairs` in one schedule (see there); `bases` is each target's
-    storage."""
+    storage. `cross_reads`: values may read other targets' storage (`assign_stages`)."""
     device = pairs[0][0].device
     if len(set(bases)) < len(bases) or any(b.op is not Op.BUFFER for b in bases) or \
             any(t.device != device or v.device != device or not views_storage(t.uop) for t, v in pairs):
         return False
+    if cross_reads:
+        return True
     written = set(bases)
     return not any(u.op is Op.BUFFER and u in written and u is not own
                    for (_, v), own in zip(pairs, bases, strict=True) for u in v.uop.toposort())

@@ -2,8 +2,11 @@
 
 A step first computes every gradient in one schedule (together with any tensors passed to `step`, such as
 the loss: they read the parameters, so they must be computed before the parameters change), then stores the
-new values: every parameter's in one schedule, then every state tensor's in another (`assign_together`; each
-value is an expression of the storage before the step, so this is storing them one by one in torch's order).
+new values, each an expression of the storage before the step, in one schedule (`assign_stages`) whose kernels
+store a parameter and its state together, parameters of one shape in one kernel (schedule/merge.py; Adam's
+p, m and v were three kernels per parameter, each recomputing the moments); where the scheduler cannot merge
+them, every parameter's in one schedule, then every state tensor's in another, which is storing them one by
+one in torch's order (docs/training.md, "Optimizer updates").
 Parameters, moments and the step count are device tensors updated in place, so a whole training step
 (forward, backward, update) is one JIT capture whose replays read and write the same storage; nothing a
 replay needs is a Python number that capture would freeze, except the hyperparameters (betas, momentum, ...).
@@ -16,7 +19,7 @@ import math
 from collections.abc import Iterable
 
 from tolk_core.errors import TolkError
-from tolk_core.frontend.tensor import Tensor, assign_together
+from tolk_core.frontend.tensor import Tensor, assign_stages
 from tolk_core.nn.state import StateDictError, load_state_dict
 
 
@@ -75,15 +78,14 @@ class Optimizer:
                 if k == len(stages):
                     stages.append([])
                 stages[k].extend(pairs)
-        for pairs in stages:
-            assign_together(pairs)
-            pairs.clear()  # the stored values now read their targets: nothing of them is needed later
+        assign_stages(stages)
+        stages.clear()  # the stored values now read their targets: nothing of them is needed later
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
         """The stores of parameter `i`'s update, in stages of (target, new value): the parameter first, then its
         state. Every value is an expression of the storage before the step (the new parameter computed from the
-        state's new values, not from the state read back), so storing them stage by stage, each stage in one
-        schedule for every parameter (`assign_together`), is storing them one by one in the torch order."""
+        state's new values, not from the state read back), so storing them all at once (`assign_stages`), or
+        stage by stage, is storing them one by one in the torch order."""
         raise NotImplementedError
 
     def _state(self) -> dict[str, list[Tensor]]:

@@ -780,9 +780,13 @@ def placement_dump(values: list[UOp], p: pm.Placements) -> str:
                      if _is_candidate(u) or u in values)
 
 
-def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = False) -> list[Kernel]:
+def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = False,
+             assignments: bool = False) -> list[Kernel]:
     """Kernels computing each (value, destination) output, in dependency order. One value may go to several
-    destinations (equal graphs are one node): each gets its own kernel.
+    destinations (equal graphs are one node): each gets its own kernel. `assignments`: the destinations are
+    existing storage that the values read as it was before any store (engine.realize.assign_all), so no kernel
+    reads a value back from its destination (it is recomputed where needed): every read of a destination is
+    of its old contents, which lets schedule/merge.py merge the store kernels.
 
     `new_buffer(value)` makes the BUFFER for an intermediate value that needs storage. `local_arrays`: the
     device's renderer can declare kernel-local arrays, so a Local row is filled once per row and serves the whole
@@ -802,7 +806,7 @@ def rangeify(outputs: list[tuple[UOp, UOp]], new_buffer, local_arrays: bool = Fa
     # nowhere else (it is recomputed where needed)
     realized: dict[UOp, UOp] = {}
     for v, b in outputs:
-        if b.op is Op.BUFFER and v.op is not Op.CONTIGUOUS:  # a materialised value stored whole: staged below
+        if b.op is Op.BUFFER and v.op is not Op.CONTIGUOUS and not assignments:  # stored whole: staged below
             realized.setdefault(v, b)
     order = UOp(Op.SINK, dtypes.void, tuple(values)).toposort()
     for u in order:
