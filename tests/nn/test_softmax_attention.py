@@ -121,3 +121,15 @@ def test_attention_kernels(device, kernels) -> None:
     assert kc.count == 4  # the causal mask, the scores, the softmax, P @ V
     want = torch.nn.functional.scaled_dot_product_attention(*map(torch.tensor, (q, k, v)), is_causal=True)
     np.testing.assert_allclose(out, want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_softmax_output_node_dies_with_its_tensor():
+    # its gradient rule is kept weakly on the node: a rule holding the node would keep it (and any buffer it
+    # was realized into) alive, and the same softmax built again would be found realized, never computed
+    import gc
+    import weakref
+    y = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).softmax(-1)
+    node = weakref.ref(y.uop)
+    del y
+    gc.collect()
+    assert node() is None

@@ -15,6 +15,7 @@ kernel as well: its row sum of g * p is fused the same way.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -44,10 +45,14 @@ def softmax(x: Tensor, axis: int, masked_rows_zero: bool = False) -> Tensor:
 def _vjp(x: Tensor, out: Tensor, axis: int) -> Callable[[UOp], list[tuple[UOp, UOp]]]:
     """The gradient of softmax's output `out` of `x` along `axis`: the pair (x, p * (g - sum(g * p)))."""
     # the graph's nodes, not the Tensors: a Tensor kept alive here would count as a live lazy value (see
-    # nn_ops._conv_vjp)
-    new, device, xu, pu = type(x), x.device, x.uop, out.uop
+    # nn_ops._conv_vjp). The output node only weakly: the gradient table is keyed weakly on it, and a value
+    # holding its key would keep the node (and the buffer it is realized into) alive for good, so the same
+    # softmax built again would be found realized instead of computed
+    new, device, xu, pref = type(x), x.device, x.uop, weakref.ref(out.uop)
 
     def vjp(g: UOp) -> list[tuple[UOp, UOp]]:
+        pu = pref()
+        assert pu is not None, "a gradient is asked of a node that no longer exists"
         gt, p = new(g, device), new(pu, device)
         return [(xu, (p * (gt - (gt * p).sum(axis=axis, keepdim=True))).uop)]
     return vjp
