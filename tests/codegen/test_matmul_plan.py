@@ -25,15 +25,18 @@ SIZES = [(1, 7, 1), (1, 129, 65), (7, 7, 7), (65, 65, 65), (129, 257, 129), (257
          (9, 300, 17), (130, 70, 200)]
 
 
+def _layouts(a: np.ndarray, b: np.ndarray, size: str) -> list:
+    """a @ b with each operand as given and one of them stored transposed (a transposed view read in place)."""
+    at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+    return [(size, lambda T: T(a) @ T(b), a @ b), (f"A.T@B {size}", lambda T: T(at).T @ T(b), a @ b),
+            (f"A@B.T {size}", lambda T: T(a) @ T(bt).T, a @ b)]
+
+
 def _cases(rng: np.random.Generator):
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     out = []
     for m, k, n in SIZES:
-        a, b = f(m, k), f(k, n)
-        at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
-        out += [(f"{m}x{k}x{n}", lambda T, a=a, b=b: T(a) @ T(b), a @ b),
-                (f"A.T@B {m}x{k}x{n}", lambda T, at=at, b=b: T(at).T @ T(b), a @ b),
-                (f"A@B.T {m}x{k}x{n}", lambda T, a=a, bt=bt: T(a) @ T(bt).T, a @ b)]
+        out += _layouts(f(m, k), f(k, n), f"{m}x{k}x{n}")
     x, w, bias = f(4, 33, 40), f(4, 40, 72), f(72)
     x2, w2 = f(130, 40), f(40, 72)
     d1, d2 = x2.astype(np.float64), w2.astype(np.float64)
@@ -56,11 +59,7 @@ def _blocked_cases(rng: np.random.Generator):
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
     out = []
     for m, k, n in [(65, 96, 129), (130, 300, 70), (9, 257, 17), (7, 64, 8), (1, 96, 40)]:
-        a, b = f(m, k), f(k, n)
-        at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
-        out += [(f"{m}x{k}x{n}", lambda T, a=a, b=b: T(a) @ T(b), a @ b),
-                (f"A.T@B {m}x{k}x{n}", lambda T, at=at, b=b: T(at).T @ T(b), a @ b),
-                (f"A@B.T {m}x{k}x{n}", lambda T, a=a, bt=bt: T(a) @ T(bt).T, a @ b)]
+        out += _layouts(f(m, k), f(k, n), f"{m}x{k}x{n}")
     x, w, bias = f(3, 33, 96), f(3, 96, 40), f(40)
     d1, d2 = f(65, 96).astype(np.float64), f(96, 40).astype(np.float64)
     out += [("batched", lambda T: T(x) @ T(w), x @ w),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.training.optim_reference import adam_update
 from tolk_core.errors import TolkError
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.nn import optim
@@ -32,14 +33,7 @@ def _np_sgd(lr, momentum=0.0, weight_decay=0.0, nesterov=False):
 def _np_adam(lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=False):
     p, m, v = P0.copy(), np.zeros_like(P0), np.zeros_like(P0)
     for t in range(1, STEPS + 1):
-        g = _np_grad(p)
-        if decoupled:
-            p = p * (1 - lr * weight_decay)
-        else:
-            g = g + weight_decay * p
-        m = betas[0] * m + (1 - betas[0]) * g
-        v = betas[1] * v + (1 - betas[1]) * g * g
-        p = p - lr * (m / (1 - betas[0] ** t)) / (np.sqrt(v / (1 - betas[1] ** t)) + eps)
+        p, m, v = adam_update(p, m, v, _np_grad(p), t, lr, betas, eps, weight_decay, decoupled)
     return p
 
 

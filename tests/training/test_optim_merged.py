@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tolk_core
+from tests.training.optim_reference import adam_update
 from tolk_core.frontend.tensor import Tensor, assign_stages
 from tolk_core.nn import optim
 
@@ -39,14 +40,7 @@ def _np_adam(lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled=False
     for p, c in zip(P0, C, strict=True):
         p, m, v = p.copy(), np.zeros_like(p), np.zeros_like(p)
         for t in range(1, STEPS + 1):
-            g = 2 * c * p
-            if decoupled:
-                p = p * (1 - lr * weight_decay)
-            else:
-                g = g + weight_decay * p
-            m = betas[0] * m + (1 - betas[0]) * g
-            v = betas[1] * v + (1 - betas[1]) * g * g
-            p = p - lr * (m / (1 - betas[0] ** t)) / (np.sqrt(v / (1 - betas[1] ** t)) + eps)
+            p, m, v = adam_update(p, m, v, 2 * c * p, t, lr, betas, eps, weight_decay, decoupled)
         out.append(p)
     return out
 
