@@ -95,6 +95,15 @@ def _conv_weight_grad(win: Tensor, g: Tensor, wshape: tuple[int, ...], groups: i
     return dw.permute((0, nd + 2, nd + 1, *range(1, 1 + nd))).reshape(wshape)
 
 
+def _hoists_pad_gates(device: str | tuple[str, ...]) -> bool:
+    """Whether kernels on `device` read a padded input well through its gates: a CPU-style renderer (no work
+    groups), whose plan splits a padded row into an ungated interior and masked borders (codegen/borders.py)."""
+    if not isinstance(device, str):
+        return False
+    from tolk_core.plugins import Device  # (the plugins load at first use, not when the front end is imported)
+    return not Device[device].renderer.has_local
+
+
 def spatial_pads(padding: int | Sequence[int], nd: int) -> tuple[tuple[int, int], ...]:
     """Convolution padding as (before, after) per spatial axis: from an int, one int per axis (both sides), or
     2*nd flat (before, after) pairs listed from the last axis back (torch's F.pad order)."""
@@ -237,12 +246,14 @@ class NNMixin:
         st, dl = spatial_arg(stride, nd, "stride"), spatial_arg(dilation, nd, "dilation")
         pads = ((0, 0), (0, 0)) + spatial_pads(padding, nd)
         src = self
+        x = self.pad(pads)
         if any(isinstance(v, int) and v > 0 for pair in pads for v in pair):
-            # the reduction reads the input through the PAD (gated loads, whose gates the CPU plan hoists to
-            # the bounds of the row's pieces: docs/performance.md, "Convolutions"). `self` is stored first: a
-            # producing convolution would otherwise be computed inside the gates, in scalar code
+            # `self` is stored first: a producing convolution would otherwise be computed inside the PAD's
+            # gates, in scalar code. A CPU-style device reads it through the PAD (the plan hoists the gates to
+            # the bounds of the row's pieces); the GPU plans keep gated loads lane by lane, so there the padded
+            # input is stored, one O(input) copy (docs/performance.md, "Convolutions")
             src = self.contiguous()
-        x = src.pad(pads)
+            x = src.pad(pads) if _hoists_pad_gates(self.device) else src.pad(pads).contiguous()
         if min(*st, *dl) < 1:
             raise ShapeError(f"conv{nd}d stride {st} and dilation {dl} must be positive")
         if any(s < d * (k - 1) + 1 for s, k, d in zip(x.shape[2:], kernel, dl, strict=True)):
