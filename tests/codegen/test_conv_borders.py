@@ -125,3 +125,14 @@ def test_lane_index_vectors_are_bounded_by_their_lanes():
     r = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, 10),), (0, AxisType.LOOP))
     shifted = UOp(Op.ADD, dtypes.index.vec(4), (lanes, UOp(Op.VECTORIZE, dtypes.index.vec(4), (r,) * 4)))
     assert (shifted.vmin, shifted.vmax) == (0, 12)
+
+
+@pytest.mark.parametrize("npdt", [np.int32, np.uint32, np.float64])
+def test_other_dtypes_read_through_the_pad_exactly(npdt):
+    """Integer and float64 convolutions read through the same pieces (AVX masked loads for 32-bit ints and
+    doubles, lane loops for other element types): exact against numpy's integer sums."""
+    rng = np.random.default_rng(9)
+    x, w = rng.integers(0, 5, (2, 3, 5, 20)).astype(npdt), rng.integers(0, 3, (4, 3, 3, 3)).astype(npdt)
+    got = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1).numpy()
+    want = _reference(x.astype(np.float64), w.astype(np.float64), ((1, 1), (1, 1)))
+    np.testing.assert_array_equal(got, want.astype(got.dtype))

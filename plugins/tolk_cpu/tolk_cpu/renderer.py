@@ -136,6 +136,8 @@ class CRenderer(CStyleRenderer):
         # -1 where the gate holds, built with native vector compares where the gate is bounds tests of the
         # lane index (a bool vector is computed lane by lane, which cost more than the loads it guards)
         scalar = self.type_name(dt.scalar())
+        if scalar not in ("float", "double", "int"):  # the prelude declares helpers for these only
+            return super().masked_load(ptr, gate, ref, dt)
         mask_t = self.vector_type_name((dtypes.int64 if dt.itemsize == 8 else dtypes.int32).vec(dt.count))
         mask = self._lane_mask(gate, ref, mask_t)
         if mask is None:
