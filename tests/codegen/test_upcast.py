@@ -63,10 +63,13 @@ def _conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 def test_rows_narrower_than_a_vector_run_in_narrower_vectors():
     """A convolution whose output rows are 4 or 12 wide (no whole number of 8- or 16-float vectors) is
-    register-blocked over 4-float vectors, and still matches numpy; a 6-wide row (no 4-float vector either)
-    stays scalar."""
+    register-blocked over 4-float vectors, and still matches numpy. Rows no such vector divides take the
+    widest vector that fits, the last one moved back to end at the row's end (6 wide: 4-float vectors at 0 and
+    2; 10 and 34 wide: 8-float ones on AVX2); a 3-wide row (no 4-float vector fits) stays scalar."""
     rng = np.random.default_rng(3)
-    for width, lanes in ((4, 4), (12, 4), (6, None)):
+    w8 = Device["CPU"].renderer.vector_bytes // 4
+    for width, lanes in ((4, 4), (12, 4), (6, 4), (10, 8 if w8 == 8 else 4), (34, w8 if w8 <= 32 else 16),
+                         (3, None)):
         x = rng.standard_normal((2, 3, 5, width)).astype(np.float32)
         w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
         t = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1)
@@ -74,6 +77,19 @@ def test_rows_narrower_than_a_vector_run_in_narrower_vectors():
         src = "\n".join(srcs)
         assert (f"tolk_float_x{lanes} acc" in src) if lanes else ("tolk_float_x" not in src), src
         np.testing.assert_allclose(t.numpy(), _conv_reference(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_overlapping_last_vector_is_not_used_where_the_kernel_reads_what_it_stores():
+    """An in-place update `c += a @ b` with 10-wide rows reads the buffer it stores: a last vector moved back
+    over its neighbour would read values the neighbour already updated, so the row stays scalar; the values
+    are numpy's."""
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((6, 5), (5, 10), (6, 10)))
+    t = Tensor(c, device="CPU").realize()
+    t.assign(t + Tensor(a, device="CPU") @ Tensor(b, device="CPU"))
+    srcs = _cpu_sources(t)
+    assert all("tolk_float_x" not in s for s in srcs), srcs
+    np.testing.assert_allclose(t.numpy(), c + a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_gated_loads_index_in_64_bits_and_match_numpy():

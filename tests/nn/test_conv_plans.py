@@ -1,5 +1,6 @@
 """The convolution plans of docs/training.md ("Convolution gradients") against torch 2.13's F.conv1d/2d/3d:
-a padded input stored before the reduction, the input gradient as a convolution of the output gradient with
+a padded input read through the PAD on CPU (codegen/borders.py; stored first on GPU-style
+devices), the input gradient as a convolution of the output gradient with
 the flipped, transposed weight, the weight gradient as a channels-innermost matmul. Values, input gradients and
 weight gradients (tests/nn/torch_check.py), at sizes that fill no vector block (odd spatial sizes, channel
 counts that are not multiples of the 16-float lanes) and with stride, groups, dilation and asymmetric padding

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tolk_core.codegen import matmul
+from tolk_core.codegen.borders import drop_gated_selects, join_pieces, split_row
 from tolk_core.codegen.choices import knob
 from tolk_core.codegen.linearize import is_array, range_deps
 
@@ -246,19 +247,31 @@ def _factor(r: UOp, most: int) -> int:
 def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int, accumulators: int = MAX_ACCUMULATORS) -> UOp:
     """`ast` register-blocked over its output axes (see the module docstring), or unchanged when its innermost
     output axis is not a whole number of vectors or some access would not be contiguous in the lanes; the tile
-    holds at most `accumulators` vectors (default of knob MAX_ACCUMULATORS: half the device's registers)."""
+    holds at most `accumulators` vectors (default of knob MAX_ACCUMULATORS: half the device's registers). A
+    kernel that reads through a PAD along its row is first split into border and interior pieces
+    (codegen/borders.py), each tiled on its own."""
     stores = [u for u in ast.toposort() if u.op is Op.STORE]
     if not outs or len(stores) != 1 or any(r.src[0].op is not Op.CONST for r in outs) or \
             any(u.dtype.scalar() not in _LANE_DTYPES for u in ast.toposort() if not isinstance(u.dtype, PtrDType)):
         return ast
-    # the widest vector (the register's, half or a quarter of it; at least 4 lanes) that divides the row: a
-    # convolution's 4-wide rows run in 4-float vectors rather than in scalar code
-    full, inner = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4), outs[-1]
-    width = next((w for w in (full, full // 2, full // 4) if w >= 4 and inner.src[0].arg % w == 0), 0)
-    if not width:
+    full = vector_bytes // max(stores[0].src[1].dtype.itemsize, 4)
+    if not (width := _row_width(ast, stores[0], outs[-1].src[0].arg, full)):
+        return ast
+    ast = drop_gated_selects(ast)
+    if (pieces := split_row(ast, outs[-1], width)) is None:
+        return _tile(ast, outs, stores[0], full, accumulators)
+    return join_pieces([_tile(p, _output_ranges(p), stores[0], full, accumulators) for p in pieces])
+
+
+def _tile(ast: UOp, outs: list[UOp], store: UOp, full: int, accumulators: int) -> UOp:
+    """`ast` (one store, like `store`) with its row in vector lanes of at most `full` and the register tile of
+    `_upcast`; unchanged where its row has no lanes or an access is not contiguous in them (a gated load may
+    depend on the lanes: a masked load)."""
+    inner = outs[-1]
+    if not (width := _row_width(ast, store, inner.src[0].arg, full)):
         return ast
     lanes_ast, inner, lane = split_lanes(ast, inner, width)
-    if not lanes_are_contiguous(lanes_ast, lane):
+    if not lanes_are_contiguous(lanes_ast, lane, masked_loads=True):
         return ast
     # accumulators: one vector per copy of each reduction
     reductions = max(1, sum(u.op is Op.REDUCE for u in lanes_ast.toposort()))
@@ -273,6 +286,19 @@ def _upcast(ast: UOp, outs: list[UOp], vector_bytes: int, accumulators: int = MA
         # column blocks outermost: one block's slice of the shared operand stays in cache across rows
         ast = hoist_range(ast, inner)
     return vectorize_lanes(ast, lane, width)
+
+
+def _row_width(ast: UOp, store: UOp, size: int, full: int) -> int:
+    """The lanes of a row of `size` outputs, or 0 (scalar code). The widest vector (the register's `full`
+    lanes, half or a quarter of it; at least 4 lanes) that divides the row: a convolution's 4-wide rows run in
+    4-float vectors. A row no such vector divides (the 34-wide input gradient of an unpadded 32-wide
+    convolution) takes the widest that fits it, its last vector moved back to end at the row's end
+    (`split_lanes`), unless the kernel reads the buffer it stores (the overlap would read new values)."""
+    widths = [w for w in (full, full // 2, full // 4) if w >= 4]
+    if (width := next((w for w in widths if size % w == 0), 0)) or \
+            any(u.op is Op.LOAD and u.src[0].src[0] is store.src[0].src[0] for u in ast.toposort()):
+        return width
+    return next((w for w in widths if size > w), 0)
 
 
 def _shared_load_axis(ast: UOp, outs: list[UOp], lane: UOp, budget: int) -> UOp | None:

@@ -25,8 +25,9 @@ def _next_range_id(ast: UOp) -> int:
 
 
 def _split(ast: UOp, r: UOp, factor: int) -> tuple[UOp, UOp]:
-    """(the range of size size(r)/factor that replaces `r`, keeping its id, and a fresh range of size factor)."""
-    outer = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, r.src[0].arg // factor),), r.arg)
+    """(the range of size ceil(size(r)/factor) that replaces `r`, keeping its id, and a fresh range of size
+    factor)."""
+    outer = UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, -(-r.src[0].arg // factor)),), r.arg)
     return outer, UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, factor),), (_next_range_id(ast), AxisType.LANE))
 
 
@@ -74,9 +75,15 @@ def lane_index_split(idx: UOp, lane: UOp) -> UOp | None:
 
 
 def split_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp, UOp]:
-    """(`ast` with `r = r' * width + lane`, simplified, the range `r'`, and the `lane` placeholder range)."""
+    """(`ast` with `r = r' * width + lane`, simplified, the range `r'`, and the `lane` placeholder range).
+    When `width` does not divide r's size S (at least `width`), r' counts ceil(S / width) vectors and the last
+    one starts at S - width instead: `r = min(r' * width, S - width) + lane`. It overlaps its neighbour, which
+    computes the same values, so every vector is whole and no scalar tail loop is needed; only for a kernel
+    that does not read what it stores (an in-place update would read the overlap's new values)."""
     outer, lane = _split(ast, r, width)
-    tops = [_retop(t, r, outer, {r: outer * width + lane}) for t in ast.src]
+    size = r.src[0].arg
+    start = outer * width if size % width == 0 else (outer * width).minimum(size - width)
+    tops = [_retop(t, r, outer, {r: start + lane}) for t in ast.src]
     return UOp(Op.SINK, dtypes.void, tuple(tops)).simplify(), outer, lane
 
 
@@ -98,12 +105,16 @@ def split_range_lanes(ast: UOp, r: UOp, width: int) -> tuple[UOp, UOp]:
     return new[ast].simplify(), lane
 
 
-def lanes_are_contiguous(ast: UOp, lane: UOp, arrays: bool = False) -> bool:
+def lanes_are_contiguous(ast: UOp, lane: UOp, arrays: bool = False, masked_loads: bool = False) -> bool:
     """Whether every memory access that depends on `lane` is `base + lane` (no gathers or scatters); buffer
-    accesses only, or kernel-local arrays too with `arrays`."""
+    accesses only, or kernel-local arrays too with `arrays`. A gate that depends on `lane` makes an access
+    lane by lane, except a buffer load's with `masked_loads` (the renderer loads the vector under a mask)."""
+    loaded = {u.src[0] for u in ast.toposort() if u.op is Op.LOAD}
     for u in ast.toposort():
         if u.op is Op.INDEX and (arrays or u.src[0].op is Op.PARAM) and lane in u.toposort():
-            if lane_index_split(u.src[1], lane) is None or (len(u.src) > 2 and lane in u.src[2].toposort()):
+            masked = masked_loads and u in loaded and u.src[0].op is Op.PARAM
+            if lane_index_split(u.src[1], lane) is None or \
+                    (len(u.src) > 2 and not masked and lane in u.src[2].toposort()):
                 return False
     return True
 
@@ -135,9 +146,9 @@ def vectorize_lanes(ast: UOp, lane: UOp, width: int) -> UOp:
             new[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
             continue
         dep.add(u)
-        if u.op is Op.INDEX and (base := lane_index_split(u.src[1], lane)) is not None and \
-                (len(u.src) < 3 or u.src[2] not in dep):
-            new[u] = UOp(Op.INDEX, u.dtype, (src[0], base, *src[2:]), "vec")  # base is lane-free: unchanged
+        if u.op is Op.INDEX and (base := lane_index_split(u.src[1], lane)) is not None:
+            # base is lane-free: unchanged; a gate that depends on the lanes is a vector (a masked load)
+            new[u] = UOp(Op.INDEX, u.dtype, (src[0], base, *src[2:]), "vec")
         elif u.op is Op.STORE and src[0].arg == "vec" and u.src[1] not in dep:  # a lane-free value, broadcast
             val = UOp(Op.VECTORIZE, src[1].dtype.vec(width), (src[1],) * width)
             new[u] = UOp(u.op, u.dtype, (src[0], val, *src[2:]), u.arg)

@@ -50,27 +50,30 @@ def _matmul_operand(t: Tensor, other: object) -> Tensor:
     return other
 
 
-def _conv_vjp(x: Tensor, weight: Tensor, win: Tensor, groups: int,
+def _conv_vjp(x: Tensor, pads: tuple[tuple[int, int], ...], weight: Tensor, win: Tensor, groups: int,
               dilation: tuple[int, ...]) -> Callable[[UOp], list[tuple[UOp, UOp]]]:
     """The gradient of a stride-1 convolution's reduction (N, groups, C_out/groups, 1, *out, 1...) of the
-    (padded) input `x`'s windows `win` (N, groups, 1, C_in/groups, *out, *kernel) by `weight`, as two
-    convolutions' worth of reductions: d/dx is the gradient convolved with the flipped, transposed weight
-    (padded by the dilated kernel's extent, so every window of `x` is covered), which runs through the
-    convolution's own fast plan; the node-by-node rules would instead give every input element a sum of
-    scattered window copies (docs/training.md, "Convolution gradients"). d/dweight: `_conv_weight_grad`."""
+    windows `win` (N, groups, 1, C_in/groups, *out, *kernel) of input `x` padded by `pads` ((before, after) per
+    spatial axis) by `weight`, as two convolutions' worth of reductions: d/dx is the gradient convolved with
+    the flipped, transposed weight, padded by the dilated kernel's extent less the forward's padding (a
+    negative amount crops), so that its windows cover exactly `x`; it runs through the convolution's own fast
+    plan, where the node-by-node rules would give every input element a sum of scattered window copies
+    (docs/training.md, "Convolution gradients"). d/dweight: `_conv_weight_grad`."""
     nd = weight.ndim - 2
     (cout, cin_g), kernel = weight.shape[:2], weight.shape[2:]
     n, out_sp = x.shape[0], win.shape[4:4 + nd]
     # the forward graph's nodes, not the Tensors: a Tensor kept alive here would count as a live lazy value
     # (computed before every write into what it reads), and an assigned weight Tensor moves to a new node
     new, device, xu, wu, winu = type(x), x.device, x.uop, weight.uop, win.uop
+    reach = [d * (k - 1) for d, k in zip(dilation, kernel, strict=True)]
+    # torch's flat (before, after) pairs from the last axis back
+    back = [v for r, (b, a) in reversed(list(zip(reach, pads, strict=True))) for v in (r - b, r - a)]
 
     def vjp(g: UOp) -> list[tuple[UOp, UOp]]:
         gt, w = new(g, device), new(wu, device)
         wt = w.reshape((groups, cout // groups, cin_g) + kernel).transpose(1, 2)
         wt = wt.reshape((groups * cin_g, cout // groups) + kernel).flip(tuple(range(2, 2 + nd)))
-        dx = gt.reshape((n, cout) + out_sp).conv2d(wt, groups=groups, dilation=dilation,
-                                                   padding=[d * (k - 1) for d, k in zip(dilation, kernel, strict=True)])
+        dx = gt.reshape((n, cout) + out_sp).conv2d(wt, groups=groups, dilation=dilation, padding=back)
         return [(xu, dx.uop), (wu, _conv_weight_grad(new(winu, device), gt, w.shape, groups).uop)]
     return vjp
 
@@ -91,6 +94,15 @@ def _conv_weight_grad(win: Tensor, g: Tensor, wshape: tuple[int, ...], groups: i
     b = b.reshape((groups,) + (1,) * (nd + 1) + (cout_g, n) + out_sp)
     dw = (a * b).sum(axis=tuple(range(-(nd + 1), 0))).contiguous()  # (groups, *kernel, ci, co)
     return dw.permute((0, nd + 2, nd + 1, *range(1, 1 + nd))).reshape(wshape)
+
+
+def _hoists_pad_gates(device: str | tuple[str, ...]) -> bool:
+    """Whether kernels on `device` read a padded input well through its gates: a CPU-style renderer (no work
+    groups), whose plan splits a padded row into an ungated interior and masked borders (codegen/borders.py)."""
+    if not isinstance(device, str):
+        return False
+    from tolk_core.plugins import Device  # (the plugins load at first use, not when the front end is imported)
+    return not Device[device].renderer.has_local
 
 
 def spatial_pads(padding: int | Sequence[int], nd: int) -> tuple[tuple[int, int], ...]:
@@ -232,13 +244,15 @@ class NNMixin:
                              f"by {groups}")
         st, dl = spatial_arg(stride, nd, "stride"), spatial_arg(dilation, nd, "dilation")
         pads = ((0, 0), (0, 0)) + spatial_pads(padding, nd)
+        src = self
         x = self.pad(pads)
         if any(isinstance(v, int) and v > 0 for pair in pads for v in pair):
-            # the padded input is stored (one O(input) copy): read through the PAD, every load of the
-            # reduction carries a bounds gate, which keeps the kernel in scalar code. `self` is stored first:
-            # else the copy would compute a producing convolution inside its gates, in scalar code too
-            # (docs/performance.md, "Convolutions")
-            x = self.contiguous().pad(pads).contiguous()
+            # `self` is stored first: a producing convolution would otherwise be computed inside the PAD's
+            # gates, in scalar code. A CPU-style device reads it through the PAD (the plan hoists the gates to
+            # the bounds of the row's pieces); the GPU plans keep gated loads lane by lane, so there the padded
+            # input is stored, one O(input) copy (docs/performance.md, "Convolutions")
+            src = self.contiguous()
+            x = src.pad(pads) if _hoists_pad_gates(self.device) else src.pad(pads).contiguous()
         if min(*st, *dl) < 1:
             raise ShapeError(f"conv{nd}d stride {st} and dilation {dl} must be positive")
         if any(s < d * (k - 1) + 1 for s, k, d in zip(x.shape[2:], kernel, dl, strict=True)):
@@ -251,7 +265,7 @@ class NNMixin:
         red = (win * w).sum(axis=(3,) + tuple(range(4 + nd, 4 + 2 * nd)), keepdim=True)
         if all(v == 1 for v in st):
             from tolk_core.frontend import autograd  # deferred, as Tensor.backward does
-            autograd.define_gradient(red.uop, _conv_vjp(x, weight, win, groups, dl))
+            autograd.define_gradient(red.uop, _conv_vjp(src, pads[2:], weight, win, groups, dl))
         out = red.reshape((n, cout) + out_sp)
         return out if bias is None else out + bias.reshape((1, cout) + (1,) * nd)
 

@@ -675,6 +675,8 @@ _NODE_BOUNDS: dict[Op, Callable[[UOp, Any, Any], Bounds]] = {
     Op.RANGE: lambda u, dlo, dhi: (0, max(0, u.src[0]._vmax - 1)),
     Op.SPECIAL: lambda u, dlo, dhi: (0, max(0, u.src[0]._vmax - 1)),
     Op.CAST: _cast_bounds,
+    # a vector's bounds hold for every lane: the hull of its lanes' (a lane index vector of codegen.upcast)
+    Op.VECTORIZE: lambda u, dlo, dhi: (min(s._vmin for s in u.src), max(s._vmax for s in u.src)),
 }
 
 
@@ -775,7 +777,9 @@ def _range(u: UOp) -> Bounds:
     dlo, dhi = _dt_range(dt)
     if (node := _NODE_BOUNDS.get(u.op)) is not None:
         return node(u, dlo, dhi)
-    if u.op not in GroupOp.ALU or dt.count != 1 or (alu := _ALU_BOUNDS.get(u.op)) is None:
+    # index vectors (lane indices) are bounded lane-wise: every rule holds for each lane of their hulls
+    if u.op not in GroupOp.ALU or (dt.count != 1 and dt.scalar() != dtypes.index) or \
+            (alu := _ALU_BOUNDS.get(u.op)) is None:
         return dlo, dhi
     a = (u.src[0]._vmin, u.src[0]._vmax)
     # a unary op (NEG) has no second operand: its rule reads `a` only

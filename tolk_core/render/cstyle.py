@@ -18,7 +18,9 @@ the reason; rendering one raises DTypeError naming the dtype and the device.
 Vector values (dtype count > 1, made by codegen.upcast for dialects with `vector_type_name`; never emulated
 dtypes): arithmetic of one vector type is native C vector arithmetic (a scalar operand is broadcast); anything
 else is computed lane by lane (`v[l]`) in a statement expression. A vector LOAD/STORE through INDEX(arg="vec")
-is one contiguous access at the scalar index; through INDEX(arg="gather") it is one access per lane.
+is one contiguous access at the scalar index; through INDEX(arg="gather") it is one access per lane. A "vec"
+load whose gate is a vector (a read through a PAD at a row's border, codegen/borders.py) is a masked load
+(`masked_load`): lanes whose gate is false read 0 and touch no memory.
 """
 from __future__ import annotations
 
@@ -313,6 +315,8 @@ class CStyleRenderer(Renderer):
             return f"(({tname}){{{', '.join(ref(s) for s in u.src)}}})"
         if u.op is Op.LOAD and u.src[0].arg == "vec":
             buf, idx, gate = index(u.src[0])
+            if gate and u.src[0].src[2].dtype.count > 1:
+                return self.masked_load(f"&{buf}[{idx}]", u.src[0].src[2], ref, u.dtype)
             vec = f"(*(const {tname}*)(&{buf}[{idx}]))"
             return f"({gate}?{vec}:({tname}){{0}})" if gate else vec
         if u.op in _VECTOR_NATIVE and all(s.dtype in (u.dtype, u.dtype.scalar()) for s in u.src):
@@ -331,6 +335,13 @@ class CStyleRenderer(Renderer):
         else:
             lane = self.expression(scalar, lane_ref, index)
         return f"({{ {tname} _r; for (int _l = 0; _l < {n}; _l++) _r[_l] = {lane}; _r; }})"
+
+    def masked_load(self, ptr: str, gate: UOp, ref: Callable[[UOp], str], dt: DType) -> str:
+        """The vector of `dt` at pointer `ptr` whose lanes where the vector bool `gate` is false are 0 and are
+        not read (lane by lane here; a dialect with masked vector loads overrides it)."""
+        return (f"({{ {self.type_name(dt)} _r; const {self.type_name(dt.scalar())}* _p = {ptr}; "
+                f"for (int _l = 0; _l < {dt.count}; _l++) _r[_l] = {ref(gate)}[_l] ? _p[_l] : "
+                f"{self.render_const(0, dt.scalar())}; _r; }})")
 
     def expression(self, u: UOp, ref: Callable[[UOp], str],
                    index: Callable[[UOp], tuple[str, str, str | None]]) -> str:

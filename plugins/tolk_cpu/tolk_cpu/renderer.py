@@ -6,7 +6,7 @@ see tolk_core.render.cstyle) because gcc 12 has no `__bf16` arithmetic type.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
@@ -44,6 +44,31 @@ _SCALAR_FMA = {dtypes.float32: "__builtin_fmaf", dtypes.float64: "__builtin_fma"
 _SCALAR_FMA_NAMES = {"float": "__builtin_fmaf", "double": "__builtin_fma"}
 _FMA = re.compile(r"\btolk_fma(\d+)_(float|double)\b")
 
+_MASKLOAD = re.compile(r"\btolk_maskload(\d+)_(float|double|int)\b")
+# the AVX masked loads by (lanes, C type): a lane's mask is its sign bit (32- or 64-bit lanes)
+# the AVX masked loads by (lanes, C type): a lane's mask is its sign bit
+_AVX_MASKLOADS = {(8, "float"): ("_mm256_maskload_ps", "__m256i", "__AVX__"),
+                  (4, "float"): ("_mm_maskload_ps", "__m128i", "__AVX__"),
+                  (4, "double"): ("_mm256_maskload_pd", "__m256i", "__AVX__"),
+                  (8, "int"): ("_mm256_maskload_epi32", "__m256i", "__AVX2__"),
+                  (4, "int"): ("_mm_maskload_epi32", "__m128i", "__AVX2__")}
+
+
+def _maskload(lanes: int, scalar: str) -> str:
+    """The prelude's `tolk_maskload<lanes>_<scalar>(p, mask)`: the vector at `p` with the lanes whose integer
+    `mask` lane is 0 (not -1) zero and unread (a border vector of a padded convolution reads past the row's
+    ends only in those lanes). An AVX masked load where the target has one, else lane by lane."""
+    vec = f"tolk_{scalar}_x{lanes}"
+    mask = f"tolk_{'long_long' if scalar == 'double' else 'int'}_x{lanes}"
+    head = f"static inline {vec} tolk_maskload{lanes}_{scalar}(const {scalar}* p, {mask} m) {{\n"
+    loop = f"{head}  {vec} r; for (int i = 0; i < {lanes}; i++) r[i] = m[i] ? p[i] : 0; return r;\n}}\n"
+    if (avx := _AVX_MASKLOADS.get((lanes, scalar))) is None:
+        return loop
+    fn, itype, macro = avx
+    return (f"#if defined({macro})\n#include <immintrin.h>\n{head}  return ({vec}){fn}(p, ({itype})m);\n}}\n"
+            f"#else\n{loop}#endif\n")
+
+
 # lanes of a vector type: GCC vector extensions (gcc and clang); a bool lane is a byte (C has no _Bool vectors)
 _VEC = re.compile(r"\btolk_(\w+?)_x(\d+)\b")
 
@@ -76,8 +101,11 @@ class CRenderer(CStyleRenderer):
         """64 for a kernel with a gated buffer access (a read through a PAD): in 32-bit index arithmetic gcc
         cannot prove the gated addresses affine and vectorizes the loop with gathers instead of masked loads
         (the convolution's pad copy ran 2.2x slower, docs/performance.md "Convolutions (CPU)"); else as
-        every renderer (32 unless an index may pass the int32 range)."""
-        if any(u.op is Op.INDEX and len(u.src) > 2 and u.src[0].op is Op.PARAM for u in lin):
+        every renderer (32 unless an index may pass the int32 range). A kernel whose gated accesses are all
+        vector accesses (masked loads, codegen/borders.py) keeps 32 bits: its lane masks are compared in index
+        vectors, and 8 lanes of 64 bits are a 64-byte vector that AVX2 code keeps in memory (the border of a
+        padded convolution ran 7x slower)."""
+        if any(u.op is Op.INDEX and len(u.src) > 2 and u.src[0].op is Op.PARAM and u.arg != "vec" for u in lin):
             return 64
         return super().index_width(lin)
 
@@ -110,6 +138,36 @@ class CRenderer(CStyleRenderer):
         # on a value loaded through a _Bool pointer ("no vectype" on AVX2), so a masked softmax ran scalar
         return "unsigned char" if dt == dtypes.bool else super().buffer_type_name(dt)
 
+    def masked_load(self, ptr: str, gate: UOp, ref: Callable[[UOp], str], dt: DType) -> str:
+        # the prelude's helper: one AVX masked load where the target has it (a padded convolution's border
+        # vectors, codegen/borders.py), else lane by lane. Its mask is an integer vector of the lanes' width,
+        # -1 where the gate holds, built with native vector compares where the gate is bounds tests of the
+        # lane index (a bool vector is computed lane by lane, which cost more than the loads it guards)
+        scalar = self.type_name(dt.scalar())
+        if scalar not in ("float", "double", "int"):  # the prelude declares helpers for these only
+            return super().masked_load(ptr, gate, ref, dt)
+        mask_t = self.vector_type_name((dtypes.int64 if dt.itemsize == 8 else dtypes.int32).vec(dt.count))
+        mask = self._lane_mask(gate, ref, mask_t)
+        if mask is None:
+            mask = f"(-__builtin_convertvector({ref(gate)}, {mask_t}))"
+        return f"tolk_maskload{dt.count}_{scalar}({ptr}, {mask})"
+
+    def _lane_mask(self, u: UOp, ref: Callable[[UOp], str], mask_t: str) -> str | None:
+        """Bool `u` as a `mask_t` vector of -1 / 0 lanes by native vector operations (a scalar bool is -1 or 0
+        in every lane), or None where it is not made of ANDs, negations and compares of index vectors of
+        `mask_t`'s lanes."""
+        if u.dtype.count == 1:
+            return f"(-({mask_t.split('_x')[0].removeprefix('tolk_').replace('_', ' ')})({ref(u)}))"
+        if u.op is Op.AND:
+            parts = [self._lane_mask(s, ref, mask_t) for s in u.src]
+            return None if None in parts else f"({parts[0]}&{parts[1]})"
+        if u.op is Op.CMPNE and u.src[1].op is Op.CONST and u.src[1].arg is True:
+            inner = self._lane_mask(u.src[0], ref, mask_t)
+            return None if inner is None else f"(~{inner})"
+        if u.op is Op.CMPLT and all(s.dtype.count == 1 or self.type_name(s.dtype) == mask_t for s in u.src):
+            return f"({ref(u.src[0])}<{ref(u.src[1])})"
+        return None
+
     def unary(self, op: Op, x: str, dt: DType) -> str:
         return f"tolk_exp2f({x})" if op is Op.EXP2 and dt == dtypes.float32 else super().unary(op, x, dt)
 
@@ -125,7 +183,9 @@ class CRenderer(CStyleRenderer):
                             f"omp_in)?omp_in:omp_out) initializer(omp_priv = -({t})__builtin_inf())\n"
                             for t in ("float", "double", "_Float16"))
         fmas = sorted({m.groups() for s in sources for m in _FMA.finditer(s)})
-        vecs = sorted({m.groups() for s in sources for m in _VEC.finditer(s)} | {(t, n) for n, t in fmas})
+        masked = sorted({m.groups() for s in sources for m in _MASKLOAD.finditer(s)})
+        vecs = sorted({m.groups() for s in sources for m in _VEC.finditer(s)} | {(t, n) for n, t in fmas + masked} |
+                      {("long_long" if t == "double" else "int", n) for n, t in masked})
         for scalar, lanes in vecs:
             ctype = "signed char" if scalar == "_Bool" else scalar.replace("_", " ")
             size = int(lanes) * _SIZES[ctype]
@@ -136,6 +196,7 @@ class CRenderer(CStyleRenderer):
             head += (f"static inline {vec} tolk_fma{lanes}_{scalar}({vec} a, {vec} b, {vec} c) {{ {vec} r; "
                      f"for (int i = 0; i < {lanes}; i++) r[i] = {_SCALAR_FMA_NAMES[scalar]}(a[i], b[i], c[i]); "
                      "return r; }\n")
+        head += "".join(_maskload(int(lanes), scalar) for lanes, scalar in masked)
         return head + ("\n" if vecs else "") + super().prelude(sources)
 
 
