@@ -361,21 +361,25 @@ class CStyleRenderer(Renderer):
         return self.prelude(functions) + "\n\n".join(functions) + "\n"
 
 
-def _innermost_folds(lin: list[UOp]) -> dict[UOp, list[tuple[Op, UOp]]]:
-    """For each innermost loop (no loop inside), the (op, accumulator register) pairs it folds into."""
-    out: dict[UOp, list[tuple[Op, UOp]]] = {}
-    open_loops: list[tuple[UOp, bool, list]] = []
+def _innermost_folds(lin: list[UOp]) -> dict[UOp, list[list[tuple[Op, UOp]]]]:
+    """For each loop, one entry per time it is opened (a range may be opened by more than one loop nest: the
+    pieces of a row split at its borders share their reduction ranges), in order: the (op, accumulator
+    register) pairs that opening folds into when it is innermost (no loop inside), else none."""
+    out: dict[UOp, list[list[tuple[Op, UOp]]]] = {}
+    open_loops: list[tuple[bool, list]] = []
     for u in lin:
         if u.op is Op.RANGE:
             if open_loops:
-                open_loops[-1] = (open_loops[-1][0], False, open_loops[-1][2])
-            open_loops.append((u, True, []))
+                open_loops[-1] = (False, open_loops[-1][1])
+            assigns: list[tuple[Op, UOp]] = []
+            out.setdefault(u, []).append(assigns)
+            open_loops.append((True, assigns))
         elif u.op is Op.ASSIGN and open_loops:
-            open_loops[-1][2].append((u.arg, u.src[0]))
+            open_loops[-1][1].append((u.arg, u.src[0]))
         elif u.op is Op.END:
-            rng, innermost, assigns = open_loops.pop()
-            if innermost and assigns:
-                out[rng] = assigns
+            innermost, assigns = open_loops.pop()
+            if not innermost:
+                assigns.clear()
     return out
 
 
@@ -448,7 +452,7 @@ class _KernelBody:
 
     def loop(self, u: UOp, pad: str) -> None:
         rn = self.names[u] = f"r{u.arg[0]}"
-        loop_folds = self.folds.get(u, ())
+        loop_folds = self.folds[u].pop(0) if self.folds.get(u) else ()  # this opening's folds
         # OpenMP folds scalars only: a loop folding vector accumulators already runs lanes in parallel
         fold_names = [] if any(reg.dtype.count > 1 for _, reg in loop_folds) else \
             [(op, self.names[reg], reg.dtype) for op, reg in loop_folds]
