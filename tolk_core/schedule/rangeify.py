@@ -407,7 +407,12 @@ def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, c
     """Store intermediates of kernels that would exceed KERNEL_MAX_OPS operations or KERNEL_MAX_BUFFERS stored
     inputs, so no program makes its compiler run for minutes. One pass, sources first: each unstored node gets
     the exact operations and distinct stored inputs of its kernel body up to it (`_BodySets`); where either passes
-    half its budget the node is stored (when a cap may store it), starting a fresh count for its readers."""
+    half its budget the node is stored (when a cap may store it), starting a fresh count for its readers.
+
+    With it are stored its unstored sources that other nodes read too and whose bodies pass a quarter of the
+    operation budget: left unstored, every later kernel reading such a source computes its body again (a chain
+    read along its length by a second chain, as a deep backward's running gradient is read by the sum into
+    each input's gradient, was recomputed by every kernel the second chain was split into)."""
     max_ops, max_bufs = config.get("KERNEL_MAX_OPS"), config.get("KERNEL_MAX_BUFFERS")
     if max_ops <= 0 and max_bufs <= 0:
         return
@@ -417,11 +422,17 @@ def _split_over_budget(order: list[UOp], realized: set[UOp], p: pm.Placements, c
         if u in realized or u.op in _STORAGE:
             bodies.stored(u)
             continue
+        shared = [s for s in dict.fromkeys(u.src) if lim_ops is not None and bodies.fanout[s] > 1 and
+                  bodies.sets[s][0][1].bit_count() > lim_ops // 2]
         n_ops, n_bufs = bodies.computed(u)
         if ((lim_ops is not None and n_ops > lim_ops) or (lim_bufs is not None and n_bufs > lim_bufs)) and \
                 _is_candidate(u) and u.op is not Op.CONST and cap(u):
             _store(u, realized, p, pm.Provenance.KERNEL_BUDGET)
             bodies.stored(u, computed=True)
+            for s in shared:
+                if s not in realized and _is_candidate(s) and cap(s):
+                    _store(s, realized, p, pm.Provenance.KERNEL_BUDGET)
+                    bodies.restored(s)
 
 
 def _body_size(root: UOp, realized: set[UOp], lim_ops: int | None, lim_bufs: int | None) -> tuple[int, int]:
@@ -456,6 +467,7 @@ class _BodySets:
         for u in order:
             for s in dict.fromkeys(u.src):
                 self.readers[s] = self.readers.get(s, 0) + 1
+        self.fanout = dict(self.readers)  # readers per node, kept as the count of readers yet to merge falls
         self.sets: dict[UOp, tuple[tuple[int, int], tuple[int, int]]] = {}  # node -> ((base, ops), (base, inputs))
 
     def stored(self, u: UOp, computed: bool = False) -> None:
@@ -464,6 +476,12 @@ class _BodySets:
         if not computed:
             self._release(u)
         self.sets[u] = ((0, 0), (self.pos[u], 1))
+
+    def restored(self, u: UOp) -> None:
+        """`u`, computed and recorded already, gets storage after some of its readers merged its body (their
+        counts stay as they were: an overestimate); readers yet to come read it as one input."""
+        if u in self.sets:
+            self.sets[u] = ((0, 0), (self.pos[u], 1))
 
     def computed(self, u: UOp) -> tuple[int, int]:
         """Record the body of unstored `u` (its own operation and its sources' bodies); (operations, inputs)."""
