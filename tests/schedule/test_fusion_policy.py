@@ -79,6 +79,32 @@ def test_a_chain_three_kernels_read_is_computed_once(device) -> None:
         close(g.numpy(), w, rtol=1e-4, atol=1e-4)
 
 
+def _window_sum(y, size: int = 5):
+    # a sum over `size` neighbouring channels, as ONNX's LRN builds it: slices of one padded value, added up
+    c, sq = y.shape[1], (y * y).pad(((0, 0), ((size - 1) // 2, size // 2), (0, 0)))
+    total = sq[:, 0:c]
+    for i in range(1, size):
+        total = total + sq[:, i:i + c]
+    return y / (total * 0.01 + 1.0)
+
+
+def _np_window_sum(y: np.ndarray, size: int = 5) -> np.ndarray:
+    c, sq = y.shape[1], np.pad(y * y, ((0, 0), ((size - 1) // 2, size // 2), (0, 0)))
+    return y / (sum(sq[:, i:i + c] for i in range(size)) * np.float32(0.01) + np.float32(1.0))
+
+
+def test_a_chain_under_slices_of_one_pad_is_computed_once(device) -> None:
+    # each slice reads the padded chain at its own offset, so the kernel inlining it evaluates it once per slice
+    # (five here): the slices' counts add up, past the bound, and the chain is stored (counted as the most any
+    # one slice asks for, it was inlined and computed five times over: ONNX's LRN after a convolution)
+    x = _rand(16, 64, 96)
+    tx = Tensor(x, device=device)
+    with config.override(FUSION_WORK_BOUND=0.0):
+        assert len(_kernels(_window_sum(_chain(tx)), device)) == 1
+    assert len(_kernels(_window_sum(_chain(tx)), device)) == 2
+    close(_window_sum(_chain(tx)).numpy(), _np_window_sum(_np_chain(x)), rtol=1e-5, atol=1e-5)
+
+
 def test_a_chain_two_kernels_read_stays_inlined() -> None:
     # k = 2 never passes a bound of 2: (c + 1)·2 / (c + 2) < 2 for every c
     tx = Tensor(_rand(256, 128))

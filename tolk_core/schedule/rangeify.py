@@ -333,21 +333,27 @@ def _broadcast_factor(view: UOp, base: UOp) -> int | None:
 
 def _pad_factors(order: list[UOp], users: dict[UOp, list[UOp]], realized: set[UOp]) -> dict[UOp, int]:
     """How many times the kernel that inlines each node evaluates each of its elements because of the PADs above
-    it (users first: the most any user asks for, a PAD multiplying by what it grows, a stored node once). A cat
-    of many parts is a tree of pads and sums: a part padded to twice its width and that sum to 1.5 times is
-    computed 3 times per element, though no single PAD passes a bound of 2."""
+    it (users first: a PAD multiplying by what it grows, a stored node once). A cat of many parts is a tree of
+    pads and sums: a part padded to twice its width and that sum to 1.5 times is computed 3 times per element,
+    though no single PAD passes a bound of 2. Users that compute read the node at their own indices, which the
+    lowering evaluates once: the most any of them asks for. Views of it read it at other indices each, and each
+    view is evaluated apart: their counts add up (a window sum over slices of one padded value, as LRN's sum of
+    squares over neighbouring channels, evaluates it once per slice)."""
     out: dict[UOp, int] = {}
     for u in reversed(order):
         if u in realized:
             out[u] = 1
             continue
-        f = 1
-        for v in users.get(u, ()):
+        computing, views = 1, 0
+        for v in dict.fromkeys(users.get(u, ())):
             fv = 1 if v in realized else out.get(v, 1)
             if _is_padding(v) and isinstance(n_in := u.size, int) and isinstance(n_out := v.size, int):
                 fv *= -(-n_out // max(n_in, 1))
-            f = max(f, fv)
-        out[u] = f
+            if v.op in GroupOp.Movement and v not in realized:
+                views += fv
+            else:
+                computing = max(computing, fv)
+        out[u] = max(computing, views)
     return out
 
 
