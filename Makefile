@@ -17,10 +17,13 @@ TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The scheduler's, codegen's and the engine's folders ran under spec-test already (the same tests with every
-# stage's output validated as well): the main run leaves them out but for the two files spec-test skips.
+# stage's output validated as well): the main run leaves them out but for the two files spec-test skips. The
+# longest files come first: --dist loadfile hands out files in this order, and a 5-minute file handed out last
+# ran alone on one core at the end.
 SPEC_DIRS := tests/schedule tests/codegen tests/engine
-MAIN_TESTS := $(filter-out $(SPEC_DIRS:%=%/) tests/__pycache__/,$(sort $(wildcard tests/*/))) $(wildcard tests/test_*.py) \
-	tests/schedule/test_deep_graphs.py tests/codegen/test_index64.py
+FIRST_TESTS := tests/schedule/test_deep_graphs.py tests/onnx/ tests/codegen/test_index64.py
+MAIN_TESTS := $(FIRST_TESTS) $(filter-out $(SPEC_DIRS:%=%/) $(FIRST_TESTS) tests/__pycache__/,$(sort \
+	$(wildcard tests/*/))) $(wildcard tests/test_*.py)
 
 test: install mpi opencl viz lint conformance spec-test
 	$(BIN)/pytest $(XDIST) --durations=20 $(MAIN_TESTS)
