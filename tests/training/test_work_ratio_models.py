@@ -79,9 +79,24 @@ def _gru_stacked(r):
     return [wi.grad, wh.grad, bi.grad, bh.grad]
 
 
-@pytest.mark.parametrize("step", [_attention, _attention_sum_loss, _block, _cnn, _gru_stacked],
+def _attention_fused_qkv(r):
+    # q, k and v sliced from one projection (the char GPT's attention): the projection's gradient reads a cat of
+    # three matmul-shaped reductions (dq, dk, dv), each padded to the cat's whole width; inlined, every output
+    # column computed all three folds (x2.97), so each part is stored and the cat only adds
+    b, t, d, heads = 4, 64, 128, 4
+    x, w = _t(r, b, t, d), _t(r, d, 3 * d, grad=True)
+    qkv = x @ w
+    q, k, v = (qkv[:, :, j * d:(j + 1) * d].reshape(b, t, heads, d // heads).transpose(1, 2) for j in range(3))
+    i = Tensor(np.arange(t, dtype=np.int32))
+    s = (i.reshape(t, 1) >= i.reshape(1, t)).where((q @ k.transpose(-1, -2)) * (d // heads) ** -0.5, -1e9)
+    out = (s.softmax() @ v).transpose(1, 2).reshape(b, t, d)
+    (out * _t(r, b, t, d)).sum().backward()
+    return [w.grad]
+
+
+@pytest.mark.parametrize("step", [_attention, _attention_sum_loss, _block, _cnn, _gru_stacked, _attention_fused_qkv],
                          ids=["causal-attention", "causal-attention-sum-loss", "transformer-block", "cnn",
-                              "gru-stacked-gates"])
+                              "gru-stacked-gates", "fused-qkv-attention"])
 def test_every_kernel_stays_within_the_work_bound(step) -> None:
     grads = step(np.random.default_rng(0))
     with tolk_core.profile() as prof:

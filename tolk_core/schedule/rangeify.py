@@ -372,8 +372,17 @@ def _recomputes_too_much(view: UOp, x: UOp, realized: set[UOp], padded: int = 1)
     factor = max(padded, _broadcast_factor(view, x) or 0) or None
     if factor is None or factor <= bound or not isinstance(n := x.size, int):
         return False
-    c = sum(_ops(b) for b in _kernel_body(x, realized))
+    c = sum(_element_cost(b) for b in _kernel_body(x, realized))
     return c > 0 and (c + 1) * factor / (c + factor) > bound and c * n * (factor - 1) >= config.get("FUSION_MIN_EXCESS")
+
+
+def _element_cost(u: UOp) -> int:
+    """What one element of `u` costs its kernel: an operation, or for a reduction one per element it folds (a
+    padded reduction, as the parts of a cat's gradient that are matmuls, recomputes every fold per copy)."""
+    if u.op is Op.REDUCE_AXIS:
+        sizes = [u.src[0].tensor_shape[a] for a in u.arg[1]]
+        return prod(s for s in sizes if isinstance(s, int)) or 1
+    return _ops(u)
 
 
 def _store_recomputed(order: list[UOp], cands: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
