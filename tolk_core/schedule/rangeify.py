@@ -380,8 +380,8 @@ def _element_cost(u: UOp) -> int:
     """What one element of `u` costs its kernel: an operation, or for a reduction one per element it folds (a
     padded reduction, as the parts of a cat's gradient that are matmuls, recomputes every fold per copy)."""
     if u.op is Op.REDUCE_AXIS:
-        sizes = [u.src[0].tensor_shape[a] for a in u.arg[1]]
-        return prod(s for s in sizes if isinstance(s, int)) or 1
+        sizes = [s for a in u.arg[1] if isinstance(s := u.src[0].tensor_shape[a], int)]  # symbolic: not counted
+        return max(math.prod(sizes), 1)
     return _ops(u)
 
 
