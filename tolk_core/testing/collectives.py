@@ -145,15 +145,15 @@ def _big(g: ProcessGroup) -> None:
 
 def _reused(g: ProcessGroup) -> None:
     """allreduce with out= called again and again on the same two arrays with new data (a provider may keep
-    what it bound to them), then with a new out on the last rank alone (its peers keep theirs), then in place:
-    every call's answer is this call's data."""
+    what it bound to them, or pick its way by timing the first calls), with a new out on the last rank alone
+    (its peers keep theirs) once early and once late, then in place: every call's answer is this call's data."""
     n = 5001
     x, out = np.empty(n, np.float32), np.empty(n, np.float32)
-    for step in range(5):
+    for step in range(16):
         x[...] = make_input("float32", (n,), 200 + step, g.rank)
-        if step == 3 and g.rank == g.size - 1:
+        if step in (3, 13) and g.rank == g.size - 1:
             out = np.empty(n, np.float32)
-        got = g.allreduce(x, "sum", out=x if step == 4 else out)
+        got = g.allreduce(x, "sum", out=x if step == 15 else out)
         want = reduce_arrays([make_input("float32", (n,), 200 + step, r) for r in range(g.size)], "sum")
         _close(got, want, f"allreduce out= reused, call {step}")
 

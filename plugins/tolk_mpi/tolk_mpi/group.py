@@ -42,6 +42,45 @@ NATIVE = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint3
 """Dtypes MPI reduces itself (mpi4py maps them to MPI datatypes); the others go through bytes."""
 
 
+_PERSISTENT, _BLOCKING = 0, 1
+"""The two ways of `MpiGroup._bound_into`, as rank 0's frame names them."""
+
+
+class _IntoCall:
+    """What one `out=` allreduce signature keeps between calls (`MpiGroup._bound_into`): its agreed text, the
+    persistent request and the two arrays it is bound to (held, so their memory lives while MPI may touch
+    it), and rank 0's choice of way. The first TRIALS calls of each way alternate (persistent first: the next
+    calls reuse its binding), then every call takes the way whose median time was lower. Both ways compute
+    the same sums; only their speed differs."""
+
+    TRIALS = 5
+    __slots__ = ("text", "req", "a", "out", "times", "way")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.req: Any = None
+        self.a: np.ndarray | None = None
+        self.out: np.ndarray | None = None
+        self.times: tuple[list[float], list[float]] = ([], [])
+        self.way: int | None = None
+
+    def next_way(self) -> int:
+        if self.way is not None:
+            return self.way
+        return _PERSISTENT if len(self.times[_PERSISTENT]) <= len(self.times[_BLOCKING]) else _BLOCKING
+
+    def record(self, way: int, seconds: float) -> None:
+        self.times[way].append(seconds)
+        if min(len(t) for t in self.times) >= self.TRIALS:
+            med = [sorted(t)[len(t) // 2] for t in self.times]
+            self.way = _BLOCKING if med[_BLOCKING] < med[_PERSISTENT] else _PERSISTENT
+
+    def free(self) -> None:
+        if self.req is not None:
+            req, self.req, self.a, self.out = self.req, None, None, None
+            req.Free()
+
+
 def _u8(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
 
@@ -66,7 +105,7 @@ class MpiGroup(ProcessGroup):
         self._small_calls: dict[tuple[np.dtype, tuple[int, ...], str], tuple[str, np.ndarray, list[np.ndarray]]] = {}
         self._can_bind = hasattr(comm, "Allreduce_init")
         self._bound_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, np.ndarray, np.ndarray]] = {}
-        self._into_ops: dict[tuple[np.dtype, tuple[int, ...], str], tuple[Any, tuple[int, int]]] = {}
+        self._into: dict[tuple[np.dtype, tuple[int, ...], str], _IntoCall] = {}  # per out= signature
         # the agreement as an MPI-4 persistent allgather, bound once: each agreement is a Start (no buffer
         # parsing, no new request); an MPI without persistent collectives makes a new Iallgather each time
         self._agreement = comm.Allgather_init(self._mine, self._every) if hasattr(comm, "Allgather_init") else None
@@ -81,14 +120,14 @@ class MpiGroup(ProcessGroup):
         if not self.closed and self._comm is not None:
             comm, self._comm = self._comm, None
             for req in [self._agreement, *(b[0] for b in self._bound_ops.values()),
-                        *(b[0] for b in self._into_ops.values())]:
+                        *(c.req for c in self._into.values())]:
                 try:
                     if req is not None:
                         req.Free()
                 except Exception:  # noqa: BLE001  # a request pending after a timeout cannot be freed: closed anyway
                     pass
             self._bound_ops.clear()
-            self._into_ops.clear()
+            self._into.clear()
             try:
                 comm.Free()
             except Exception:  # noqa: BLE001  # freeing after a failed collective may itself fail: closed anyway
@@ -210,32 +249,56 @@ class MpiGroup(ProcessGroup):
         return reduce_arrays(rows, op, out)
 
     def _bound_into(self, a: np.ndarray, op: str, out: np.ndarray) -> np.ndarray:
-        """A large allreduce of the caller's `a` into the caller's `out` (in place when `out` is `a`) through a
-        persistent request bound to those two addresses, kept per call signature while the caller passes the
-        same arrays (a training loop's gradient and its result buffer). A fresh nonblocking allreduce costs
-        Open MPI a temporary buffer of the message's size per call, fresh pages to fault in (measured in
-        docs/performance.md, "Collectives"); the request makes it once. Binding is collective, so whether to
-        bind is agreed: each rank's agreement frame says whether it holds a request for this signature on
-        these addresses, and unless every rank does, every rank (re)binds, in the same order."""
+        """A large allreduce of the caller's `a` into the caller's `out` (in place when `out` is `a`), by the
+        faster of two ways for this call signature (`_IntoCall`): a blocking Allreduce, or a persistent request
+        bound to those two arrays, kept while the caller passes the same ones (a training loop's gradient and
+        its result buffer). A fresh nonblocking allreduce costs Open MPI a temporary buffer of the message's
+        size per call, fresh pages to fault in (measured in docs/performance.md, "Collectives"); the request
+        makes it once. Open MPI runs the two ways through different algorithms and neither wins at every size
+        and rank count (same section), so rank 0 times both on the first calls and its frame names the way
+        every rank takes. The blocking call cannot hang where the persistent one would time out: every rank
+        has passed the agreement, so every rank is in it. Binding is collective, so whether to bind is agreed:
+        each rank's frame says whether it holds a request bound to these arrays, and unless every rank does,
+        every rank (re)binds, in the same order. The per-call Python is kept short: a large message has just
+        evicted the interpreter's working set from the caches, and each line costs microseconds then."""
         key = (a.dtype, a.shape, op)
-        place = (a.ctypes.data, out.ctypes.data)
-        hit = self._into_ops.get(key)
-        self._mine[_HEADER] = 1 if hit is not None and hit[1] == place else 0  # frames carry no data here
-        self._agree(describe(f"allreduce_{op}", a))
-        if not self._every[:, _HEADER].all():
-            if hit is not None:
-                hit[0].Free()
-            elif len(self._into_ops) >= BOUND:  # every rank holds the same signatures: they evict alike
-                for req, _ in self._into_ops.values():
-                    req.Free()
-                self._into_ops.clear()
-            self._into_ops.pop(key, None)
-            send = self._mpi.IN_PLACE if out is a else a
-            self._into_ops[key] = (self._comm.Allreduce_init(send, out, op=self._ops[op]), place)
-        req = self._into_ops[key][0]
-        req.Start()
-        self._wait(req, f"allreduce_{op}")
+        call = self._into.get(key)
+        if call is None:
+            if len(self._into) >= 256:  # a program with ever new shapes: keep the memo bounded (alike on every rank)
+                self._free_into()
+            call = self._into[key] = _IntoCall(describe(f"allreduce_{op}", a))
+        mine = self._mine
+        mine[_HEADER] = 1 if call.a is a and call.out is out else 0  # frames carry no data here
+        if self.rank == 0:
+            mine[_HEADER + 1] = call.next_way()
+        self._agree(call.text)
+        send = self._mpi.IN_PLACE if out is a else a
+        way = int(self._every[0, _HEADER + 1])
+        t0 = time.perf_counter() if call.way is None else 0.0
+        if way == _BLOCKING:
+            self._comm.Allreduce(send, out, op=self._ops[op])
+        else:
+            if not self._every[:, _HEADER].all():  # timed with the call: a caller whose arrays move pays it
+                self._bind_into(call, send, a, out, op)
+            call.req.Start()
+            self._wait(call.req, f"allreduce_{op}")
+        if call.way is None and self.rank == 0:
+            call.record(way, time.perf_counter() - t0)
         return out
+
+    def _bind_into(self, call: _IntoCall, send: Any, a: np.ndarray, out: np.ndarray, op: str) -> None:
+        """(Re)bind `call`'s persistent request to `send` and `out`; past BOUND bound requests, free them all
+        first (every rank binds the same signatures in the same order, so they free alike)."""
+        call.free()
+        if sum(c.req is not None for c in self._into.values()) >= BOUND:
+            for c in self._into.values():
+                c.free()
+        call.req, call.a, call.out = self._comm.Allreduce_init(send, out, op=self._ops[op]), a, out
+
+    def _free_into(self) -> None:
+        for c in self._into.values():
+            c.free()
+        self._into.clear()
 
     def _bound(self, a: np.ndarray, op: str) -> np.ndarray:
         """A large allreduce through a persistent request bound to two buffers of its signature, made on first
