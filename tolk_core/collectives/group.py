@@ -182,6 +182,9 @@ class ProcessGroup(abc.ABC):
         or Buffer of x's shape and dtype; `x` itself reduces in place) the result is written there and `out`
         returned: a contiguous ndarray is handed to the provider, which reduces into it with no copy and no
         new array (the cost of a large allreduce is otherwise a copy and fresh pages per call)."""
+        if type(x) is np.ndarray and type(out) is np.ndarray and self._plain_into(x, op, out):
+            self._allreduce_into(x, op, out)
+            return out
         dst: list[np.ndarray | None] = [None]
 
         def check(a: np.ndarray) -> None:
@@ -239,6 +242,26 @@ class ProcessGroup(abc.ABC):
         self.closed = True
 
     # ------------------------------------------------------------ checks
+
+    def _plain_into(self, x: np.ndarray, op: str, out: np.ndarray) -> bool:
+        """Whether `allreduce(x, op, out=out)` of two ndarrays passes every check of the general path with `out`
+        taken as it is (open group, an offered op, a supported dtype, x C-contiguous, out of x's shape and dtype,
+        writable, C-contiguous, x itself or disjoint from it). A gradient's allreduce in a training loop calls
+        this every step right after a large message has swept the caches, where each checking call costs
+        microseconds (docs/performance.md, "Collectives"); anything else goes the general way, which raises the
+        named errors."""
+        if self.closed or op not in self._reduce_offered() or not x.flags.c_contiguous:
+            return False
+        flags = out.flags
+        return (out.shape == x.shape and out.dtype == x.dtype and flags.writeable and flags.c_contiguous
+                and dtype_name(x.dtype) in _DTYPE_SET and (out is x or not np.may_share_memory(out, x)))
+
+    def _reduce_offered(self) -> frozenset[str]:
+        """The reduce ops this group's allreduce offers (from `ops`), computed once."""
+        got = self.__dict__.get("_offered")
+        if got is None:
+            got = self.__dict__["_offered"] = frozenset(o for o in REDUCE_OPS if f"allreduce_{o}" in self.ops)
+        return got
 
     def _check_reduce(self, op: str, what: str) -> None:
         if op not in REDUCE_OPS:

@@ -149,11 +149,11 @@ def _reused(g: ProcessGroup) -> None:
     (its peers keep theirs) once early and once late, then in place: every call's answer is this call's data."""
     n = 5001
     x, out = np.empty(n, np.float32), np.empty(n, np.float32)
-    for step in range(16):
+    for step in range(22):
         x[...] = make_input("float32", (n,), 200 + step, g.rank)
-        if step in (3, 13) and g.rank == g.size - 1:
+        if step in (3, 19) and g.rank == g.size - 1:
             out = np.empty(n, np.float32)
-        got = g.allreduce(x, "sum", out=x if step == 15 else out)
+        got = g.allreduce(x, "sum", out=x if step == 21 else out)
         want = reduce_arrays([make_input("float32", (n,), 200 + step, r) for r in range(g.size)], "sum")
         _close(got, want, f"allreduce out= reused, call {step}")
 

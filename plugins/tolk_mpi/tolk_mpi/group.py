@@ -49,11 +49,13 @@ _PERSISTENT, _BLOCKING = 0, 1
 class _IntoCall:
     """What one `out=` allreduce signature keeps between calls (`MpiGroup._bound_into`): its agreed text, the
     persistent request and the two arrays it is bound to (held, so their memory lives while MPI may touch
-    it), and rank 0's choice of way. The first TRIALS calls of each way alternate (persistent first: the next
-    calls reuse its binding), then every call takes the way whose median time was lower. Both ways compute
-    the same sums; only their speed differs."""
+    it), and rank 0's choice of way. The first TRIALS + 1 calls of each way alternate (persistent first: the
+    next calls reuse its binding), then every call takes the way whose median time was lower, the first call
+    of each way left out (it binds, or first touches what MPI keeps per buffer). Both ways compute the same
+    sums; only their speed differs. With five timed calls each, a way 10% slower over the run was picked in
+    one run of seven at 2 ranks and 4 MiB (docs/performance.md, "Collectives"): eight now."""
 
-    TRIALS = 5
+    TRIALS = 8
     __slots__ = ("text", "req", "a", "out", "times", "way")
 
     def __init__(self, text: str) -> None:
@@ -71,8 +73,8 @@ class _IntoCall:
 
     def record(self, way: int, seconds: float) -> None:
         self.times[way].append(seconds)
-        if min(len(t) for t in self.times) >= self.TRIALS:
-            med = [sorted(t)[len(t) // 2] for t in self.times]
+        if min(len(t) for t in self.times) > self.TRIALS:
+            med = [sorted(t[1:])[self.TRIALS // 2] for t in self.times]
             self.way = _BLOCKING if med[_BLOCKING] < med[_PERSISTENT] else _PERSISTENT
 
     def free(self) -> None:
@@ -100,6 +102,8 @@ class MpiGroup(ProcessGroup):
         self._mine = np.zeros(FRAME, np.uint8)  # the agreement's frames, reused by every operation
         self._every = np.zeros((self.size, FRAME), np.uint8)
         self._mine_head = self._mine[:_HEADER].view(np.int64)
+        self._every_heads = self._every[:, :_HEADER]  # what `_agree` compares with this rank's header
+        self._mine_heads = b""
         self._digests: dict[str, int] = {}
         # per small-allreduce signature: its text, typed views of this rank's frame and of every rank's
         self._small_calls: dict[tuple[np.dtype, tuple[int, ...], str], tuple[str, np.ndarray, list[np.ndarray]]] = {}
@@ -136,8 +140,9 @@ class MpiGroup(ProcessGroup):
 
     # ------------------------------------------------------------ agreement and waiting
 
-    def _wait(self, req: Any, what: str) -> None:
-        """Poll `req` to completion; past the deadline raise CollectiveTimeoutError and close the group."""
+    def _wait(self, req: Any, what: str, detail: str = "") -> None:
+        """Poll `req` to completion; past the deadline raise CollectiveTimeoutError naming `what` + `detail` (two
+        strings, joined only then: most calls never time out) and close the group."""
         if req.Test():
             return
         deadline = time.monotonic() + self.timeout
@@ -148,7 +153,7 @@ class MpiGroup(ProcessGroup):
                 os.sched_yield()
             if spins & 63 == 0 and time.monotonic() > deadline:
                 self.closed = True
-                raise CollectiveTimeoutError(f"MPI: rank {self.rank}: {what} did not complete within "
+                raise CollectiveTimeoutError(f"MPI: rank {self.rank}: {what}{detail} did not complete within "
                                              f"{self.timeout:g}s (TOLK_COLLECTIVES_TIMEOUT); another rank never "
                                              "joined it. The group is closed")
 
@@ -162,12 +167,13 @@ class MpiGroup(ProcessGroup):
             digest = self._digests[text] = zlib.crc32(text.encode())
         head = self._mine_head
         head[0], head[1], head[2] = 1 if ok else 0, digest, nbytes
+        self._mine_heads = self._mine[:_HEADER].tobytes() * self.size
         if self._agreement is not None:
             self._agreement.Start()
-            self._wait(self._agreement, f"agreeing on {text}")
+            self._wait(self._agreement, "agreeing on ", text)
         else:
-            self._wait(self._comm.Iallgather(self._mine, self._every), f"agreeing on {text}")
-        if ok and self._every[:, :_HEADER].tobytes() == self._mine[:_HEADER].tobytes() * self.size:
+            self._wait(self._comm.Iallgather(self._mine, self._every), "agreeing on ", text)
+        if ok and self._every_heads.tobytes() == self._mine_heads:
             return
         every = self._comm.allgather((ok, text))  # every rank is here: this cannot hang
         bad = next((r for r in range(self.size) if not every[r][0]), None)
@@ -281,7 +287,7 @@ class MpiGroup(ProcessGroup):
             if not self._every[:, _HEADER].all():  # timed with the call: a caller whose arrays move pays it
                 self._bind_into(call, send, a, out, op)
             call.req.Start()
-            self._wait(call.req, f"allreduce_{op}")
+            self._wait(call.req, "allreduce_", op)
         if call.way is None and self.rank == 0:
             call.record(way, time.perf_counter() - t0)
         return out
@@ -317,7 +323,7 @@ class MpiGroup(ProcessGroup):
         req, send, recv = hit
         np.copyto(send, a)
         req.Start()
-        self._wait(req, f"allreduce_{op}")
+        self._wait(req, "allreduce_", op)
         return recv.copy()
 
     def _allgather(self, a: np.ndarray) -> np.ndarray:
@@ -376,7 +382,7 @@ class _MpiPersistent(PersistentOp):
             raise CollectiveError("persistent allreduce: wait() without start()")
         self._started = False
         if self._req is not None:
-            self.group._wait(self._req, f"persistent allreduce_{self.op}")
+            self.group._wait(self._req, "persistent allreduce_", self.op)
         else:
             self.group.allreduce(self.x, self.op, out=self.out)
         return self.out
