@@ -49,6 +49,7 @@ from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp, prod, resolve, sint
 from tolk_core.schedule import placements
+from tolk_core.schedule.nested_reductions import merge_nested_reductions
 from tolk_core.schedule.work import broadcast_flags
 
 # How often each rule of this module fired, by name: the matchers below count into it (PatternMatcher's
@@ -764,6 +765,7 @@ def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
     out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after",
                         on_rebuild=keep)
     out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies", on_rebuild=keep)
+    out = merge_nested_reductions(out)
     out = _split_reductions(out)
     out = graph_rewrite(out, pm_stage, name="prepare_rangeify step 3: stages", on_rebuild=keep)
     out = graph_rewrite(out, pm_bit_run_stores, name="prepare_rangeify step 3: bit-run stores", on_rebuild=keep)
