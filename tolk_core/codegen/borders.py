@@ -14,6 +14,13 @@ groups the pieces whose loops are the same into one loop nest.
 
 Gates along other axes (the rows above and below) do not depend on the vector lanes: they stay as one scalar
 condition per vector load.
+
+`split_at_gates` does the same for a kernel with no reduction whose gates compare an output range with
+constants: a concatenation (`cat` is a sum of padded pieces, each read where `r` lies in its part). Its range
+is cut at those constants into pieces in which every such gate is constant, so each part reads one input
+ungated, with index arithmetic the simplifier can fold: the three-way cat of the char GPT's q, k and v
+gradients divided and took remainders of 64-bit indices a dozen times per element at 0.4 GFLOP/s (docs/
+performance.md, "Nested reductions").
 """
 from __future__ import annotations
 
@@ -67,6 +74,52 @@ def split_row(ast: UOp, r: UOp, width: int) -> list[UOp] | None:
             borders = _piece(top, r, block * (size - border) + inner, (block, inner))
             return [UOp(Op.SINK, dtypes.void, (t,)) for t in (borders, middle)]
     return None
+
+
+CUT_MOST = 8
+"""Pieces `split_at_gates` cuts a range into at most (a cat of more parts keeps its gates)."""
+PIECES_NODES_MOST = 8192
+"""Nodes of all the pieces together at most: each piece is a copy of the kernel's body, compiled."""
+
+
+def split_at_gates(ast: UOp) -> list[UOp] | None:
+    """The pieces of a one-store kernel `ast` along its outermost output range whose gates compare it with
+    constants (module docstring), each a SINK of one store over the part of the range between two cuts (a part
+    of one element is the constant, not a loop); None when no range has such cuts. A piece's new range takes an
+    id of its own block, so that ranges made later inside different pieces never share an id."""
+    if len(ast.src) != 1 or ast.src[0].op is not Op.END:
+        return None
+    top = ast.src[0]
+    tests = [u for g in _gated_loads(ast) for u in g.src[2].toposort() if u.op is Op.CMPLT and u.src[1].op is Op.CONST]
+    if not tests:
+        return None
+    rid = 1 + max((u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), default=0)
+    for r in top.src[1:]:
+        if r.op is not Op.RANGE or r.src[0].op is not Op.CONST:
+            continue
+        size = r.src[0].arg
+        cuts = sorted({t.src[1].arg for t in tests if t.src[0] is r and 0 < t.src[1].arg < size})
+        if not cuts or len(cuts) >= CUT_MOST:
+            continue
+        if (len(cuts) + 1) * len(top.toposort()) > PIECES_NODES_MOST:
+            continue
+        bounds = [0, *cuts, size]
+        pieces = []
+        for k, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            if hi - lo == 1:
+                pieces.append(_piece(top, r, UOp.const(dtypes.index, lo), ()))
+            else:
+                part = _range(hi - lo, rid + 1000 * k)
+                pieces.append(_piece(top, r, part + lo, (part,)))
+        return [UOp(Op.SINK, dtypes.void, (_ungated(p),)) for p in pieces]
+    return None
+
+
+def _ungated(top: UOp) -> UOp:
+    """`top` with the gates that folded to true dropped from its loads' indices."""
+    sub = {g: UOp(Op.INDEX, g.dtype, g.src[:2]) for g in _gated_loads(top)
+           if g.src[2].op is Op.CONST and g.src[2].arg is True}
+    return top.substitute(sub) if sub else top
 
 
 def join_pieces(pieces: list[UOp]) -> UOp:

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tolk_core.codegen import matmul
-from tolk_core.codegen.borders import drop_gated_selects, join_pieces, split_row
+from tolk_core.codegen.borders import drop_gated_selects, join_pieces, split_at_gates, split_row
 from tolk_core.codegen.choices import knob
 from tolk_core.codegen.linearize import is_array, range_deps
 
@@ -121,15 +121,19 @@ def _most(r: UOp) -> int:
     return int(r.src[0].vmax)
 
 
-def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
+def optimize(ast: UOp, renderer: Renderer, noopt: bool = False, cut: bool = True) -> Plan:
     """The plan for kernel `ast` on `renderer`'s device (see the module docstring); `noopt`: the plainest
-    correct plan (no annotations, no lanes, one item per group)."""
+    correct plan (no annotations, no lanes, one item per group). `cut`: a kernel with no reduction may be cut at
+    its gates (`split_at_gates`); its pieces are planned with `cut` False, so a pad along every axis is cut
+    along one (pieces multiply: 3^4 copies of the body for a 4-d pad)."""
     outs = _output_ranges(ast)
     reduce_ranges = [r for r in ast.toposort() if r.op is Op.RANGE and r.arg[1] is AxisType.REDUCE]
     if renderer.has_local:
         return _gpu_plan(ast, outs, renderer, noopt)
     if noopt:
         return Plan(ast)
+    if cut and not reduce_ranges and (pieces := split_at_gates(ast)) is not None:
+        return _joined([optimize(p, renderer, cut=False) for p in pieces])
     # element-operations, counted before register blocking: after it the loops count vectors and unrolled
     # blocks, and a 16x16x32x32 convolution looked like 150k operations (one thread)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
@@ -166,6 +170,12 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False) -> Plan:
         elif vector:
             plan.loop_kinds[r] = LoopKind.UNROLL4
     return plan
+
+
+def _joined(plans: list[Plan]) -> Plan:
+    """One plan of the pieces' plans (CPU: loops and their kinds only): their stores in one SINK."""
+    kinds = {r: k for p in plans for r, k in p.loop_kinds.items()}
+    return Plan(join_pieces([p.ast for p in plans]), kinds)
 
 
 def _full_unrolls(ast: UOp, ranges: list[UOp]) -> set[UOp]:
