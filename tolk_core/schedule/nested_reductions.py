@@ -67,7 +67,7 @@ def _merge(outer: UOp, readers: Counter[UOp]) -> tuple[UOp, UOp] | None:
     more = {origin[a] for a in outer.arg[1] if src_shape[a] != 1}
     if None in more:
         return None
-    axes = tuple(sorted({*inner.arg[1], *more}))  # type: ignore[misc]  # None was excluded above
+    axes = tuple(sorted({*inner.arg[1], *more}))
     return _shaped(UOp(Op.REDUCE_AXIS, outer.dtype, (inner.src[0],), (outer.arg[0], axes)), outer, origin), inner
 
 
