@@ -90,9 +90,12 @@ def _reduce_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     if op is Op.ADD:
         return (_expand(g, x.tensor_shape),)
     if op is Op.MAX:  # shared evenly between the elements equal to the maximum
+        # g * (hit / count), not hit * (g / count): the count is read at x's shape, beside the mask, so the
+        # kernel computing g (a convolution's input gradient under a max pool) does not read the pool's input
+        # at the window's stride, which kept its row from vector lanes (docs/performance.md, CNN row)
         hit = _where(_alu(Op.CMPEQ, x, _expand(u, x.tensor_shape)), _full(x, 1.0), _full(x, 0.0))
         count = _sum_to(hit, axes)
-        return (_mul(hit, _expand(_alu(Op.FDIV, g, count), x.tensor_shape)),)
+        return (_mul(_expand(g, x.tensor_shape), _alu(Op.FDIV, hit, _expand(count, x.tensor_shape))),)
     raise GradientError(f"no gradient rule for a {op.name} reduction (REDUCE_AXIS {u.arg})")
 
 
