@@ -777,11 +777,14 @@ def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
 
 # ---------------------------------------------------------------- unbind
 def _binds_in(arg: Any, out: list[UOp]) -> None:
+    """The BINDs in a movement's argument: sizes, or pairs of sizes, each an int or a symbolic UOp. Ints are
+    skipped without a call: every realize walks every movement of its graph here."""
     if isinstance(arg, UOp):
         out.extend(u for u in arg.toposort() if u.op is Op.BIND)
     elif isinstance(arg, tuple):
         for a in arg:
-            _binds_in(a, out)
+            if type(a) is not int:
+                _binds_in(a, out)
 
 
 def _strip(arg: Any, mapping: dict[UOp, UOp]) -> Any:
