@@ -35,9 +35,10 @@ def _parts(shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
     ([(3, 5), (3, 1), (3, 6)], 1),      # a part of one element along the innermost axis
     ([(1, 6), (1, 6), (1, 6), (1, 6)], 0),
 ])
-def test_a_cat_matches_numpy(shapes, axis):
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])  # PYTHON: the reference renderer meets the pieces too
+def test_a_cat_matches_numpy(shapes, axis, device):
     arrays = _parts(shapes)
-    t = Tensor.cat(*[Tensor(a) for a in arrays], dim=axis)
+    t = Tensor.cat(*[Tensor(a, device=device) for a in arrays], dim=axis)
     np.testing.assert_array_equal(t.numpy(), np.concatenate(arrays, axis=axis))
 
 
@@ -51,7 +52,8 @@ def test_a_cat_of_contiguous_parts_reads_them_ungated_with_plain_indices():
 
 
 @pytest.mark.parametrize("pad", [((2, 3), (0, 0)), ((0, 0), (1, 4)), ((1, 1), (2, 2))])
-def test_a_pad_matches_numpy(pad):
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_a_pad_matches_numpy(pad, device):
     (a,) = _parts([(5, 7)])
-    t = Tensor(a).pad(pad)
+    t = Tensor(a, device=device).pad(pad)
     np.testing.assert_array_equal(t.numpy(), np.pad(a, pad))

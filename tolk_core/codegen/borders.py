@@ -85,8 +85,10 @@ PIECES_NODES_MOST = 8192
 def split_at_gates(ast: UOp) -> list[UOp] | None:
     """The pieces of a one-store kernel `ast` along its outermost output range whose gates compare it with
     constants (module docstring), each a SINK of one store over the part of the range between two cuts (a part
-    of one element is the constant, not a loop); None when no range has such cuts. A piece's new range takes an
-    id of its own block, so that ranges made later inside different pieces never share an id."""
+    of one element is the constant, not a loop); None when no range has such cuts. Each piece has ranges of its
+    own, ids in a block of its own (ranges made later inside different pieces never share an id either): no
+    renderer meets one range opened by two loop nests (the PYTHON device's named the second opening's values
+    over the first's)."""
     if len(ast.src) != 1 or ast.src[0].op is not Op.END:
         return None
     top = ast.src[0]
@@ -106,11 +108,13 @@ def split_at_gates(ast: UOp) -> list[UOp] | None:
         bounds = [0, *cuts, size]
         pieces = []
         for k, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            own = top.substitute({s: s.replace(arg=(rid + 1000 * k + 1 + j, s.arg[1]))
+                                  for j, s in enumerate(top.src[1:]) if s is not r and s.op is Op.RANGE})
             if hi - lo == 1:
-                pieces.append(_piece(top, r, UOp.const(dtypes.index, lo), ()))
+                pieces.append(_piece(own, r, UOp.const(dtypes.index, lo), ()))
             else:
                 part = _range(hi - lo, rid + 1000 * k)
-                pieces.append(_piece(top, r, part + lo, (part,)))
+                pieces.append(_piece(own, r, part + lo, (part,)))
         return [UOp(Op.SINK, dtypes.void, (_ungated(p),)) for p in pieces]
     return None
 
