@@ -3,8 +3,14 @@
 `python -m bench.matmul_blas [--sizes 256,512,1024,2048] [--threads 1,2] [--calls 15]` starts, for each thread
 count, a Tolk child and a numpy child (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set to it; numpy's without
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which make OpenBLAS pick a slower kernel on these machines), then asks
-them in turn for one call each, `--calls` times per size (Tolk, numpy, Tolk, ...: a change of the machine's load
-lands on both). Each row prints GFLOP/s of the median call and Tolk's median time over numpy's as x BLAS
+them in turn for one call each, `--calls` times per size (Tolk, numpy, numpy, Tolk, Tolk, ...: a change of the
+machine's load lands on both, and neither always follows the other), each timed call after `--settle` seconds of sleep and one untimed call of the same side (the per-call records
+are the second call's).
+The sleep is there because OpenBLAS's threads spin for a while after each call (~0.1 s): a Tolk call made right
+after a two-thread numpy call found a core taken by a spinning thread and ran at one thread's speed (N = 1024:
+0.48 of OpenBLAS, where the same kernel alone in a quiet process ran at 159 GFLOP/s, 0.89); after the sleep
+both engines start from idle peers' threads, and the untimed call brings their own caches and clocks back
+from the sleep, as in a program of their own that calls them in a loop. Each row prints GFLOP/s of the median call and Tolk's median time over numpy's as x BLAS
 (numpy's time over Tolk's: above 1, Tolk is faster): by the call's wall time (Tolk: `(a @ b).realize()`,
 scheduling and launch included) and by Tolk's kernel time (`tolk_core.profile()`, the launches only), with the
 load average; and the ratio of CPU time per call (the process's, all its threads: the work done, which the
@@ -49,7 +55,7 @@ def _tolk_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
                 times.append(time.perf_counter() - t0)
                 cpu.append(time.process_time() - c0)
             kernel.append(sum(r.total_s for r in prof.rows))
-        return {"times": times, "per_step": {"kernel_s": statistics.median(kernel), "cpu_s": statistics.median(cpu)}}
+        return {"times": times, "per_step": {"kernel_s": kernel[-1], "cpu_s": cpu[-1]}}
     return timer
 
 
@@ -64,7 +70,7 @@ def _numpy_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
             a @ b
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
-        return {"times": times, "per_step": {"kernel_s": statistics.median(times), "cpu_s": statistics.median(cpu)}}
+        return {"times": times, "per_step": {"kernel_s": times[-1], "cpu_s": cpu[-1]}}
     return timer
 
 
@@ -82,7 +88,7 @@ def child(side: str, sizes: list[int]) -> None:
     serve({"side": side, "blas": blas}, timers, lambda: {})
 
 
-def _rows(threads: int, sizes: list[int], calls: int) -> list[str]:
+def _rows(threads: int, sizes: list[int], calls: int, settle: float) -> list[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     env = {**base, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
     arg = ",".join(map(str, sizes))
@@ -94,10 +100,11 @@ def _rows(threads: int, sizes: list[int], calls: int) -> list[str]:
         out = []
         for n in sizes:
             got: dict[str, list[float]] = {"tolk": [], "numpy": [], "kernel": [], "tolk_cpu": [], "numpy_cpu": []}
-            for _ in range(calls):
-                for side, k in kids.items():
-                    rec = k.ask(f"time {n} 1 0 0")
-                    got[side] += rec["times"]
+            for i in range(calls):
+                for side, k in (list(kids.items()) if i % 2 == 0 else list(kids.items())[::-1]):
+                    time.sleep(settle)  # the other process's threads go idle first (module docstring)
+                    rec = k.ask(f"time {n} 2 0 0")  # the first call warms this side up; the second is timed
+                    got[side].append(rec["times"][-1])
                     got[side + "_cpu"].append(rec["per_step"]["cpu_s"])
                     if side == "tolk":
                         got["kernel"].append(rec["per_step"]["kernel_s"])
@@ -122,12 +129,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", default="256,512,1024,2048")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=15)
+    p.add_argument("--settle", type=float, default=0.3, help="seconds of sleep before each call (0: none)")
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     print("| N | threads | Tolk call GFLOP/s | Tolk kernel GFLOP/s | OpenBLAS GFLOP/s | x BLAS (call) | "
           "x BLAS (kernel) | x BLAS (CPU time) | load |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for threads in (int(x) for x in args.threads.split(",")):
-        _rows(threads, sizes, args.calls)
+        _rows(threads, sizes, args.calls, args.settle)
 
 
 if __name__ == "__main__":
