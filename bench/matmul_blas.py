@@ -2,20 +2,20 @@
 
 `python -m bench.matmul_blas [--sizes 256,512,1024,2048] [--threads 1,2] [--calls 15]` starts, for each thread
 count, a Tolk child and a numpy child (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set to it; numpy's without
-OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which make OpenBLAS pick a slower kernel on these machines), then asks
-them in turn for one call each, `--calls` times per size (Tolk, numpy, numpy, Tolk, Tolk, ...: a change of the
-machine's load lands on both, and neither always follows the other), each timed call after `--settle` seconds of sleep and one untimed call of the same side (the per-call records
-are the second call's).
-The sleep is there because OpenBLAS's threads spin for a while after each call (~0.1 s): a Tolk call made right
-after a two-thread numpy call found a core taken by a spinning thread and ran at one thread's speed (N = 1024:
-0.48 of OpenBLAS, where the same kernel alone in a quiet process ran at 159 GFLOP/s, 0.89); after the sleep
-both engines start from idle peers' threads, and the untimed call brings their own caches and clocks back
-from the sleep, as in a program of their own that calls them in a loop. Each row prints GFLOP/s of the median call and Tolk's median time over numpy's as x BLAS
-(numpy's time over Tolk's: above 1, Tolk is faster): by the call's wall time (Tolk: `(a @ b).realize()`,
-scheduling and launch included) and by Tolk's kernel time (`tolk_core.profile()`, the launches only), with the
-load average; and the ratio of CPU time per call (the process's, all its threads: the work done, which the
-other load on a shared machine disturbs less than the wall time; OpenBLAS's threads spin while they wait, Tolk's
-sleep). Tolk's result is checked against numpy's first.
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which make OpenBLAS pick a slower kernel on these machines), then asks them
+in turn for one call each, `--calls` times per size (Tolk, numpy, numpy, Tolk, Tolk, ...: a change of the machine's
+load lands on both, and neither always follows the other), each timed call after `--settle` seconds of sleep and one
+untimed call of the same side (the per-call records are the second call's). The sleep is there because OpenBLAS's
+threads spin for a while after each call (~0.1 s): a Tolk call made right after a two-thread numpy call found a core
+taken by a spinning thread and ran at one thread's speed (N = 1024: 0.48 of OpenBLAS, where the same kernel alone in
+a quiet process ran at 159 GFLOP/s, 0.89); after the sleep both engines start from idle peers' threads, and the
+untimed call brings their own caches and clocks back from the sleep, as in a program of their own that calls them in
+a loop. Each row prints GFLOP/s of the median call and Tolk's median time over numpy's as x BLAS (numpy's time over
+Tolk's: above 1, Tolk is faster): by the call's wall time (Tolk: `(a @ b).realize()`, scheduling and launch
+included) and by Tolk's kernel time (`tolk_core.profile()`, the launches only), with the load average; and the ratio
+of CPU time per call (the process's, all its threads: the work done, which the other load on a shared machine
+disturbs less than the wall time; OpenBLAS's threads spin while they wait, Tolk's sleep). Tolk's result is checked
+against numpy's first.
 """
 from __future__ import annotations
 
