@@ -293,7 +293,11 @@ class NNMixin:
             if ceil_mode and (out - 1) * s >= size + p:
                 out -= 1
             pads.append((p, (out - 1) * s + d * (kk - 1) + 1 - size - p))
-        x = self.pad(((0, 0),) * (self.ndim - nd) + tuple(pads), value)
+        # a padded window's input is stored first (as conv2d's): a convolution producing it would otherwise be
+        # computed inside the pad's gates, in scalar code (resnet50's 7x7 stem under its padded max pool: 91% of
+        # the model's time at 0.1 GFLOP/s, docs/performance.md "Pretrained models")
+        src = self.contiguous() if any(a or b for a, b in pads) else self
+        x = src.pad(((0, 0),) * (self.ndim - nd) + tuple(pads), value)
         if st == k and all(d == 1 for d in dl):  # windows that tile the input: a reshape, no sliding view
             lead, outs = x.shape[:-nd], tuple(size // kk for size, kk in zip(x.shape[-nd:], k, strict=True))
             tiles = x.reshape(lead + tuple(v for o, kk in zip(outs, k, strict=True) for v in (o, kk)))

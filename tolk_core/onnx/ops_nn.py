@@ -41,9 +41,12 @@ def spatial_pads(node: Node, in_sizes: tuple[int, ...], kernel: list[int], strid
 
 
 def _pad_spatial(t: Tensor, pads: list[tuple[int, int]], value: float) -> Tensor:
+    """`t` padded on its spatial axes, stored first: a convolution producing it would otherwise be computed inside
+    the pad's gates, in scalar code (resnet50's 7x7 stem under its padded MaxPool: 88-91% of the model's time at
+    0.1 GFLOP/s, docs/performance.md "Pretrained models")."""
     if not any(a or b for a, b in pads):
         return t
-    return t.pad([(0, 0)] * (t.ndim - len(pads)) + pads, value=value)
+    return t.contiguous().pad([(0, 0)] * (t.ndim - len(pads)) + pads, value=value)
 
 
 def conv(ctx: Ctx, node: Node, x: Inputs) -> Value:
@@ -54,8 +57,9 @@ def conv(ctx: Ctx, node: Node, x: Inputs) -> Value:
     assert strides is not None and dil is not None
     pads = spatial_pads(node, tuple(t.shape[2:]), kernel, strides, dil)
     b = ctx.tensor(x[2]) if len(x) > 2 and x[2] is not None else None
-    return _pad_spatial(t, pads, 0.0).conv2d(w, b, groups=int(node.attr("group", 1)), stride=strides,
-                                            dilation=dil)
+    # the padding goes to conv2d, which reads through it in its plan (the CPU's loop bounds)
+    flat = tuple(v for before, after in reversed(pads) for v in (before, after))
+    return t.conv2d(w, b, groups=int(node.attr("group", 1)), stride=strides, dilation=dil, padding=flat)
 
 
 def conv_transpose(ctx: Ctx, node: Node, x: Inputs) -> Value:
