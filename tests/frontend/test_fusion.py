@@ -4,6 +4,7 @@ organised."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.frontend.helpers import close, np_attention, np_mlp
 from tolk_core.frontend.tensor import Tensor
@@ -139,9 +140,23 @@ def test_conv2d_forward_is_at_most_two_kernels(device, kernels) -> None:
     x, w, b = _rand(2, 3, 16, 16), _rand(8, 3, 3, 3, seed=1), _rand(8, seed=2)
     tx, tw, tb = (Tensor(a, device=device) for a in (x, w, b))
     with kernels() as k:
-        got = tx.conv2d(tw, tb, stride=2, padding=1).relu().numpy()
+        got = tx.conv2d(tw, tb, padding=1).relu().numpy()
     assert k.count <= 2
-    assert got.shape == (2, 8, 8, 8)
+    torch = pytest.importorskip("torch", reason="torch is not installed: the reference convolution")
+    ref = torch.relu(torch.nn.functional.conv2d(*(torch.from_numpy(a) for a in (x, w, b)), padding=1))
+    close(got, ref.numpy())
+
+
+def test_a_strided_conv2d_is_a_phase_copy_and_one_kernel_per_phase(device, kernels) -> None:
+    # stride 2, 3x3: four phases hold taps (2x2, 2x1, 1x2 and 1x1 of them); relu and bias join the last one
+    x, w, b = _rand(2, 3, 16, 16), _rand(8, 3, 3, 3, seed=1), _rand(8, seed=2)
+    tx, tw, tb = (Tensor(a, device=device) for a in (x, w, b))
+    with kernels() as k:
+        got = tx.conv2d(tw, tb, stride=2, padding=1).relu().numpy()
+    assert k.count == 1 + 4
+    torch = pytest.importorskip("torch", reason="torch is not installed: the reference convolution")
+    ref = torch.relu(torch.nn.functional.conv2d(*(torch.from_numpy(a) for a in (x, w, b)), stride=2, padding=1))
+    close(got, ref.numpy())
 
 
 def test_a_padded_broadcast_is_not_one_value_along_the_padded_axis(device) -> None:

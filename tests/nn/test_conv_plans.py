@@ -4,7 +4,7 @@ devices), the input gradient as a convolution of the output gradient with
 the flipped, transposed weight, the weight gradient as a channels-innermost matmul. Values, input gradients and
 weight gradients (tests/nn/torch_check.py), at sizes that fill no vector block (odd spatial sizes, channel
 counts that are not multiples of the 16-float lanes) and with stride, groups, dilation and asymmetric padding
-(stride 2 takes the node-by-node gradient rules: checked the same way)."""
+(a strided convolution is a sum of stride-1 convolutions of its input's phases: frontend/strided_conv.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +28,13 @@ CASES2D = [  # (x shape, weight shape, kwargs)
     ((2, 16, 32, 32), (16, 16, 3, 3), {"padding": 1}),                      # the ResNet block's layer, whole blocks
     ((2, 3, 9, 7), (5, 3, 3, 3), {"padding": 1}),                           # odd sizes and channel counts
     ((3, 1, 8, 8), (16, 1, 3, 3), {"padding": 1}),                          # the CNN's first layer
-    ((2, 4, 11, 13), (6, 4, 3, 3), {"padding": 1, "stride": 2}),            # stride 2: the rules' gradient
+    ((2, 4, 11, 13), (6, 4, 3, 3), {"padding": 1, "stride": 2}),            # stride 2: by phases, 4 of them
+    ((1, 3, 23, 21), (8, 3, 7, 7), {"padding": 3, "stride": 2}),            # the stem: 7x7 stride 2
+    ((2, 5, 14, 11), (4, 5, 3, 3), {"padding": 1, "stride": 3}),            # stride 3: a phase per tap row
+    ((2, 3, 12, 10), (4, 3, 3, 5), {"padding": (2, 1), "stride": (2, 1)}),  # one axis strided
+    ((2, 3, 13, 13), (4, 3, 2, 2), {"stride": 3}),                          # kernel < stride: phase 2 empty
+    ((2, 6, 9, 10), (4, 3, 3, 3), {"padding": 1, "stride": 2, "groups": 2}),
+    ((2, 4, 9, 9), (6, 4, 1, 1), {"stride": 2}),                            # 1x1 stride 2: read directly
     ((2, 6, 10, 9), (4, 3, 3, 3), {"padding": 1, "groups": 2}),
     ((1, 4, 12, 17), (8, 1, 3, 3), {"padding": 1, "groups": 4}),            # depthwise x2
     ((2, 3, 13, 12), (4, 3, 3, 3), {"padding": 2, "dilation": 2}),
@@ -53,6 +59,26 @@ def test_conv2d_with_bias_and_asymmetric_padding_matches_torch() -> None:
     check("CPU", lambda x, w, b: x.conv2d(w, b, padding=(1, 2, 0, 1)),
           lambda x, w, b: tf.conv2d(tf.pad(x, (1, 2, 0, 1)), w, b),
           [_rand(2, 3, 7, 9), _rand(4, 3, 3, 3, seed=1), _rand(4, seed=2)], rtol=2e-4, atol=2e-4)
+
+
+def test_a_strided_conv2d_reads_inf_and_nan_only_through_its_own_taps() -> None:
+    # the phase split multiplies the original taps only: an inf read by no tap of an output leaves it a number
+    # (a kernel padded with zero taps would make 0 x inf = NaN there); one read by a tap gives torch's inf/NaN
+    x, w = _rand(1, 2, 9, 9), _rand(3, 2, 3, 3, seed=1)
+    x[0, 0, 1, 1], x[0, 1, 4, 6], x[0, 1, 7, 2] = np.inf, -np.inf, np.nan
+    got = Tensor(x).conv2d(Tensor(w), stride=2, padding=1).numpy()
+    ref = tf.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1).numpy()
+    assert np.isfinite(ref).any() and not np.isfinite(ref).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-4)
+
+
+def test_strided_conv1d_and_conv3d_match_torch() -> None:
+    check("CPU", lambda x, w: F.conv1d(x, w, stride=2, padding=2), lambda x, w: tf.conv1d(x, w, stride=2, padding=2),
+          [_rand(2, 3, 19), _rand(5, 3, 5, seed=1)], rtol=2e-4, atol=2e-4, what="conv1d stride 2")
+    check("CPU", lambda x, w: F.conv3d(x, w, stride=(1, 2, 2), padding=1),
+          lambda x, w: tf.conv3d(x, w, stride=(1, 2, 2), padding=1),
+          [_rand(1, 2, 5, 7, 6), _rand(3, 2, 3, 3, 3, seed=1)], rtol=2e-4, atol=2e-4, what="conv3d stride (1,2,2)")
 
 
 def test_conv1d_and_conv3d_match_torch() -> None:

@@ -6,7 +6,8 @@ An op belongs here when it is a composite of movement, elementwise ops and reduc
 unit. `matmul` broadcasts the batch axes, then multiplies and sums along the shared axis (one reduce kernel).
 `conv2d` is torch's cross-correlation (`F.conv2d(x, w, b, stride, padding, dilation, groups)`): the input is
 padded, viewed as sliding windows with movement ops only (`_windows`), multiplied with the weight and summed,
-so the whole forward pass (bias included) is one reduce kernel. Pooling reads the same windows over an input
+so the whole forward pass (bias included) is one reduce kernel; a strided one is a sum of stride-1 convolutions of
+its input's phases (frontend/strided_conv.py). Pooling reads the same windows over an input
 padded with -inf (max) or zeros (average; the divisor, how many positions each window covers, depends on shapes
 only and is computed on the host).
 """
@@ -21,6 +22,7 @@ import numpy as np
 
 from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend import softmax as softmax_op
+from tolk_core.frontend import strided_conv
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
 from tolk_core.frontend.reductions import is_half
@@ -246,18 +248,25 @@ class NNMixin:
         pads = ((0, 0), (0, 0)) + spatial_pads(padding, nd)
         src = self
         x = self.pad(pads)
+        by_phase = strided_conv.splits_by_phase(kernel, st, dl)
         if any(isinstance(v, int) and v > 0 for pair in pads for v in pair):
             # `self` is stored first: a producing convolution would otherwise be computed inside the PAD's
             # gates, in scalar code. A CPU-style device reads it through the PAD (the plan hoists the gates to
             # the bounds of the row's pieces); the GPU plans keep gated loads lane by lane, so there the padded
-            # input is stored, one O(input) copy (docs/performance.md, "Convolutions")
+            # input is stored, one O(input) copy (docs/performance.md, "Convolutions"); the phase copy of a
+            # strided convolution is that copy already
             src = self.contiguous()
-            x = src.pad(pads) if _hoists_pad_gates(self.device) else src.pad(pads).contiguous()
+            stored = by_phase or _hoists_pad_gates(self.device)
+            x = src.pad(pads) if stored else src.pad(pads).contiguous()
         if min(*st, *dl) < 1:
             raise ShapeError(f"conv{nd}d stride {st} and dilation {dl} must be positive")
         if any(s < d * (k - 1) + 1 for s, k, d in zip(x.shape[2:], kernel, dl, strict=True)):
             raise ShapeError(f"conv{nd}d kernel {kernel} (dilation {dl}) is larger than the padded input "
                              f"{x.shape[2:]}")
+        if by_phase:
+            out_sp = tuple((s - k) // t + 1 for s, k, t in zip(x.shape[2:], kernel, st, strict=True))
+            out = strided_conv.phase_conv(x, weight, groups, st, out_sp)
+            return out if bias is None else out + bias.reshape((1, cout) + (1,) * nd)
         win = x._windows(kernel, st, dl)  # (N, C_in, *out, *kernel)
         out_sp = win.shape[2:2 + nd]
         win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
