@@ -34,7 +34,7 @@ CASES2D = [  # (x shape, weight shape, kwargs)
     ((2, 3, 12, 10), (4, 3, 3, 5), {"padding": (2, 1), "stride": (2, 1)}),  # one axis strided
     ((2, 3, 13, 13), (4, 3, 2, 2), {"stride": 3}),                          # kernel < stride: phase 2 empty
     ((2, 6, 9, 10), (4, 3, 3, 3), {"padding": 1, "stride": 2, "groups": 2}),
-    ((2, 4, 9, 9), (6, 4, 1, 1), {"stride": 2}),                            # 1x1 stride 2: read directly
+    ((2, 4, 9, 9), (6, 4, 1, 1), {"stride": 2}),                            # 1x1 stride 2: one phase
     ((2, 6, 10, 9), (4, 3, 3, 3), {"padding": 1, "groups": 2}),
     ((1, 4, 12, 17), (8, 1, 3, 3), {"padding": 1, "groups": 4}),            # depthwise x2
     ((2, 3, 13, 12), (4, 3, 3, 3), {"padding": 2, "dilation": 2}),

@@ -469,7 +469,7 @@ def test_provenance_codes_are_distinct_and_documented() -> None:
     for t in tags:
         by_code.setdefault(t.code, set()).add(t.reason)
     assert {c: r for c, r in by_code.items() if len(r) > 1} == {}
-    assert len(tags) == 21 and pm.REALIZE.code != pm.CONTIGUOUS.code
+    assert len(tags) == 22 and pm.REALIZE.code != pm.CONTIGUOUS.code
     doc = (Path(__file__).resolve().parents[2] / "docs" / "placements.md").read_text()
     doc_rows = set(re.findall(r"^\| (\d+) \| `([a-z-]+)` \|", doc, re.M))
     docstring_rows = set(re.findall(r"^ {4}(\d+) +([a-z-]+) ", Provenance.__doc__, re.M))

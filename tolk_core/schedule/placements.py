@@ -100,6 +100,8 @@ class Provenance:
                                             `decide_inline` lifts it)
     45    kernel-budget         placements  heuristic cap: a value stored to split a kernel that would exceed
                                             KERNEL_MAX_OPS operations or KERNEL_MAX_BUFFERS buffers
+    48    parallel-reduction    placements  heuristic cap: a contraction (matmul, convolution) stored so that
+                                            the kernel reading it computes only one contraction
     42    realize-output        rangeify    decision: a value the caller asked for (On_device)
     43    crosses-kernel        rangeify    refinement: stored by one kernel, read by another (On_device)
     46    kernel-scratch        rangeify    refinement: a Never_virtual value settled by size (Local or On_device)
@@ -120,6 +122,7 @@ class Provenance:
     INLINE_FANIN_CAP: ClassVar[Provenance]
     RECOMPUTE_CAP: ClassVar[Provenance]
     KERNEL_BUDGET: ClassVar[Provenance]
+    PARALLEL_REDUCTION: ClassVar[Provenance]
     READ_BEFORE_WRITE: ClassVar[Provenance]
     SCOPE_LOCAL: ClassVar[Provenance]
     SURVIVING_READ: ClassVar[Provenance]
@@ -156,11 +159,12 @@ Provenance.INLINE_REDUCTION_CAP = Provenance(39, "inline-reduction-cap")
 Provenance.INLINE_FANIN_CAP = Provenance(41, "inline-fanin-cap")
 Provenance.RECOMPUTE_CAP = Provenance(44, "recompute-cap")
 Provenance.KERNEL_BUDGET = Provenance(45, "kernel-budget")
+Provenance.PARALLEL_REDUCTION = Provenance(48, "parallel-reduction")
 Provenance.READ_BEFORE_WRITE = Provenance(36, "read-before-write")
 Provenance.SCOPE_LOCAL = Provenance(16, "scope-local")
 Provenance.SURVIVING_READ = Provenance(17, "surviving-read")
 HEURISTIC_CAPS = frozenset({Provenance.VISIT_CAP, Provenance.INLINE_REDUCTION_CAP, Provenance.INLINE_FANIN_CAP,
-                            Provenance.RECOMPUTE_CAP, Provenance.KERNEL_BUDGET})
+                            Provenance.RECOMPUTE_CAP, Provenance.KERNEL_BUDGET, Provenance.PARALLEL_REDUCTION})
 
 # sites that mint tags nobody reads back (codes: the table in Provenance's docstring; one meaning per code)
 CONSTANT = Provenance.site(24, "constant")

@@ -32,6 +32,7 @@ from tolk_core.ir.dtype import AddrSpace, dtypes
 from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.shape import apply_movement_op
 from tolk_core.ir.uop import UOp, prod, resolve, sint
+from tolk_core.schedule import parallel_reductions
 from tolk_core.schedule import placements as pm
 from tolk_core.schedule.gather import collapse_one_hot
 from tolk_core.schedule.prepare import index_through_movement
@@ -124,6 +125,7 @@ def realize_points(sink_values: list[UOp], lineage: pm.Lineage | None = None,
         return u not in realized and u not in prefs and p.mode_is_unspecified(u)
 
     rows = _cap_copies(order, realized, p, cap, row_fusion=local_axes is not None)
+    _store_side_by_side(order, realized, p, cap)
     _store_recomputed(order, cands, realized, p, cap)
     _split_over_budget(order, realized, p, cap)
     for u in cands:  # Never_virtual values no cap stored: kernel-local scratch unless too big
@@ -293,6 +295,17 @@ def _store_row_roots(order: list[UOp], realized: set[UOp], p: pm.Placements, cap
         if ends and all(cap(b) and b.op is not Op.REDUCE_AXIS and len(set(users[b])) > 1 for b in ends):
             for b in ends:
                 owners.add(_store(b, realized, p))
+
+
+def _store_side_by_side(order: list[UOp], realized: set[UOp], p: pm.Placements, cap) -> None:
+    """Store the contractions that would share a kernel with another or sit inside a plain reduction's operand
+    (schedule/parallel_reductions.py), then look again in the kernels that storing them made."""
+    work = [u for u in order if u in realized and u.op not in _STORAGE]
+    while work:
+        body = lambda u: _kernel_body(u, realized)  # noqa: E731 (it reads `realized` as it grows)
+        for r in parallel_reductions.to_store(work.pop(), body, realized):
+            if cap(r):
+                work.extend(_store(r, realized, p, pm.Provenance.PARALLEL_REDUCTION))
 
 
 def _store(u: UOp, realized: set[UOp], p: pm.Placements,
