@@ -40,7 +40,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tolk_core.codegen import matmul
+from tolk_core.codegen import matmul, merge_ranges
 from tolk_core.codegen.borders import drop_gated_selects, join_pieces, split_at_gates, split_row
 from tolk_core.codegen.choices import knob
 from tolk_core.codegen.linearize import is_array, range_deps
@@ -121,6 +121,19 @@ def _most(r: UOp) -> int:
     return int(r.src[0].vmax)
 
 
+def _matmul_plan(ast: UOp, outs: list[UOp], renderer: Renderer) -> UOp | None:
+    """codegen/matmul.py's plan of `ast`, its columns first merged with the output range outside them where
+    every access walks the two as one run (codegen/merge_ranges.py: a 1 x 1 convolution's rows and columns)."""
+    def plan(ast: UOp, outs: list[UOp]) -> UOp | None:
+        return matmul.plan(ast, outs, renderer.vector_bytes, renderer.vector_registers, renderer.cache_bytes[1],
+                           renderer.cache_bytes[0])
+    if len(outs) >= 2 and (mm := matmul.match(ast, outs)) is not None and outs[-2] in mm.outer and \
+            (merged := merge_ranges.merge(ast, outs[-2], outs[-1])) is not None and \
+            (packed := plan(merged[0], outs[:-2] + [merged[1]])) is not None:
+        return packed
+    return plan(ast, outs)
+
+
 def optimize(ast: UOp, renderer: Renderer, noopt: bool = False, cut: bool = True) -> Plan:
     """The plan for kernel `ast` on `renderer`'s device (see the module docstring); `noopt`: the plainest
     correct plan (no annotations, no lanes, one item per group). `cut`: a kernel with no reduction may be cut at
@@ -140,8 +153,7 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False, cut: bool = True
     packed = None
     if reduce_ranges and renderer.vector_bytes:
         # a matmul-shaped kernel gets the packed-panel plan (codegen/matmul.py), others the register tile below
-        packed = matmul.plan(ast, outs, renderer.vector_bytes, renderer.vector_registers, renderer.cache_bytes[1],
-                             renderer.cache_bytes[0])
+        packed = _matmul_plan(ast, outs, renderer)
         # at most half the vector registers hold a register tile's accumulators (the rest: loaded operands)
         accumulators = renderer.vector_registers // 2
         ast = packed if packed is not None else _upcast(ast, outs, renderer.vector_bytes, accumulators)
