@@ -24,6 +24,8 @@ SHAPES: dict[str, tuple[int, int, int, int, int, int, int, int]] = {
     "cnn conv1 64x1x8x8 1->16 3x3 p1": (64, 1, 8, 8, 16, 3, 1, 1),
     "cnn conv2 64x16x4x4 16->32 3x3 p1": (64, 16, 4, 4, 32, 3, 1, 1),
     "prepadded 8x32x34x34 32->64 3x3 p0": (8, 32, 34, 34, 64, 3, 1, 0),
+    "resnet50 s2 2x128x56x56 128->128 3x3 p1": (2, 128, 56, 56, 128, 3, 2, 1),  # by phases
+    "resnet50 stem 2x3x112x112 3->64 7x7 s2 p3": (2, 3, 112, 112, 64, 7, 2, 3),
 }
 
 
