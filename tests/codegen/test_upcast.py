@@ -64,14 +64,15 @@ def _conv_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def test_rows_narrower_than_a_vector_run_in_narrower_vectors():
-    """A convolution whose output rows are 4 or 12 wide (no whole number of 8- or 16-float vectors) is
-    register-blocked over 4-float vectors, and still matches numpy. Rows no such vector divides take the
-    widest vector that fits, the last one moved back to end at the row's end (6 wide: 4-float vectors at 0 and
-    2; 10 and 34 wide: 8-float ones on AVX2); a 3-wide row (no 4-float vector fits) stays scalar."""
+    """A convolution whose output rows are 4 wide (narrower than an 8- or 16-float vector) is register-blocked
+    over 4-float vectors, and still matches numpy. A row takes the widest vector it holds, the last one moved
+    back to end at the row's end where it does not divide the row (fewer vectors than a narrower one that
+    divides it: 12 wide, two 8-float vectors at 0 and 4, not three of 4; 6 wide: 4-float vectors at 0 and 2;
+    10 and 34 wide: 8-float ones on AVX2); a 3-wide row (no 4-float vector fits) stays scalar."""
     rng = np.random.default_rng(3)
     w8 = Device["CPU"].renderer.vector_bytes // 4
-    for width, lanes in ((4, 4), (12, 4), (6, 4), (10, 8 if w8 == 8 else 4), (34, w8 if w8 <= 32 else 16),
-                         (3, None)):
+    for width, lanes in ((4, 4), (12, 8 if w8 >= 8 else 4), (6, 4), (10, 8 if w8 >= 8 else 4),
+                         (34, w8 if w8 <= 32 else 16), (3, None)):
         x = rng.standard_normal((2, 3, 5, width)).astype(np.float32)
         w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
         t = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), padding=1)
