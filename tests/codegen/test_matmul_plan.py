@@ -13,9 +13,9 @@ from tolk_cpu.renderer import CRenderer
 from tolk_cpu.runtime import _parse_vector_target
 
 from tests.frontend.helpers import check_cases_together
-from tolk_core import config
+from tolk_core import Tensor, config
 from tolk_core.codegen import generate
-from tolk_core.codegen.choices import Choices, using
+from tolk_core.codegen.choices import Choices, current, using
 from tolk_core.codegen.matmul import k_block, match, register_tile, tile_sizes
 from tolk_core.codegen.optimize import _output_ranges
 from tolk_core.render import host
@@ -69,7 +69,7 @@ def _blocked_cases(rng: np.random.Generator):
 
 
 def test_k_blocked_matmuls_match_numpy(device):
-    with using(Choices.of({"MATMUL_KC": 32})):
+    with using(Choices.of({"MATMUL_KC": 32, "MATMUL_PACK_B": 1})):  # small Bs: packed, so blocked
         check_cases_together(_blocked_cases(np.random.default_rng(5)), device, rtol=1e-5, atol=2e-4)
 
 
@@ -83,9 +83,12 @@ def test_k_blocks_keep_a_c_block():
     assert "cblock0" not in whole and "panel0[" in whole
 
 
-def _kernel_sources(fn, *specs, renderer=None) -> list[str]:
+def _kernel_sources(fn, *specs, renderer=None, pack: bool = True) -> list[str]:
+    """The CPU sources of `fn`'s kernels; `pack`: B copied into panels whatever its size (knob MATMUL_PACK_B),
+    so these small shapes show the packed plan, which a B that fits half the L2 cache would not take."""
     renderer = renderer or CRenderer()
-    return [generate(c.src[0], renderer).source for c in kernels.build(fn, *specs).calls]
+    with using(Choices.of({**current().as_dict(), **({"MATMUL_PACK_B": 1} if pack else {})})):
+        return [generate(c.src[0], renderer).source for c in kernels.build(fn, *specs).calls]
 
 
 @pytest.mark.parametrize("name,fn,specs", [
@@ -112,6 +115,24 @@ def test_one_row_of_tiles_reads_b_in_place_where_it_can():
     assert "panel0" not in gemv and "tolk_fma" in gemv
     gemv_t, = _kernel_sources(lambda a, b: a @ b.T, ((1, 129), "float32"), ((65, 129), "float32"))
     assert "panel0[" in gemv_t and "tolk_fma" in gemv_t
+
+
+def test_a_b_that_fits_half_the_l2_cache_is_read_in_place():
+    """Left to the heuristics, a B of 40 x 72 floats (11.5 KiB) fits half the L2 cache: no panel copy, B read in
+    place (its rows contiguous), values equal to numpy's; with a fake 16 KiB L2 (8 KiB of it for B) it is
+    packed; transposed it is packed whatever its size."""
+    small, = _kernel_sources(lambda a, b: a @ b, ((64, 40), "float32"), ((40, 72), "float32"), pack=False)
+    assert "panel0" not in small and "tolk_fma" in small
+    tiny_l2 = CRenderer()
+    tiny_l2.cache_bytes = (tiny_l2.cache_bytes[0], 16 << 10)
+    packed, = _kernel_sources(lambda a, b: a @ b, ((64, 40), "float32"), ((40, 72), "float32"), renderer=tiny_l2,
+                              pack=False)
+    assert "panel0[" in packed
+    transposed, = _kernel_sources(lambda a, b: a @ b.T, ((64, 40), "float32"), ((72, 40), "float32"), pack=False)
+    assert "panel0[" in transposed
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((64, 40)).astype(np.float32), rng.standard_normal((40, 72)).astype(np.float32)
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_a_row_narrower_than_a_vector_keeps_the_generic_plan():

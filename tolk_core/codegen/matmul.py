@@ -30,8 +30,8 @@ the standard one of BLAS libraries, built from the IR's own nodes:
   is needed; a matrix narrower than one vector keeps the generic plan.
 
 For a large K the unblocked panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per row);
-past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row). A is read in place
-(MR rows at a time), not packed.
+past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row), as it is when the
+whole of B fits half the L2 cache (`plan`). A is read in place (MR rows at a time), not packed.
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ MATMUL_NR_VECTORS = 0  # vectors per row of the register tile (NR = this x lanes
 VECTORS_MOST = 4       # vectors per row of the tile at most
 MATMUL_NC = 0          # columns of a packed panel of B
 MATMUL_KC = 0          # depth of a block of k at most (0: from the L1 cache)
+MATMUL_PACK_B = 0      # 1: copy B into panels even when it fits half the L2 cache (0: read it in place then)
 PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
 MR_MOST = 12           # rows of the tile at most (one broadcast A value per row and step)
 _DTYPES = (dtypes.float32, dtypes.float64)
@@ -190,12 +191,16 @@ def _clamped(start: UOp, last: int) -> UOp:
 
 def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int, l1: int = 0) -> UOp | None:
     """`ast` rebuilt as the module docstring's plan (vector lanes expanded), or None when it is not
-    matmul-shaped or the plan does not apply. With one row of tiles (M <= MR: a matrix-vector product) each
-    value of B is read once, and a copy would only add to the reads: B is read in place where it is contiguous
-    along the row."""
+    matmul-shaped or the plan does not apply. B is read in place where it is contiguous along the row and a
+    copy would not pay: with one row of tiles (M <= MR: a matrix-vector product) each value of B is read once,
+    and a B that fits half the L2 cache stays there for every row of tiles, so its copy is only a serial pass
+    before the threads start (N = 256, two threads: 131 GFLOP/s packed, 146-153 in place; N = 384, 576 KiB of
+    B on a 512 KiB L2: 171 packed, 156 in place). Knob MATMUL_PACK_B = 1 packs it anyway."""
     if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2, l1)) is None:
         return None
-    if (mm.rows <= t.mr or not t.packed) and (direct := _build(ast, mm, t, packed=False)) is not None:
+    b_bytes = mm.k.src[0].arg * mm.n.src[0].arg * mm.red.dtype.itemsize
+    in_l2 = not knob("MATMUL_PACK_B", MATMUL_PACK_B) and b_bytes <= (l2 or DEFAULT.l2) // 2
+    if (mm.rows <= t.mr or not t.packed or in_l2) and (direct := _build(ast, mm, t, packed=False)) is not None:
         return direct
     return _build(ast, mm, t, packed=True) if t.packed else None
 
