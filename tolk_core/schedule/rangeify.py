@@ -301,8 +301,10 @@ def _store_side_by_side(order: list[UOp], realized: set[UOp], p: pm.Placements, 
     """Store the contractions that would share a kernel with another or sit inside a plain reduction's operand
     (schedule/parallel_reductions.py), then look again in the kernels that storing them made."""
     work = [u for u in order if u in realized and u.op not in _STORAGE]
+
+    def body(u: UOp) -> list[UOp]:  # reads `realized` as it grows
+        return _kernel_body(u, realized)
     while work:
-        body = lambda u: _kernel_body(u, realized)  # noqa: E731 (it reads `realized` as it grows)
         for r in parallel_reductions.to_store(work.pop(), body, realized):
             if cap(r):
                 work.extend(_store(r, realized, p, pm.Provenance.PARALLEL_REDUCTION))
