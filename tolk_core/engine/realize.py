@@ -101,7 +101,7 @@ def _reading_storage(nodes: list[UOp]) -> set[UOp]:
     one backward graph)."""
     reads: set[UOp] = set()
     for u in nodes:
-        if u.op is Op.BUFFER or any(s in reads for s in u.src):
+        if u.op is Op.BUFFER or not reads.isdisjoint(u.src):
             reads.add(u)
     return reads
 
@@ -114,7 +114,7 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
     rules, applied here first). A graph without COPYs whose storage is all on `device` (almost every graph)
     has none of these and is returned as it is."""
     nodes = sink.toposort()
-    if all(u.op is not Op.COPY and (u.op is not Op.BUFFER or u.device == device) for u in nodes):
+    if not _crosses_devices(device, nodes):
         return sink
     if any(u.op is Op.MULTI for u in nodes):  # a gather of sharded values (docs/multi-device.md)
         sink = lower_multi(sink)
@@ -151,6 +151,15 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
             buffers.runtime_buffer(copied).copyin(host.data)
         done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in shape))
     return sink.substitute(done) if done else sink
+
+
+def _crosses_devices(device: str, nodes: list[UOp]) -> bool:
+    """Whether a graph (its `nodes`) copies or reads storage on a device other than `device`."""
+    for u in nodes:
+        op = u.op
+        if op is Op.COPY or (op is Op.BUFFER and buffers.buffer_device(u) != device):
+            return True
+    return False
 
 
 def _stored_on(src: UOp, home: str) -> tuple[UOp, dict[str, int]]:

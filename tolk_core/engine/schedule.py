@@ -34,8 +34,10 @@ SCHEDULE_CACHE_SIZE = 512
 _SCHEDULE_SETTINGS = ("PLACEMENT_STACK_THRESHOLD", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_SIZE", "REDUCEOP_SPLIT_THRESHOLD",
                       "FUSION_WORK_BOUND", "FUSION_MIN_EXCESS", "KERNEL_MAX_OPS", "KERNEL_MAX_BUFFERS")
 # structural key -> (LINEAR with slots for buffers, (size, dtype) of each new buffer's slot, output slots, the
-# placement decisions the compile made, by graph position)
-_schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], int, placements.Decisions]] = {}
+# placement decisions the compile made, by graph position, the calls as (AST, info, slot of each argument) where
+# every argument is a slot and no AST holds one: a hit rebuilds those CALLs only, not the kernels' graphs)
+_Calls = tuple[tuple[UOp, Any, tuple[int, ...]], ...]
+_schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], int, placements.Decisions, _Calls | None]] = {}
 
 
 class Schedule(NamedTuple):
@@ -65,13 +67,14 @@ def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp], nodes: Se
     return create_linear(prepare_rangeify(sink, target), new_buffer, target, merge)
 
 
-def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int]) -> tuple | None:
-    """The schedule cache's key of `sink` (None: this call is not cached, see the module docstring)."""
+def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int],
+               shape: tuple) -> tuple | None:
+    """The schedule cache's key of `sink`, whose `structure` is `shape` (None: this call is not cached, see
+    the module docstring)."""
     if config.get("DEBUG") >= 3 or viz.active():
         return None
     lineage = placements.current()
-    return (kind, target.device, structure(sink), tuple(sorted(var_vals.items())),
-            config.get_many(_SCHEDULE_SETTINGS),
+    return (kind, target.device, shape, tuple(sorted(var_vals.items())), config.get_many(_SCHEDULE_SETTINGS),
             placements.digest(sink, lineage.placements, lineage.inline_preferences))
 
 
@@ -81,12 +84,31 @@ def _from_cache(key: tuple | None, target: Target, nodes: list[UOp],
     intermediates, which it also returns), its placement decisions replayed; None on a miss."""
     if key is None or (hit := _schedules.get(key)) is None:
         return None
-    template, fresh, _, decisions = hit
+    template, fresh, _, decisions, calls = hit
     placements.replay(nodes, decisions)
     bufs = inputs + [buffers.new_buffer(target.device, size, dt) for size, dt in fresh]
     GlobalCounters.schedules += 1
     GlobalCounters.schedule_cache_hits += 1
-    return template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)}), bufs[len(inputs):]
+    if calls is None:
+        return template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)}), bufs[len(inputs):]
+    return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (ast, *[bufs[i] for i in slots]), info)
+                                             for ast, info, slots in calls)), bufs[len(inputs):]
+
+
+def _call_slots(template: UOp) -> _Calls | None:
+    """The CALLs of a slotted LINEAR as (AST, info, slot of each argument), where every argument is a slot
+    and no kernel's graph reads one (else None: a hit substitutes the whole LINEAR)."""
+    out = []
+    for call in template.src:
+        ast, args = call.src[0], call.src[1:]
+        if call.op is not Op.CALL or not all(_is_slot(a) for a in args) or any(_is_slot(u) for u in ast.toposort()):
+            return None
+        out.append((ast, call.arg, tuple(a.arg[1] for a in args)))
+    return tuple(out)
+
+
+def _is_slot(u: UOp) -> bool:
+    return u.op is Op.PARAM and type(u.arg) is tuple and len(u.arg) == 2 and u.arg[0] == "schedule slot"
 
 
 def _remember(key: tuple | None, linear: UOp, inputs: list[UOp], made: list[UOp], n_out: int, nodes: list[UOp],
@@ -98,8 +120,9 @@ def _remember(key: tuple | None, linear: UOp, inputs: list[UOp], made: list[UOp]
         return
     if len(_schedules) >= SCHEDULE_CACHE_SIZE:
         del _schedules[next(iter(_schedules))]
-    _schedules[key] = (linear.substitute(slots), [(b.arg, b.dtype) for b in made], n_out,
-                       placements.recorded(nodes, before, placements.current().placements))
+    template = linear.substitute(slots)
+    _schedules[key] = (template, [(b.arg, b.dtype) for b in made], n_out,
+                       placements.recorded(nodes, before, placements.current().placements), _call_slots(template))
 
 
 def _scheduled(target: Target, sink: UOp, values: bool, var_vals: dict[str, int], nodes: list[UOp],
@@ -125,8 +148,8 @@ def _schedule(kind: str, target: Target, sink: UOp, var_vals: dict[str, int]) ->
     remembered. `kind` "values": `sink`'s sources are values, each stored into new storage; "stores": `sink`
     holds STOREs into existing storage."""
     nodes = sink.toposort()
-    inputs = [u for u in nodes if u.op is Op.BUFFER]
-    key = _cache_key(kind, target, sink, var_vals)
+    shape, inputs = _structure(nodes)
+    key = _cache_key(kind, target, sink, var_vals, shape)
     if (hit := _from_cache(key, target, nodes, inputs)) is not None:
         return hit
     made: list[UOp] = []
@@ -159,19 +182,26 @@ def structure(sink: UOp) -> tuple:
     """`sink`'s graph as plain data, BUFFERs numbered in order of appearance: equal for structurally equal
     graphs, and holding no node of the graph (a key that held the user's nodes would keep their computed
     results alive in the value cache)."""
+    return _structure(sink.toposort())[0]
+
+
+def _structure(nodes: list[UOp]) -> tuple[tuple, list[UOp]]:
+    """`structure` of the graph whose toposort is `nodes`, and its BUFFERs in that order (a cache hit's
+    inputs), from one walk: the schedule cache makes this key on every realize."""
     index: dict[UOp, int] = {}
-    nbuf = 0
+    inputs: list[UOp] = []
     out: list[tuple] = []
-    for u in sink.toposort():
-        if u.op is Op.BUFFER:
-            out.append(("buffer", u.dtype, u.arg, nbuf))
-            nbuf += 1
-        elif u.op is Op.UNIQUE:  # a buffer's identity: what the slots abstract away
+    for i, u in enumerate(nodes):
+        op = u.op
+        if op is Op.BUFFER:
+            out.append(("buffer", u.dtype, u.arg, len(inputs)))
+            inputs.append(u)
+        elif op is Op.UNIQUE:  # a buffer's identity: what the slots abstract away
             out.append(("unique",))
         else:
-            out.append((u.op, u.dtype, u.arg, tuple(index[s] for s in u.src)))
-        index[u] = len(index)
-    return tuple(out)
+            out.append((op, u.dtype, u.arg, tuple(map(index.__getitem__, u.src))))
+        index[u] = i
+    return tuple(out), inputs
 
 
 def _slot(i: int, dtype: Any) -> UOp:

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 from tolk_core.errors import TolkError
 from tolk_core.frontend.arguments import check_devices
 from tolk_core.ir.calls import is_inline_call
-from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import graph_rewrite
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, sint
 from tolk_core.schedule import placements, prepare
 
 if TYPE_CHECKING:
@@ -45,16 +45,27 @@ class GradientError(TolkError):
 
 
 # ---------------------------------------------------------------- helpers building tensor-level UOps
+# Every helper records the shape of the node it makes (`UOp.shaped`): a gradient has its node's shape, known
+# here, and a node built without one has it worked out later by a walk over its whole graph (the backward
+# graph is most of a train step's nodes). tests/training/test_rules.py checks them against the shapes that walk gives.
+def _node(op: Op, dtype: DType, src: tuple[UOp, ...], arg: object, shape: tuple[sint, ...]) -> UOp:
+    return UOp.shaped(op, dtype, src, arg, shape)
+
+
 def _full(like: UOp, value: float | bool) -> UOp:
     """A constant of `like`'s shape and dtype."""
     c = UOp.const(like.dtype, value)
     shape = tuple(like.tensor_shape)
-    return UOp(Op.EXPAND, like.dtype, (UOp(Op.RESHAPE, like.dtype, (c,), (1,) * len(shape)),), shape) if shape else c
+    if not shape:
+        return c
+    return _node(Op.EXPAND, like.dtype, (_node(Op.RESHAPE, like.dtype, (c,), (1,) * len(shape), (1,) * len(shape)),),
+                 shape, shape)
 
 
 def _alu(op: Op, *srcs: UOp) -> UOp:
+    """An elementwise op; its sources have one shape (a broadcast is an EXPAND in the graph already)."""
     dt = dtypes.bool if op in GroupOp.Comparison else srcs[-1].dtype
-    return UOp(op, dt, srcs)
+    return _node(op, dt, srcs, None, srcs[0].tensor_shape)
 
 
 def _mul(a: UOp, b: UOp) -> UOp: return _alu(Op.MUL, a, b)
@@ -62,16 +73,20 @@ def _neg(a: UOp) -> UOp: return _alu(Op.NEG, a)
 def _scale(a: UOp, k: float) -> UOp: return _mul(a, _full(a, k))
 
 
-def _where(c: UOp, a: UOp, b: UOp) -> UOp: return UOp(Op.WHERE, a.dtype, (c, a, b))
+def _where(c: UOp, a: UOp, b: UOp) -> UOp: return _node(Op.WHERE, a.dtype, (c, a, b), None, a.tensor_shape)
 
 
 def _sum_to(g: UOp, axes: tuple[int, ...]) -> UOp:
     """Sum over `axes`, keeping them with size 1."""
-    return UOp(Op.REDUCE_AXIS, g.dtype, (g,), (Op.ADD, axes)) if axes else g
+    if not axes:
+        return g
+    return _node(Op.REDUCE_AXIS, g.dtype, (g,), (Op.ADD, axes),
+                 tuple(1 if i in axes else s for i, s in enumerate(g.tensor_shape)))
 
 
 def _expand(g: UOp, shape: tuple) -> UOp:
-    return g if tuple(g.tensor_shape) == tuple(shape) else UOp(Op.EXPAND, g.dtype, (g,), tuple(shape))
+    shape = tuple(shape)
+    return g if tuple(g.tensor_shape) == shape else _node(Op.EXPAND, g.dtype, (g,), shape, shape)
 
 
 def _tie_share(a: UOp, b: UOp) -> UOp:
@@ -106,22 +121,22 @@ def _expand_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
 
 def _permute_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     inverse = tuple(sorted(range(len(u.arg)), key=lambda i: u.arg[i]))
-    return (UOp(Op.PERMUTE, g.dtype, (g,), inverse),)
+    return (_node(Op.PERMUTE, g.dtype, (g,), inverse, tuple(u.src[0].tensor_shape)),)
 
 
 def _pad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
-    return (UOp(Op.SHRINK, g.dtype, (g,), tuple((b, b + s) for (b, _), s in zip(u.arg, u.src[0].tensor_shape,
-                                                                                  strict=True))),)
+    shape = tuple(u.src[0].tensor_shape)
+    return (_node(Op.SHRINK, g.dtype, (g,), tuple((b, b + s) for (b, _), s in zip(u.arg, shape, strict=True)), shape),)
 
 
 def _shrink_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
-    return (UOp(Op.PAD, g.dtype, (g,), tuple((lo, s - hi) for (lo, hi), s in zip(u.arg, u.src[0].tensor_shape,
-                                                                                  strict=True))),)
+    shape = tuple(u.src[0].tensor_shape)
+    return (_node(Op.PAD, g.dtype, (g,), tuple((lo, s - hi) for (lo, hi), s in zip(u.arg, shape, strict=True)), shape),)
 
 
 def _cast_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     src = u.src[0]
-    return (UOp(Op.CAST, src.dtype, (g,)) if dtypes.is_float(src.dtype) else None,)
+    return (_node(Op.CAST, src.dtype, (g,), None, g.tensor_shape) if dtypes.is_float(src.dtype) else None,)
 
 
 _RULES: dict[Op, Rule] = {
@@ -144,12 +159,13 @@ _RULES: dict[Op, Rule] = {
     Op.WHERE: lambda u, g: (None, _where(u.src[0], g, _full(g, 0.0)), _where(u.src[0], _full(g, 0.0), g)),
     Op.CAST: _cast_rule,
     Op.REDUCE_AXIS: _reduce_rule,
-    Op.RESHAPE: lambda u, g: (UOp(Op.RESHAPE, g.dtype, (g,), tuple(u.src[0].tensor_shape)),),
+    Op.RESHAPE: lambda u, g: (_node(Op.RESHAPE, g.dtype, (g,), tuple(u.src[0].tensor_shape),
+                                    tuple(u.src[0].tensor_shape)),),
     Op.PERMUTE: _permute_rule,
     Op.EXPAND: _expand_rule,
     Op.PAD: _pad_rule,
     Op.SHRINK: _shrink_rule,
-    Op.FLIP: lambda u, g: (UOp(Op.FLIP, g.dtype, (g,), u.arg),),
+    Op.FLIP: lambda u, g: (_node(Op.FLIP, g.dtype, (g,), u.arg, g.tensor_shape),),
     Op.CONTIGUOUS: lambda u, g: (g,),
     Op.DETACH: lambda u, g: (None,),
     Op.CONTIGUOUS_BACKWARD: lambda u, g: (_stored(g),),
@@ -159,7 +175,7 @@ _RULES: dict[Op, Rule] = {
 def _stored(g: UOp) -> UOp:
     """The gradient `g` stored once (as `contiguous()` stores a value): every reader of the gradient arriving at
     a `contiguous_backward()` reads its buffer instead of recomputing it."""
-    out = UOp(Op.CONTIGUOUS, g.dtype, (g,))
+    out = _node(Op.CONTIGUOUS, g.dtype, (g,), None, g.tensor_shape)
     placements.seed_contiguous(out)
     return out
 
@@ -191,12 +207,12 @@ def gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     order = root.toposort()
     on_path: set[UOp] = set()
     for u in order:  # sources first: a node is on a path if it is a target or a source of it is
-        if u in targets or (u.op is not Op.DETACH and any(s in on_path for s in u.src)):
+        if u in targets or (u.op is not Op.DETACH and not on_path.isdisjoint(u.src)):
             on_path.add(u)
     grads: dict[UOp, UOp] = {root: root_grad}
     for u in reversed(order):
         g = grads.get(u)
-        if g is None or not _differentiable(u) or not any(s in on_path for s in u.src):
+        if g is None or not _differentiable(u) or on_path.isdisjoint(u.src):
             continue
         if u.op not in _RULES and u not in _vjps:
             raise GradientError(f"no gradient rule for {u.op.name} (dtype {u.dtype.name}, shape "

@@ -1,7 +1,6 @@
 """Buffer: typed device storage with lazy allocation and byte-offset views."""
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from tolk_core.counters import GlobalCounters
@@ -28,6 +27,9 @@ class Buffer:
     allocator when the Buffer is garbage collected. A view (``base`` given, or ``view()``) shares its base's
     storage from byte ``offset`` and keeps the base alive.
     """
+
+    _owned = False  # whether `_handle` is storage this Buffer allocated (and frees); a class default, so a
+    # Buffer whose construction raised has it too
 
     def __init__(self, device: str, size: int, dtype: Any, *, base: Buffer | None = None, offset: int = 0,
                  allocator: Allocator | None = None):
@@ -73,10 +75,18 @@ class Buffer:
         if self.base is not None:
             self._handle = self.allocator.offset(self.base.handle, self.offset, self.nbytes)
         else:
-            handle = self.allocator.alloc(self.nbytes)
-            self._handle = handle
-            weakref.finalize(self, self.allocator.free, handle, self.nbytes)
+            self._handle = self.allocator.alloc(self.nbytes)
+            self._owned = True
         return self
+
+    def __del__(self) -> None:
+        # the storage goes back to the allocator with its Buffer (a `__del__`, not `weakref.finalize`: an eager
+        # step allocates every intermediate anew, and a finalizer costs several times the allocation)
+        if self._owned:
+            try:
+                self.allocator.free(self._handle, self.nbytes)
+            except Exception:  # interpreter shutdown: the allocator's module may already be gone
+                pass
 
     def adopt(self, handle: Any) -> Buffer:
         """Use `handle` (memory owned elsewhere: `Allocator.adopt`) as this unallocated root buffer's storage;

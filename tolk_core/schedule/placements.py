@@ -485,22 +485,27 @@ def undo_promotions(p: Placements, undo: dict[UOp, Placement | None], touched: d
 
 
 # ---------------------------------------------------------------- schedule-cache digest
-def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = ()) -> str:
-    """A stable hash of what placements tell scheduling about `sink`'s graph, by graph position (toposort
-    index): each node's placement class (lineage decision, else intent), whether it is observable and whether
-    inlining it is preferred (`inline`: a lineage's `decide_inline` nodes). Equal programs with equal placements
-    give equal digests in every process; provenances are left out (they do not steer scheduling), and
-    Effectively_constant counts as Virtual, which forcing folds it to (so a constant that an earlier compile of
-    the lineage settled Virtual does not change the digest)."""
+def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = ()) -> tuple:
+    """What placements tell scheduling about `sink`'s graph, by graph position (toposort index), as plain data:
+    for each node with a lineage decision or an intent, or whose inlining is preferred (`inline`: a lineage's
+    `decide_inline` nodes), (position, placement class, observable, inlining preferred); the placement class is
+    the lineage's decision, else the intent's. Equal programs with equal placements give equal digests in every
+    process; provenances are left out (they do not steer scheduling), and Effectively_constant counts as
+    Virtual, which forcing folds it to (so a constant that an earlier compile of the lineage settled Virtual
+    does not change the digest). Nodes with nothing to say are left out: the schedule cache computes this on
+    every realize, and most nodes of a graph have no entry."""
     prefer = set(inline)
+    table_get, intent_get = p._table.get, _intents.get
     parts = []
-    for i, u in enumerate(sink.toposort()):  # p.get and is_observable, with one intent lookup per node
-        pl, it = p.raw_entry(u), _intents.get(u)
+    for i, u in enumerate(sink.toposort()):
+        pl, it = table_get(u), intent_get(u)
+        if pl is None and it is None and u not in prefer:
+            continue
         if pl is None and it is not None:
             pl = it.placement
-        parts.append(f"{i}:{(V if pl[0] is EC else pl[0]).name if pl is not None else '-'}"
-                     f"{'o' if it is not None and it.observable else ''}{'i' if u in prefer else ''};")
-    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+        parts.append((i, (V if pl[0] is EC else pl[0]).name if pl is not None else None,
+                      it is not None and it.observable, u in prefer))
+    return tuple(parts)
 
 
 Decisions = tuple[tuple[int, Placement | None], ...]
