@@ -12,14 +12,14 @@ Also the shape arithmetic the other op modules share: `broadcast_shape` and `nor
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend import padding as padding_modes
 from tolk_core.frontend.arguments import as_axis, as_size, check_devices
 from tolk_core.ir.dtype import dtypes, least_upper_dtype
-from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.shape import movement_shape
 from tolk_core.ir.uop import UOp, prod, sint, sym_eq
 
@@ -80,10 +80,46 @@ def _pairs(what: str, arg: Any, shape: tuple, allow_none: bool = False) -> tuple
     return arg
 
 
+# (input shape, recipe) -> the movement ops a recipe applied to an input of that shape, as (op, arg, shape)
+# from the input up: see `MovementMixin._chained`
+_chains: dict[tuple, tuple[tuple[Op, Any, tuple[sint, ...]], ...]] = {}
+_CHAINS_MAX = 4096
+
+
+def _movement_chain(out: UOp, base: UOp) -> tuple[tuple[Op, Any, tuple[sint, ...]], ...] | None:
+    """The movement ops from `base` up to `out`, as (op, arg, shape), when `out` is `base` under movement ops
+    only (each node's one source the next one down); else None."""
+    steps = []
+    while out is not base:
+        if out.op not in GroupOp.Movement or (shape := out.shape) is None:
+            return None
+        steps.append((out.op, out.arg, shape))
+        out = out.src[0]
+    return tuple(reversed(steps))
+
+
 class MovementMixin:
     """Movement ops; mixed into `Tensor`."""
 
     __slots__ = ()
+
+    def _chained(self: Tensor, recipe: tuple, build: Callable[[Tensor], Tensor]) -> Tensor:
+        """`build(self)`, where `build` applies movement ops only, chosen by `self.shape` and `recipe` alone
+        (sliding windows: a dozen reshapes, shrinks and permutes, each checked as a Tensor op). The ops it
+        applied to an input of this shape are remembered, and later inputs of the same shape get the same
+        nodes built directly: the graph is the same either way (tests/frontend/test_windows_chain.py)."""
+        key = (self.shape, recipe)
+        if (steps := _chains.get(key)) is None:
+            out = build(self)
+            if (found := _movement_chain(out.uop, self.uop)) is not None:
+                if len(_chains) >= _CHAINS_MAX:
+                    _chains.clear()
+                _chains[key] = found
+            return out
+        u, dt = self.uop, self.uop.dtype
+        for op, arg, shape in steps:
+            u = UOp.shaped(op, dt, (u,), arg, shape)
+        return self._wrap(u)
 
     def _mop(self: Tensor, op: Op, arg: Any) -> Tensor:
         shape = movement_shape(op, self.shape, arg)  # validates, raising ShapeError

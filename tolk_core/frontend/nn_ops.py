@@ -215,7 +215,13 @@ class NNMixin:
         return rep.transpose(-1, -2)
 
     def _windows(self: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
-        """Sliding windows over the last len(kernel) axes: (..., *spatial) -> (..., *out, *kernel)."""
+        """Sliding windows over the last len(kernel) axes: (..., *spatial) -> (..., *out, *kernel). Built by
+        movement ops chosen by the shape alone, so remembered per shape (`_chained`)."""
+        return self._chained(("windows", tuple(kernel), tuple(stride), tuple(dilation)),
+                             lambda x: x._build_windows(kernel, stride, dilation))
+
+    def _build_windows(self: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...],
+                       dilation: tuple[int, ...]) -> Tensor:
         n = len(kernel)
         x, lead = self, self.ndim - n
         for i in range(n):  # each pass turns the first remaining spatial axis into (out, k) at the end
