@@ -16,7 +16,7 @@ do) stores the new value there, so a captured step uses it on its next replay.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from tolk_core.errors import TolkError
 from tolk_core.frontend.tensor import Tensor, assign_stages
@@ -39,6 +39,7 @@ class Optimizer:
         self.lr_tensor = Tensor.full((1,), float(lr), device=self.device).contiguous().realize()
         self._lr = float(lr)
         self.t = Tensor.zeros(1, device=self.device).contiguous().realize()  # steps taken (float32: exact < 2^24)
+        self._step_values: dict[tuple, Tensor] = {}  # `_per_step`'s, for the step being built
 
     @property
     def lr(self) -> float:
@@ -52,7 +53,16 @@ class Optimizer:
 
     def _lr_for(self, p: Tensor) -> Tensor:
         """The learning rate as a tensor broadcastable against `p` (on its device, in its dtype)."""
-        return self.lr_tensor.to(p.device).cast(p.dtype).reshape((1,) * p.ndim)
+        return self._per_step(("lr", p.device, p.dtype, p.ndim),
+                              lambda: self.lr_tensor.to(p.device).cast(p.dtype).reshape((1,) * p.ndim))
+
+    def _per_step(self, key: tuple, make: Callable[[], Tensor]) -> Tensor:
+        """`make()`, made once per step for every parameter of one `key` (device, dtype, rank): the learning
+        rate and Adam's bias corrections as each parameter reads them, the same nodes for all of them (nodes
+        are interned), built once instead of a few Tensor ops per parameter per step."""
+        if (t := self._step_values.get(key)) is None:
+            t = self._step_values[key] = make()
+        return t
 
     def _zeros_like(self, p: Tensor) -> Tensor:
         return Tensor.zeros(p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
@@ -64,6 +74,7 @@ class Optimizer:
     def step(self, *also: Tensor) -> None:
         """Update every parameter that has a gradient. `also`: tensors to compute in the same schedule as the
         gradients, before any parameter changes (the loss, metrics)."""
+        self._step_values.clear()  # left by a step that raised halfway
         live = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
         grads = [p.grad for _, p in live]
         todo = [t for t in (*grads, *also) if t is not None]
@@ -79,7 +90,10 @@ class Optimizer:
                     stages.append([])
                 stages[k].extend(pairs)
         assign_stages(stages)
-        stages.clear()  # the stored values now read their targets: nothing of them is needed later
+        # the stored values now read their targets: nothing of them is needed later. A lazy tensor kept alive
+        # would be computed before the next write into what it reads (the step count, the learning rate)
+        stages.clear()
+        self._step_values.clear()
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
         """The stores of parameter `i`'s update, in stages of (target, new value): the parameter first, then its
@@ -157,10 +171,8 @@ class Adam(Optimizer):
         m, v = self.m[i], self.v[i]
         m_new = self.b1 * m + (1 - self.b1) * g
         v_new = self.b2 * v + (1 - self.b2) * (g * g)
-        # bias corrections 1 - beta^t from the device-side step count (b^t = 2^(t log2 b))
-        c1 = 1 - (self.t * math.log(self.b1)).exp() if self.b1 > 0 else Tensor.ones(1, device=self.device)
-        c2 = 1 - (self.t * math.log(self.b2)).exp()
-        c1, c2 = c1.cast(p.dtype).reshape((1,) * p.ndim), c2.cast(p.dtype).reshape((1,) * p.ndim)
+        c1, c2 = (self._per_step((k, p.device, p.dtype, p.ndim), lambda b=b: self._correction(b, p))
+                  for k, b in (("c1", self.b1), ("c2", self.b2)))
         update = (m_new / c1) / ((v_new / c2).sqrt() + self.eps)
         lr = self._lr_for(p)
         if self.weight_decay and self.decoupled:
@@ -168,6 +180,13 @@ class Adam(Optimizer):
         else:
             p_new = p - lr * update
         return [[(p, p_new)], [(m, m_new), (v, v_new)]]
+
+
+    def _correction(self, beta: float, p: Tensor) -> Tensor:
+        """The bias correction 1 - beta^t from the device-side step count (b^t = 2^(t log2 b)), broadcastable
+        against `p` in its dtype."""
+        c = 1 - (self.t * math.log(beta)).exp() if beta > 0 else Tensor.ones(1, device=self.device)
+        return c.cast(p.dtype).reshape((1,) * p.ndim)
 
 
 class AdamW(Adam):
