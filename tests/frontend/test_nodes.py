@@ -21,6 +21,7 @@ CASES = {
     "gt scalar": lambda a, b, m: a > 0.25, "where": lambda a, b, m: m.where(a, b),
     "where scalar else": lambda a, b, m: m.where(a, 1.0), "where scalar then": lambda a, b, m: m.where(0, b),
     "exp": lambda a, b, m: a.exp(), "abs": lambda a, b, m: a.abs(), "reciprocal": lambda a, b, m: a.reciprocal(),
+    "sqrt": lambda a, b, m: a.sqrt(),
 }
 
 

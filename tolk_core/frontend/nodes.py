@@ -16,7 +16,7 @@ operation against its Tensor twin.
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_uop
@@ -24,6 +24,9 @@ from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, sint
 from tolk_core.schedule import placements
+
+if TYPE_CHECKING:
+    from tolk_core.frontend.tensor import Tensor
 
 _LOG2_E = math.log2(math.e)
 
@@ -90,3 +93,11 @@ class Nodes:
 
     def reciprocal(self) -> Nodes:
         return self._op(Op.RECIPROCAL, self.u)
+
+    def sqrt(self) -> Nodes:
+        return self._op(Op.SQRT, self.u)
+
+    @staticmethod
+    def of(t: Tensor, shape: tuple[sint, ...]) -> Nodes:
+        """Tensor `t` broadcast to `shape` (which it broadcasts to), as Nodes: an operand of one shape."""
+        return Nodes(broadcast_uop(t.uop, t.shape, shape), shape)

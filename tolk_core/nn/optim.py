@@ -12,6 +12,9 @@ Parameters, moments and the step count are device tensors updated in place, so a
 replay needs is a Python number that capture would freeze, except the hyperparameters (betas, momentum, ...).
 The learning rate is a device tensor too (`lr_tensor`): setting `opt.lr` (as the schedules of nn/schedule.py
 do) stores the new value there, so a captured step uses it on its next replay.
+The update formulas are built as nodes (`frontend/nodes.py`): their operands are the parameter, its gradient and
+state (one shape, one dtype) and Python scalars, so each operation is its node alone, without the coercion and
+the Tensor of a Tensor operator; an eager step builds them for every parameter.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from tolk_core.errors import TolkError
+from tolk_core.frontend.nodes import Nodes
 from tolk_core.frontend.tensor import Tensor, assign_stages
 from tolk_core.nn.state import StateDictError, load_state_dict
 
@@ -138,15 +142,17 @@ class SGD(Optimizer):
         return {"momentum": self.buf} if self.momentum else {}
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
+        shape = p.shape  # the formula as nodes (see the module docstring)
+        pn, gn = Nodes(p.uop, shape), Nodes(g.uop, shape)
         if self.weight_decay:
-            g = g + self.weight_decay * p
+            gn = gn + self.weight_decay * pn
         state: list[tuple[Tensor, Tensor]] = []
         if self.momentum:
             b = self.buf[i]
-            b_new = self.momentum * b + g
-            state.append((b, b_new))
-            g = g + self.momentum * b_new if self.nesterov else b_new
-        return [[(p, p - self._lr_for(p) * g)], state]
+            b_new = self.momentum * Nodes(b.uop, shape) + gn
+            state.append((b, p._wrap(b_new.u)))
+            gn = gn + self.momentum * b_new if self.nesterov else b_new
+        return [[(p, p._wrap((pn - Nodes.of(self._lr_for(p), shape) * gn).u))], state]
 
 
 class Adam(Optimizer):
@@ -166,21 +172,22 @@ class Adam(Optimizer):
         return {"m": self.m, "v": self.v}
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
-        if self.weight_decay and not self.decoupled:
-            g = g + self.weight_decay * p
         m, v = self.m[i], self.v[i]
-        m_new = self.b1 * m + (1 - self.b1) * g
-        v_new = self.b2 * v + (1 - self.b2) * (g * g)
-        c1, c2 = (self._per_step((k, p.device, p.dtype, p.ndim), lambda b=b: self._correction(b, p))
+        shape = p.shape  # the formula as nodes (see the module docstring): every operand has the parameter's shape and dtype
+        pn, gn, mn, vn = (Nodes(t.uop, shape) for t in (p, g, m, v))
+        if self.weight_decay and not self.decoupled:
+            gn = gn + self.weight_decay * pn
+        m_new = self.b1 * mn + (1 - self.b1) * gn
+        v_new = self.b2 * vn + (1 - self.b2) * (gn * gn)
+        c1, c2 = (Nodes.of(self._per_step((k, p.device, p.dtype, p.ndim), lambda b=b: self._correction(b, p)), shape)
                   for k, b in (("c1", self.b1), ("c2", self.b2)))
         update = (m_new / c1) / ((v_new / c2).sqrt() + self.eps)
-        lr = self._lr_for(p)
+        lr = Nodes.of(self._lr_for(p), shape)
         if self.weight_decay and self.decoupled:
-            p_new = p * (1 - lr * self.weight_decay) - lr * update
+            p_new = pn * (1 - lr * self.weight_decay) - lr * update
         else:
-            p_new = p - lr * update
-        return [[(p, p_new)], [(m, m_new), (v, v_new)]]
-
+            p_new = pn - lr * update
+        return [[(p, p._wrap(p_new.u))], [(m, p._wrap(m_new.u)), (v, p._wrap(v_new.u))]]
 
     def _correction(self, beta: float, p: Tensor) -> Tensor:
         """The bias correction 1 - beta^t from the device-side step count (b^t = 2^(t log2 b)), broadcastable
