@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tolk_core.frontend.tensor import Tensor
 from tolk_core.frontend import movement
+from tolk_core.frontend.tensor import Tensor
 
 
 def _conv_ref(x: np.ndarray, w: np.ndarray, pad: int, stride: int, dilation: int) -> np.ndarray:

@@ -35,12 +35,11 @@ from tolk_core.frontend.activations import ActivationMixin
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
-from tolk_core.frontend.nodes import Nodes
+from tolk_core.frontend.nodes import Nodes, broadcast_scalar
 from tolk_core.frontend.transcendental import TranscendentalMixin, sign_bit
 from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
-from tolk_core.schedule import placements
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -95,9 +94,7 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         if type(other) is int or type(other) is float:
             dt = weak_promote(self.uop.dtype, other)  # as_const refuses an int that dt cannot hold
             a = self.cast(dt)
-            c = UOp.const(dt, as_const(other, dt))
-            placements.seed_constant(c)
-            b = a._wrap(broadcast_uop(c, (), a.shape))  # a scalar broadcasts to the tensor's shape
+            b = a._wrap(broadcast_scalar(dt, other, a.shape))  # a scalar broadcasts to the tensor's shape
             return (b, a) if reflected else (a, b)
         other = as_operand(self, other)
         if isinstance(other, type(self)):

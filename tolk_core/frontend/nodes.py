@@ -33,6 +33,30 @@ _LOG2_E = math.log2(math.e)
 Operand = Union["Nodes", float, int]
 
 
+# (dtype, Python type, value, sign, shape) -> the broadcast constant node: a scalar operand costs three nodes
+# (CONST, RESHAPE, EXPAND) and most of a Tensor op's time where it is built each time; the same few constants
+# at the same few shapes recur on every step (0.5, 1, an optimizer's betas). Holds its nodes alive; cleared
+# when full.
+_scalars: dict[tuple, UOp] = {}
+_SCALARS_MAX = 4096
+
+
+def broadcast_scalar(dt: DType, v: bool | int | float, shape: tuple[sint, ...]) -> UOp:
+    """Python scalar `v` as a constant of `dt` (ScalarOverflowError for an int `dt` cannot hold), seeded as a
+    constant and broadcast to `shape`: the node of a weak scalar operand, as a Tensor operator makes it."""
+    # -0.0 and 0.0 are equal keys but different constants; a NaN is never equal to itself (built each time)
+    key = (dt, type(v), v, math.copysign(1.0, v) if type(v) is float else 0, shape)
+    if (hit := _scalars.get(key)) is not None:
+        return hit
+    c = UOp.const(dt, as_const(v, dt))
+    placements.seed_constant(c)
+    out = broadcast_uop(c, (), shape)
+    if len(_scalars) >= _SCALARS_MAX:
+        _scalars.clear()
+    _scalars[key] = out
+    return out
+
+
 class Nodes:
     """A float value of shape `shape` as a node `u` (dtype `u.dtype`; comparisons give bool Nodes)."""
 
@@ -44,10 +68,7 @@ class Nodes:
     # ---- building blocks ----
     def const(self, v: float | int, dtype: DType | None = None) -> UOp:
         """Python scalar `v` as this value's dtype (or `dtype`), broadcast to its shape (a weak scalar)."""
-        dt = dtype or self.u.dtype
-        c = UOp.const(dt, as_const(v, dt))
-        placements.seed_constant(c)
-        return broadcast_uop(c, (), self.shape)
+        return broadcast_scalar(dtype or self.u.dtype, v, self.shape)
 
     def _node(self, o: Operand) -> UOp:
         return o.u if isinstance(o, Nodes) else self.const(o)

@@ -58,8 +58,14 @@ class ReductionMixin(ScanMixin):
         out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
         if op is Op.MAX and not empty_ok and any(self.shape[a] == 0 for a in axes) and resolve(prod(out_shape) != 0):
             raise ShapeError(f"cannot take {op.name.lower()} over an empty axis of shape {self.shape}")
-        ret = x._wrap(UOp(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes))) if axes else x
-        return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        if not axes:
+            return x
+        # the shapes are known here: recorded on the nodes (no walk works them out later)
+        ret = x._wrap(UOp.shaped(Op.REDUCE_AXIS, x.dtype, (x.uop,), (op, axes), out_shape))
+        if keepdim:
+            return ret
+        kept = tuple(s for i, s in enumerate(self.shape) if i not in axes)
+        return ret._wrap(UOp.shaped(Op.RESHAPE, x.dtype, (ret.uop,), kept, kept))
 
     def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: Any = None) -> Tensor:
         """Sum over `axis`. Without `dtype`: integers and bools sum in (and give) int64/uint64, as numpy; half

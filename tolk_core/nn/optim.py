@@ -173,7 +173,8 @@ class Adam(Optimizer):
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
         m, v = self.m[i], self.v[i]
-        shape = p.shape  # the formula as nodes (see the module docstring): every operand has the parameter's shape and dtype
+        # the formula as nodes (see the module docstring): every operand has the parameter's shape and dtype
+        shape = p.shape
         pn, gn, mn, vn = (Nodes(t.uop, shape) for t in (p, g, m, v))
         if self.weight_decay and not self.decoupled:
             gn = gn + self.weight_decay * pn

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import hashlib
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
