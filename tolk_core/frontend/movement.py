@@ -80,6 +80,18 @@ def _pairs(what: str, arg: Any, shape: tuple, allow_none: bool = False) -> tuple
     return arg
 
 
+def _plain_sizes(shape: Any) -> bool:
+    """Whether `shape` is a tuple of plain non-negative ints (no -1, no symbolic size, no bool)."""
+    return type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape)
+
+
+def _plain_pads(padding: Any, shape: tuple[sint, ...]) -> bool:
+    """Whether `padding` is one (before, after) tuple of non-negative plain ints per axis of a `shape` of plain
+    ints."""
+    return type(padding) is tuple and len(padding) == len(shape) and _plain_sizes(shape) and \
+        all(type(p) is tuple and len(p) == 2 and _plain_sizes(p) for p in padding)
+
+
 # (input shape, recipe) -> the movement ops a recipe applied to an input of that shape, as (op, arg, shape)
 # from the input up: see `MovementMixin._chained`
 _chains: dict[tuple, tuple[tuple[Op, Any, tuple[sint, ...]], ...]] = {}
@@ -127,6 +139,13 @@ class MovementMixin:
         return self._wrap(UOp.shaped(op, self.uop.dtype, (self.uop,), arg, shape))
 
     def reshape(self: Tensor, *shape: Any) -> Tensor:
+        own = self.shape
+        new = shape[0] if len(shape) == 1 and type(shape[0]) is tuple else shape
+        if _plain_sizes(new) and _plain_sizes(own):  # the common case, checked in a few comparisons
+            if new == own:
+                return self
+            if math.prod(new) == math.prod(own):
+                return self._wrap(UOp.shaped(Op.RESHAPE, self.uop.dtype, (self.uop,), new, new))
         shape = self._shape_arg(shape)
         if sum(map(_is_neg1, shape)) > 1:
             raise ShapeError(f"reshape to {shape}: only one dimension can be -1")
@@ -188,6 +207,12 @@ class MovementMixin:
         """Pad each axis by (before, after); `padding` has one pair per axis (torch's flat form also accepted:
         pairs from the last axis back). Negative pads crop. `mode`: "constant" (with `value`), or "reflect",
         "replicate", "circular", which copy the tensor's own elements (frontend/padding.py has their rules)."""
+        if mode == "constant" and type(value) is int and value == 0 and _plain_pads(padding, self.shape):
+            # the common case (zero pads of plain ints, one pair per axis), checked in a few comparisons
+            if all(p == (0, 0) for p in padding):
+                return self
+            shape = tuple(s + b + a for s, (b, a) in zip(self.shape, padding, strict=True))
+            return self._wrap(UOp.shaped(Op.PAD, self.uop.dtype, (self.uop,), tuple(padding), shape))
         padding_modes.check_mode(mode, value)
         padding = self._pad_pairs(padding)
         if any(b < 0 or a < 0 for b, a in padding):  # negative padding crops, before any mode pads
