@@ -66,7 +66,7 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
     nodes = sink.toposort()
     reads = _reading_storage(nodes)
-    if known := {u: k for u in nodes if (k := _known(u, device)) is not None}:
+    if known := _known_in(nodes, device):
         sink = sink.substitute(known, placements.carry_intent)
     sink = _copy_across_devices(device, sink)
     for u in sink.src:
@@ -82,6 +82,16 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         if not capturing() and orig in reads:
             _computed[orig] = views[orig]
     return [views.get(v, v) for v in out]
+
+
+def _known_in(nodes: list[UOp], device: str) -> dict[UOp, UOp]:
+    """The nodes of `nodes` an earlier realize computed into storage on `device`, with that storage's view.
+    The values remembered are few (a value is dropped with its last reader, and a realized tensor holds its
+    storage, not its value): the smaller side is walked."""
+    if len(_computed) < len(nodes):
+        present = set(nodes)
+        return {u: view for u, view in list(_computed.items()) if u in present and view.device == device}
+    return {u: k for u in nodes if (k := _known(u, device)) is not None}
 
 
 def _placeholder(device: str, v: UOp) -> UOp:
