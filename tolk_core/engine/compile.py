@@ -124,6 +124,28 @@ def use_program(device: Any, ast: UOp, program: tuple[Any, KernelSource]) -> Non
     """Launch `program` (loaded program, rendered source) for kernel `ast` on the opened `device` from now on:
     a tuned plan replacing the heuristic's (engine/tuning.py)."""
     _programs[(device, ast)] = program
+    _replaced[0] += 1
+
+
+# how many programs `use_program` replaced: whoever keeps programs it looked up (`loaded`) looks again on change
+_replaced = [0]
+
+
+def replaced() -> int:
+    """A count that changes whenever a kernel's program is replaced (a tuned plan): programs from `loaded`
+    are current while it stays the same."""
+    return _replaced[0]
+
+
+def loaded(device: Any, asts: Sequence[UOp]) -> list[tuple[Any, KernelSource]] | None:
+    """The loaded program and source of each kernel SINK of `asts` on the opened `device`, where every one is
+    compiled already; None otherwise (nothing is compiled here)."""
+    out = []
+    for ast in asts:
+        if ast.op is not Op.SINK or (p := _programs.get((device, ast))) is None:
+            return None
+        out.append(p)
+    return out
 
 
 def to_program(ast: UOp, device: str) -> UOp:

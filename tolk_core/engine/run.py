@@ -73,7 +73,7 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
         GlobalCounters.kernels_launched += len(launches)
         # the buffers stay referenced until the launches ran (queued on the device inside together())
         concurrent.defer(arg_device(linear.src[0].src[1]) if linear.src else "",
-                         lambda: _launch(launches, all_bufs))
+                         lambda: launch_all(launches, all_bufs))
         return
     for call, (prg, ks), handles in zip(linear.src, programs, all_handles, strict=True):
         vals = kernel_vals(ks, var_vals)
@@ -87,7 +87,7 @@ def run_linear(linear: UOp, input_uops: Sequence[UOp] = (), var_vals: dict[str, 
             print(profile.launch_line(device, ks.name, gsize, ks.local_size, seconds, cost))
 
 
-def _launch(launches: list[tuple[Any, list[Any], Any, Any, tuple[int, ...]]], keep: list[Any]) -> None:
+def launch_all(launches: list[tuple[Any, list[Any], Any, Any, tuple[int, ...]]], keep: list[Any]) -> None:
     """Launch each (program, handles, global size, local size, values) in order; `keep` holds their Buffers."""
     for prg, handles, gsize, lsize, vals in launches:
         prg(*handles, global_size=gsize, local_size=lsize, vals=vals)

@@ -15,6 +15,7 @@ schedules anew, and so does every call while VIZ records (engine/viz.py). `sched
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from tolk_core import config
@@ -37,7 +38,33 @@ _SCHEDULE_SETTINGS = ("PLACEMENT_STACK_THRESHOLD", "SPLIT_REDUCEOP", "REDUCEOP_S
 # placement decisions the compile made, by graph position, the calls as (AST, info, slot of each argument) where
 # every argument is a slot and no AST holds one: a hit rebuilds those CALLs only, not the kernels' graphs)
 _Calls = tuple[tuple[UOp, Any, tuple[int, ...]], ...]
-_schedules: dict[tuple, tuple[UOp, list[tuple[int, Any]], int, placements.Decisions, _Calls | None]] = {}
+
+
+@dataclass
+class Entry:
+    """A cached schedule: the LINEAR with numbered slots for its buffers (`_slot`: the inputs in order of
+    appearance, then the storage it makes, its values' first), the (size, dtype) of each buffer it makes, how
+    many of those hold its values, the placement decisions its compile made (by graph position), and its calls
+    as (AST, info, slot of each argument) where every argument is a slot and no AST holds one (None otherwise:
+    a hit then substitutes the whole LINEAR). `derived`: what launching it directly works out once
+    (engine/hits.py)."""
+    template: UOp
+    fresh: list[tuple[int, Any]]
+    n_out: int
+    decisions: placements.Decisions
+    calls: _Calls | None
+    derived: dict[str, Any] = field(default_factory=dict)
+
+
+class Hit(NamedTuple):
+    """A cache entry found for a graph (`lookup`): the entry, the graph's BUFFERs (its input slots, in order)
+    and its bound Variables' values."""
+    entry: Entry
+    inputs: list[UOp]
+    var_vals: dict[str, int]
+
+
+_schedules: dict[tuple, Entry] = {}
 
 
 class Schedule(NamedTuple):
@@ -82,17 +109,36 @@ def _from_cache(key: tuple | None, target: Target, nodes: list[UOp],
                 inputs: list[UOp]) -> tuple[UOp, list[UOp]] | None:
     """A cached LINEAR for `key` with this call's buffers (its inputs, then fresh storage for the outputs and
     intermediates, which it also returns), its placement decisions replayed; None on a miss."""
-    if key is None or (hit := _schedules.get(key)) is None:
+    if key is None or (entry := _schedules.get(key)) is None:
         return None
-    template, fresh, _, decisions, calls = hit
-    placements.replay(nodes, decisions)
-    bufs = inputs + [buffers.new_buffer(target.device, size, dt) for size, dt in fresh]
+    placements.replay(nodes, entry.decisions)
+    bufs = inputs + [buffers.new_buffer(target.device, size, dt) for size, dt in entry.fresh]
+    count_hit()
+    if entry.calls is None:
+        return entry.template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)}), bufs[len(inputs):]
+    return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (ast, *[bufs[i] for i in slots]), info)
+                                             for ast, info, slots in entry.calls)), bufs[len(inputs):]
+
+
+def count_hit() -> None:
+    """Count a schedule served from the cache."""
     GlobalCounters.schedules += 1
     GlobalCounters.schedule_cache_hits += 1
-    if calls is None:
-        return template.substitute({_slot(i, b.dtype): b for i, b in enumerate(bufs)}), bufs[len(inputs):]
-    return UOp(Op.LINEAR, dtypes.void, tuple(UOp(Op.CALL, dtypes.void, (ast, *[bufs[i] for i in slots]), info)
-                                             for ast, info, slots in calls)), bufs[len(inputs):]
+
+
+def lookup(kind: str, target: Target, sink: UOp) -> Hit | None:
+    """The entry `schedule` (`kind` "values": `sink`'s sources are values) or `schedule_stores` ("stores")
+    would reuse for `sink`, when its calls take slots only, with the entry's placement decisions replayed onto
+    `sink`'s nodes (as a hit replays them); None otherwise. Nothing is counted: the caller that launches the
+    hit counts it (`count_hit`), one that does not schedules as usual."""
+    sink, var_vals = unbind(sink)
+    nodes = sink.toposort()
+    shape, inputs = _structure(nodes)
+    key = _cache_key(kind, target, sink, var_vals, shape)
+    if key is None or (entry := _schedules.get(key)) is None or entry.calls is None:
+        return None
+    placements.replay(nodes, entry.decisions)
+    return Hit(entry, inputs, var_vals)
 
 
 def _call_slots(template: UOp) -> _Calls | None:
@@ -121,8 +167,8 @@ def _remember(key: tuple | None, linear: UOp, inputs: list[UOp], made: list[UOp]
     if len(_schedules) >= SCHEDULE_CACHE_SIZE:
         del _schedules[next(iter(_schedules))]
     template = linear.substitute(slots)
-    _schedules[key] = (template, [(b.arg, b.dtype) for b in made], n_out,
-                       placements.recorded(nodes, before, placements.current().placements), _call_slots(template))
+    _schedules[key] = Entry(template, [(b.arg, b.dtype) for b in made], n_out,
+                            placements.recorded(nodes, before, placements.current().placements), _call_slots(template))
 
 
 def _scheduled(target: Target, sink: UOp, values: bool, var_vals: dict[str, int], nodes: list[UOp],

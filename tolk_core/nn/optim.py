@@ -18,6 +18,7 @@ the Tensor of a Tensor operator; an eager step builds them for every parameter.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 
@@ -180,8 +181,8 @@ class Adam(Optimizer):
             gn = gn + self.weight_decay * pn
         m_new = self.b1 * mn + (1 - self.b1) * gn
         v_new = self.b2 * vn + (1 - self.b2) * (gn * gn)
-        c1, c2 = (Nodes.of(self._per_step((k, p.device, p.dtype, p.ndim), lambda b=b: self._correction(b, p)), shape)
-                  for k, b in (("c1", self.b1), ("c2", self.b2)))
+        c1, c2 = (Nodes.of(self._per_step((k, p.device, p.dtype, p.ndim), functools.partial(self._correction, b, p)),
+                           shape) for k, b in (("c1", self.b1), ("c2", self.b2)))
         update = (m_new / c1) / ((v_new / c2).sqrt() + self.eps)
         lr = Nodes.of(self._lr_for(p), shape)
         if self.weight_decay and self.decoupled:

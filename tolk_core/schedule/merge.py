@@ -18,7 +18,7 @@ updates in few kernels").
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Hashable, Sequence
 
 from tolk_core import config
 from tolk_core.ir.calls import KernelInfo
@@ -33,15 +33,16 @@ def _stores(ast: UOp) -> list[UOp]:
     return [u for u in ast.toposort() if u.op is Op.STORE and u.src[0].src[0].op is Op.PARAM]
 
 
-def reads_precede_stores(calls: Sequence[tuple[UOp, Sequence[UOp]]], destinations: set[UOp]) -> bool:
-    """Whether the kernels `calls` ((kernel SINK, the buffer of each PARAM slot), in run order) of a schedule of
+def reads_precede_stores(calls: Sequence[tuple[UOp, Sequence[Hashable]]], destinations: Collection[Hashable]) -> bool:
+    """Whether the kernels `calls` ((kernel SINK, the buffer of each PARAM slot: BUFFER nodes, or any values that
+    are equal where the buffers are one, such as a cached schedule's slot numbers), in run order) of a schedule of
     assignments read every destination (of `destinations`, storage read for its contents before the
     assignments) before it is stored: no two kernels store one buffer, a kernel reading a destination that
     another stores runs before that one, and one reading a destination that it stores itself, alongside other
     stores, reads it only at the INDEX it stores it at (each element is loaded before it is stored:
     codegen/linearize.py). A kernel of one store reading its own destination is `assign`'s case, left to
     prepare (docs/prepare.md)."""
-    writer: dict[UOp, int] = {}
+    writer: dict[Hashable, int] = {}
     for i, (ast, bufs) in enumerate(calls):
         for st in _stores(ast):
             if writer.setdefault(bufs[st.src[0].src[0].arg], i) != i:

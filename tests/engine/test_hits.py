@@ -1,0 +1,107 @@
+"""Schedule-cache hits launched directly (engine/hits.py): a repeated realize or assignment queues its kernels on
+new storage without building a LINEAR. Its results must equal numpy's step after step, its intermediates must
+be given back, stores that read each other's targets must keep the cached verdict, and a replaced program (a
+tuned plan) must be picked up."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+import tolk_core
+from tests.frontend.helpers import close
+from tolk_core.counters import GlobalCounters
+from tolk_core.engine import compile as engine_compile
+from tolk_core.engine import hits
+from tolk_core.engine import schedule as engine_schedule
+from tolk_core.frontend.tensor import Tensor, assign_stages
+from tolk_core.runtime import Buffer
+
+
+def _step(x: Tensor, w: Tensor) -> Tensor:
+    h = (x @ w).relu()  # stored: the matmul's output feeds a reduction over rows
+    return (h - h.max(axis=1, keepdim=True)).exp().sum(axis=1)
+
+
+def _ref(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    h = np.maximum(x @ w, 0)
+    return np.exp(h - h.max(axis=1, keepdims=True)).sum(axis=1)
+
+
+def test_repeated_realizes_launch_directly_with_numpys_values(device) -> None:
+    rng = np.random.default_rng(0)
+    wn = rng.standard_normal((8, 6)).astype(np.float32)
+    w = Tensor(wn, device=device)
+    direct = 0
+    for i in range(5):
+        x = rng.standard_normal((5, 8)).astype(np.float32)
+        before = GlobalCounters.schedule_cache_hits
+        launched = hits.launch
+        calls: list[int] = []
+        hits.launch = lambda d, h, _f=launched, _c=calls: _c.append(1) or _f(d, h)  # type: ignore[assignment]
+        try:
+            out = _step(Tensor(x, device=device), w).numpy()
+        finally:
+            hits.launch = launched  # type: ignore[assignment]
+        close(out, _ref(x, wn), rtol=1e-5)
+        if i >= 1:  # the first graph of this shape may be cached by another test already; later ones hit
+            assert GlobalCounters.schedule_cache_hits == before + 1 and calls
+            direct += 1
+    assert direct == 4
+
+
+def test_intermediates_of_direct_launches_are_given_back() -> None:
+    rng = np.random.default_rng(1)
+    w = Tensor(rng.standard_normal((8, 6)).astype(np.float32))
+    x = Tensor(rng.standard_normal((5, 8)).astype(np.float32))
+
+    def live_buffers() -> int:
+        gc.collect()
+        return sum(isinstance(o, Buffer) for o in gc.get_objects())
+    for _ in range(3):
+        _step(x, w).realize()
+    start = live_buffers()
+    for _ in range(40):
+        _step(x, w).realize()
+    assert live_buffers() <= start + 2  # the results of the last calls at most, not one set per call
+
+
+def test_stores_reading_each_others_targets_repeat_directly() -> None:
+    """An optimizer-like update: a and b each store a value reading both (the scheduler keeps every read
+    before the store it reads); repeated, the cached verdict and the direct launch keep numpy's values."""
+    rng = np.random.default_rng(2)
+    a0, b0 = rng.standard_normal(16).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    a, b = Tensor(a0.copy()).contiguous().realize(), Tensor(b0.copy()).contiguous().realize()
+    for _ in range(4):
+        assign_stages([[(a, a * 0.5 + b)], [(b, b * 0.25 - a)]])
+        a0, b0 = a0 * 0.5 + b0, b0 * 0.25 - a0
+    close(a.numpy(), a0, rtol=1e-5)
+    close(b.numpy(), b0, rtol=1e-5)
+
+
+def test_a_replaced_program_is_picked_up() -> None:
+    rng = np.random.default_rng(3)
+    xn, wn = rng.standard_normal((5, 8)).astype(np.float32), rng.standard_normal((8, 6)).astype(np.float32)
+    x, w = Tensor(xn), Tensor(wn)
+    for _ in range(2):
+        _step(x, w).realize()
+    for e in engine_schedule._schedules.values():
+        e.derived.pop("plan", None)
+    _step(x, w).realize()  # works out its entry's plan again
+    (entry,) = [e for e in engine_schedule._schedules.values() if "plan" in e.derived]
+    device, count, _ = entry.derived["plan"]
+    ast = entry.calls[0][0]
+    engine_compile.use_program(device, ast, engine_compile._programs[(device, ast)])  # the same program again
+    assert engine_compile.replaced() == count + 1
+    out = _step(x, w).realize()  # as the calls before (`numpy()` of a lazy value marks it observable: another key)
+    assert entry.derived["plan"][1] == engine_compile.replaced()  # worked out again
+    close(out.numpy(), _ref(xn, wn), rtol=1e-5)
+
+
+def test_a_jitted_function_still_captures_linears() -> None:
+    rng = np.random.default_rng(4)
+    w = Tensor(rng.standard_normal((8, 6)).astype(np.float32))
+    step = tolk_core.jit(_step)
+    for _ in range(4):
+        x = rng.standard_normal((5, 8)).astype(np.float32)
+        close(step(Tensor(x), w).numpy(), _ref(x, w.numpy()), rtol=1e-5)

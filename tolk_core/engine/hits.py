@@ -1,0 +1,79 @@
+"""hits: a schedule-cache hit launched directly, without its LINEAR.
+
+An eager step realizes the same graphs every step, and each realize is a schedule-cache hit (engine/schedule.py).
+Built as a LINEAR, a hit costs a BUFFER node and a runtime Buffer per intermediate, a CALL node per kernel, and
+per launch the lookups of its program, launch sizes and buffers: a few milliseconds per step for a recurrent
+or transformer train step, more than its kernels. Here the entry's launches are resolved once (each kernel's
+loaded program, launch sizes and scalar arguments, and the slot of each of its buffers; the Variables' values
+are part of the entry's key), and a hit allocates its storage and queues the launches on them: BUFFER nodes only
+for the values it returns, plain runtime Buffers for the intermediates, kept alive by the queued launches.
+
+Where a LINEAR must exist this is not used (`allowed`): inside a JIT capture (which records LINEARs), while
+profiling or at DEBUG>=2 (launches timed one by one), with BEAM (kernels tuned on first launch).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tolk_core import config
+from tolk_core.counters import GlobalCounters
+from tolk_core.engine import buffers, compile, concurrent, profile, run
+from tolk_core.engine.schedule import Hit, count_hit
+from tolk_core.ir.uop import UOp
+from tolk_core.plugins import Device
+from tolk_core.runtime import Buffer
+from tolk_core.schedule.merge import reads_precede_stores
+
+
+def allowed() -> bool:
+    """Whether a hit may be launched directly now (see the module docstring)."""
+    return not run.capturing() and not profile.profiling() and config.get("DEBUG") < 2 and not config.get("BEAM")
+
+
+def _plan(device: str, hit: Hit) -> tuple[Any, list[tuple[Any, tuple[int, ...], Any, Any, tuple[int, ...]]]] | None:
+    """(the opened device, each launch as (program, argument slots, global size, local size, scalar values)) of
+    `hit`'s entry on `device`, worked out on first use and again when the device is reopened or a program
+    replaced (a tuned plan); None where some kernel is not compiled for it."""
+    handle, entry = Device[device], hit.entry
+    assert entry.calls is not None  # `lookup` finds entries whose calls take slots only
+    if (got := entry.derived.get("plan")) is not None and got[0] is handle and got[1] == compile.replaced():
+        return handle, got[2]
+    programs = compile.loaded(handle, [ast for ast, _, _ in entry.calls])
+    if programs is None:
+        return None
+    plan = [(prg, slots, ks.launch_dims(hit.var_vals), ks.local_size, compile.kernel_vals(ks, hit.var_vals))
+            for (prg, ks), (_, _, slots) in zip(programs, entry.calls, strict=True)]
+    entry.derived["plan"] = (handle, compile.replaced(), plan)
+    return handle, plan
+
+
+def reads_precede_stores_at(hit: Hit, destinations: set[UOp]) -> bool:
+    """`merge.reads_precede_stores` of the hit's kernels, `destinations` among its inputs (BUFFERs): structural,
+    so worked out once per entry and set of destination slots."""
+    assert hit.entry.calls is not None
+    where = {b: i for i, b in enumerate(hit.inputs)}
+    slots = frozenset(where[d] for d in destinations if d in where)
+    verdicts = hit.entry.derived.setdefault("reads precede stores", {})
+    if (verdict := verdicts.get(slots)) is None:
+        verdict = verdicts[slots] = reads_precede_stores([(ast, s) for ast, _, s in hit.entry.calls], set(slots))
+    return verdict
+
+
+def launch(device: str, hit: Hit) -> list[UOp] | None:
+    """Queue `hit`'s kernels on its inputs and new storage; the new BUFFERs holding its values (as `schedule`
+    returns them). None, with nothing done, where a kernel is not compiled for `device` (the caller schedules
+    as usual, which compiles it). Every buffer is allocated before anything is queued, as `run_linear` does."""
+    if (found := _plan(device, hit)) is None:
+        return None
+    handle, plan = found
+    entry, alloc = hit.entry, handle.allocator
+    outs = [buffers.new_buffer(device, size, dt) for size, dt in entry.fresh[:entry.n_out]]
+    bufs = [buffers.runtime_buffer(b, alloc).allocate() for b in (*hit.inputs, *outs)]
+    bufs += [Buffer(device, size, dt, allocator=alloc).allocate() for size, dt in entry.fresh[entry.n_out:]]
+    handles = [b.handle for b in bufs]
+    launches = [(prg, [handles[i] for i in slots], gsize, lsize, vals) for prg, slots, gsize, lsize, vals in plan]
+    count_hit()
+    GlobalCounters.kernels_launched += len(launches)
+    # the buffers stay referenced until the launches ran (queued on the device inside together())
+    concurrent.defer(device, lambda: run.launch_all(launches, bufs))
+    return outs
