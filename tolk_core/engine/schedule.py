@@ -237,15 +237,20 @@ def _structure(nodes: list[UOp]) -> tuple[tuple, list[UOp]]:
     index: dict[UOp, int] = {}
     inputs: list[UOp] = []
     out: list[tuple] = []
+    append, at = out.append, index.__getitem__
     for i, u in enumerate(nodes):
-        op = u.op
+        op, src = u.op, u.src
         if op is Op.BUFFER:
-            out.append(("buffer", u.dtype, u.arg, len(inputs)))
+            append(("buffer", u.dtype, u.arg, len(inputs)))
             inputs.append(u)
         elif op is Op.UNIQUE:  # a buffer's identity: what the slots abstract away
-            out.append(("unique",))
+            append(("unique",))
+        elif len(src) == 1:  # most nodes: one or two sources, indexed without a map object
+            append((op, u.dtype, u.arg, at(src[0])))
+        elif len(src) == 2:
+            append((op, u.dtype, u.arg, at(src[0]), at(src[1])))
         else:
-            out.append((op, u.dtype, u.arg, tuple(map(index.__getitem__, u.src))))
+            append((op, u.dtype, u.arg, *map(at, src)))
         index[u] = i
     return tuple(out), inputs
 

@@ -242,6 +242,15 @@ class MovementMixin:
         return tuple((_sint(b), _sint(a)) for b, a in padding)
 
     def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
+        own = self.shape
+        if type(arg) is tuple and len(arg) == len(own) and _plain_sizes(own):  # plain ints in range: the fast path
+            pairs = tuple((0, s) if a is None else a for a, s in zip(arg, own, strict=True))
+            if all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int and
+                   0 <= p[0] <= p[1] <= s for p, s in zip(pairs, own, strict=True)):
+                if pairs == tuple((0, s) for s in own):
+                    return self
+                shape = tuple(e - b for b, e in pairs)
+                return self._wrap(UOp.shaped(Op.SHRINK, self.uop.dtype, (self.uop,), pairs, shape))
         arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1]))
                     for a, s in zip(_pairs("shrink", arg, self.shape, allow_none=True), self.shape, strict=True))
         return self if all(a == (0, s) for a, s in zip(arg, self.shape, strict=True)) else self._mop(Op.SHRINK, arg)

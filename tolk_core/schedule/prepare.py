@@ -776,6 +776,9 @@ def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
 
 
 # ---------------------------------------------------------------- unbind
+_SIZED_MOVEMENTS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PAD, Op.SHRINK})
+
+
 def _binds_in(arg: Any, out: list[UOp]) -> None:
     """The BINDs in a movement's argument: sizes, or pairs of sizes, each an int or a symbolic UOp. Ints are
     skipped without a call: every realize walks every movement of its graph here."""
@@ -802,10 +805,15 @@ def unbind(sink: UOp) -> tuple[UOp, dict[str, int]]:
     Binding one Variable to two values in one graph raises ShapeError naming both.
     """
     nodes = sink.toposort()
-    binds: list[UOp] = [u for u in nodes if u.op is Op.BIND]
-    for u in nodes:
-        if u.op in (Op.RESHAPE, Op.EXPAND, Op.PAD, Op.SHRINK):
-            _binds_in(u.arg, binds)
+    binds: list[UOp] = []
+    for u in nodes:  # one pass (every realize makes it): plain int sizes and (int, int) pairs skipped inline
+        op = u.op
+        if op is Op.BIND:
+            binds.append(u)
+        elif op in _SIZED_MOVEMENTS:
+            for a in u.arg:
+                if type(a) is not int and not (type(a) is tuple and type(a[0]) is int and type(a[1]) is int):
+                    _binds_in(a, binds)
     if not binds:
         return sink, {}
     var_vals: dict[str, int] = {}
