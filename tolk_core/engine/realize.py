@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections import Counter
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -168,8 +170,18 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
     return sink.substitute(done) if done else sink
 
 
+_op_of = attrgetter("op")
+
+
 def _crosses_devices(device: str, nodes: list[UOp]) -> bool:
-    """Whether a graph (its `nodes`) copies or reads storage on a device other than `device`."""
+    """Whether a graph (its `nodes`) copies or reads storage on a device other than `device`. Storage names
+    its device by a DEVICE node, one per name (interned): a graph whose only DEVICE node is this device's
+    reads no other device's storage, which the op counts tell without a Python step per node."""
+    counts = Counter(map(_op_of, nodes))
+    if counts[Op.COPY]:
+        return True
+    if counts[Op.DEVICE] == 0 or (counts[Op.DEVICE] == 1 and UOp(Op.DEVICE, dtypes.void, (), device) in set(nodes)):
+        return False
     for u in nodes:
         op = u.op
         if op is Op.COPY or (op is Op.BUFFER and buffers.buffer_device(u) != device):
