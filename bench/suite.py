@@ -210,6 +210,7 @@ def frontend_times(device: str, peers: dict[str, bool]) -> list[dict[str, Any]]:
         rec = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
             {"error": proc.stderr[-300:]}
         out.append({"row": "front end per Tensor op", "who": who, **rec})
+    return out
 
 
 _CHILD_REGISTRY = """
