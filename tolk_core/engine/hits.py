@@ -27,7 +27,10 @@ from tolk_core.schedule.merge import reads_precede_stores
 
 def allowed() -> bool:
     """Whether a hit may be launched directly now (see the module docstring)."""
-    return not run.capturing() and not profile.profiling() and config.get("DEBUG") < 2 and not config.get("BEAM")
+    if run.capturing() or profile.profiling():
+        return False
+    debug, beam = config.get_many(("DEBUG", "BEAM"))
+    return debug < 2 and not beam
 
 
 def _plan(device: str, hit: Hit) -> tuple[Any, list[tuple[Any, tuple[int, ...], Any, Any, tuple[int, ...]]]] | None:

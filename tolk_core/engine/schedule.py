@@ -98,10 +98,11 @@ def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int],
                shape: tuple) -> tuple | None:
     """The schedule cache's key of `sink`, whose `structure` is `shape` (None: this call is not cached, see
     the module docstring)."""
-    if config.get("DEBUG") >= 3 or viz.active():
+    debug, *settings = config.get_many(("DEBUG", *_SCHEDULE_SETTINGS))  # one look at the config files
+    if debug >= 3 or viz.active():
         return None
     lineage = placements.current()
-    return (kind, target.device, shape, tuple(sorted(var_vals.items())), config.get_many(_SCHEDULE_SETTINGS),
+    return (kind, target.device, shape, tuple(sorted(var_vals.items())), tuple(settings),
             placements.digest(sink, lineage.placements, lineage.inline_preferences))
 
 
