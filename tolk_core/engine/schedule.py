@@ -34,9 +34,7 @@ SCHEDULE_CACHE_SIZE = 512
 # the settings scheduling reads: part of the schedule cache's key
 _SCHEDULE_SETTINGS = ("PLACEMENT_STACK_THRESHOLD", "SPLIT_REDUCEOP", "REDUCEOP_SPLIT_SIZE", "REDUCEOP_SPLIT_THRESHOLD",
                       "FUSION_WORK_BOUND", "FUSION_MIN_EXCESS", "KERNEL_MAX_OPS", "KERNEL_MAX_BUFFERS")
-# structural key -> (LINEAR with slots for buffers, (size, dtype) of each new buffer's slot, output slots, the
-# placement decisions the compile made, by graph position, the calls as (AST, info, slot of each argument) where
-# every argument is a slot and no AST holds one: a hit rebuilds those CALLs only, not the kernels' graphs)
+# a cached schedule's calls as (AST, info, slot of each argument): see `Entry`
 _Calls = tuple[tuple[UOp, Any, tuple[int, ...]], ...]
 
 
@@ -64,6 +62,17 @@ class Hit(NamedTuple):
     var_vals: dict[str, int]
 
 
+class _Keyed(NamedTuple):
+    """A graph ready for the cache: `sink` with its Variables unbound, their values, its nodes (toposort), its
+    BUFFERs in order (the input slots) and its key (None: not cached)."""
+    sink: UOp
+    var_vals: dict[str, int]
+    nodes: list[UOp]
+    inputs: list[UOp]
+    key: tuple | None
+
+
+# structural key -> the cached schedule
 _schedules: dict[tuple, Entry] = {}
 
 
@@ -132,14 +141,19 @@ def lookup(kind: str, target: Target, sink: UOp) -> Hit | None:
     would reuse for `sink`, when its calls take slots only, with the entry's placement decisions replayed onto
     `sink`'s nodes (as a hit replays them); None otherwise. Nothing is counted: the caller that launches the
     hit counts it (`count_hit`), one that does not schedules as usual."""
+    k = _keyed(kind, target, sink)
+    if k.key is None or (entry := _schedules.get(k.key)) is None or entry.calls is None:
+        return None
+    placements.replay(k.nodes, entry.decisions)
+    return Hit(entry, k.inputs, k.var_vals)
+
+
+def _keyed(kind: str, target: Target, sink: UOp) -> _Keyed:
+    """`sink` unbound and keyed for the cache (one walk for its structure and inputs: see `_structure`)."""
     sink, var_vals = unbind(sink)
     nodes = sink.toposort()
     shape, inputs = _structure(nodes)
-    key = _cache_key(kind, target, sink, var_vals, shape)
-    if key is None or (entry := _schedules.get(key)) is None or entry.calls is None:
-        return None
-    placements.replay(nodes, entry.decisions)
-    return Hit(entry, inputs, var_vals)
+    return _Keyed(sink, var_vals, nodes, inputs, _cache_key(kind, target, sink, var_vals, shape))
 
 
 def _call_slots(template: UOp) -> _Calls | None:
@@ -190,27 +204,24 @@ def _scheduled(target: Target, sink: UOp, values: bool, var_vals: dict[str, int]
     return linear
 
 
-def _schedule(kind: str, target: Target, sink: UOp, var_vals: dict[str, int]) -> tuple[UOp, list[UOp]]:
-    """The LINEAR of `sink` and the storage made for its first outputs: from the cache, or scheduled and
-    remembered. `kind` "values": `sink`'s sources are values, each stored into new storage; "stores": `sink`
-    holds STOREs into existing storage."""
-    nodes = sink.toposort()
-    shape, inputs = _structure(nodes)
-    key = _cache_key(kind, target, sink, var_vals, shape)
+def _schedule(kind: str, target: Target, sink: UOp) -> tuple[UOp, list[UOp], dict[str, int]]:
+    """The LINEAR of `sink`, the storage made for its first outputs and the bound Variables' values: from the
+    cache, or scheduled and remembered. `kind` "values": `sink`'s sources are values, each stored into new
+    storage; "stores": `sink` holds STOREs into existing storage."""
+    sink, var_vals, nodes, inputs, key = _keyed(kind, target, sink)
     if (hit := _from_cache(key, target, nodes, inputs)) is not None:
-        return hit
+        return (*hit, var_vals)
     made: list[UOp] = []
     before = [placements.current().placements.raw_entry(u) for u in nodes]
     n_out = len(sink.src) if kind == "values" else 0
     linear = _scheduled(target, sink, kind == "values", var_vals, nodes, made)
     _remember(key, linear, inputs, made, n_out, nodes, before)
-    return linear, made
+    return linear, made, var_vals
 
 
 def schedule(target: Target, values: Sequence[UOp]) -> Schedule:
     """Schedule `values` on `target` into new storage, without running anything (see the module docstring)."""
-    sink, var_vals = unbind(UOp(Op.SINK, dtypes.void, tuple(values)))
-    linear, made = _schedule("values", target, sink, var_vals)
+    linear, made, var_vals = _schedule("values", target, UOp(Op.SINK, dtypes.void, tuple(values)))
     return Schedule(linear, made[:len(values)], var_vals)
 
 
@@ -220,8 +231,7 @@ def schedule_stores(target: Target, sink: UOp) -> Schedule:
     destinations are BUFFERs like the inputs, numbered slots in the key (so which of them alias is part of
     it), and a hit substitutes this call's (an optimizer stores the same graphs into the same parameters every
     step)."""
-    sink, var_vals = unbind(sink)
-    linear, _ = _schedule("stores", target, sink, var_vals)
+    linear, _, var_vals = _schedule("stores", target, sink)
     return Schedule(linear, [], var_vals)
 
 
