@@ -26,11 +26,14 @@ Semantics:
 from __future__ import annotations
 
 import math
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tolk_core.errors import ArgumentError, ArgumentTypeError, DTypeError, ShapeError
+from tolk_core.frontend import autograd
 from tolk_core.frontend.activations import ActivationMixin
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.construction import as_const
@@ -55,9 +58,25 @@ _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 # the composite activations as node formulas (frontend/nodes.py: the same graph as Tensor operators, without a
 # Tensor per intermediate); the methods below document their numerics
+def _with_slope(x: Nodes, y: Nodes, slope: Callable[[Nodes], Nodes]) -> Nodes:
+    """`y`, computed from `x` by a composite formula, differentiated as g * slope(y) (docs/training.md,
+    "Activation gradients"): the derivative read off the output, torch's formula, instead of the rules walked
+    through every node of the formula (its branches, comparisons and constants)."""
+    # registered whether or not a gradient is wanted yet: a tensor may be marked after its values were built,
+    # and the rules' derivative of the formula is NaN at +-inf (exp(-2|x|) / (1 + ...) meets inf * 0)
+    xu, shape, yref = x.u, x.shape, weakref.ref(y.u)  # the key weakly: see softmax._vjp
+
+    def vjp(g: UOp) -> list[tuple[UOp, UOp]]:
+        yu = yref()
+        assert yu is not None, "a gradient is asked of a node that no longer exists"
+        return [(xu, (Nodes(g, shape) * slope(Nodes(yu, shape))).u)]
+    autograd.define_gradient(y.u, vjp)
+    return y
+
+
 def _sigmoid(x: Nodes) -> Nodes:
     e = (-x.abs()).exp()
-    return (x < 0).where(e, 1.0) / (1 + e)
+    return _with_slope(x, (x < 0).where(e, 1.0) / (1 + e), lambda y: y * (1 - y))
 
 
 def _tanh(x: Nodes) -> Nodes:
@@ -67,7 +86,7 @@ def _tanh(x: Nodes) -> Nodes:
     big = (1 - e) / (1 + e)
     x2 = x * x
     small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
-    return (ax < cut).where(small, (x < 0).where(-big, big))
+    return _with_slope(x, (ax < cut).where(small, (x < 0).where(-big, big)), lambda y: 1 - y * y)
 
 
 class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
