@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Union
 
 from tolk_core.errors import DTypeError, ShapeError, TolkError
@@ -129,15 +129,16 @@ class UOp:
             pass
         order: list[UOp] = []
         seen: set[UOp] = {self}
-        stack: list[tuple[UOp, int]] = [(self, 0)]
+        # each open node with an iterator over its sources: resuming the iterator costs less per edge than
+        # carrying an index in a rebuilt tuple (the walk is the eager realize's largest fixed cost per node)
+        stack: list[tuple[UOp, Iterator[UOp]]] = [(self, iter(self.src))]
         while stack:
-            u, i = stack[-1]
-            if i < len(u.src):
-                stack[-1] = (u, i + 1)
-                s = u.src[i]
+            u, srcs = stack[-1]
+            for s in srcs:
                 if s not in seen:
                     seen.add(s)
-                    stack.append((s, 0))
+                    stack.append((s, iter(s.src)))
+                    break
             else:
                 stack.pop()
                 order.append(u)
