@@ -17,6 +17,8 @@ from tolk_core.engine.target import target_for
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.calls import KernelInfo
 from tolk_core.ir.ops import GroupOp, Op
+from tolk_core.ir.pattern import graph_rewrite
+from tolk_core.schedule.prepare import pm_calls
 
 F32 = 4  # bytes
 
@@ -36,9 +38,10 @@ def _chain(x: Tensor) -> Tensor:
 
 def _chain_ops_per_element(y: Tensor) -> int:
     """The ALU nodes of `y`'s tensor graph that read storage (those computed from constants alone fold away),
-    counted on the graph, independently of the profiler."""
+    counted on the graph with its composites (tanh) expanded as prepare expands them, independently of the
+    profiler."""
     reads: set = set()
-    for u in y.uop.toposort():
+    for u in graph_rewrite(y.uop, pm_calls).toposort():
         if u.op is Op.BUFFER or any(s in reads for s in u.src):
             reads.add(u)
     return sum(u.op in GroupOp.ALU for u in reads)

@@ -4,7 +4,7 @@ import pytest
 from tolk_core import config
 from tolk_core.errors import SpecError, StageSpecError
 from tolk_core.ir import AddrSpace, AxisType, Op, UOp, Variable, dtypes
-from tolk_core.ir.calls import InlineCall
+from tolk_core.ir.calls import Composite, InlineCall
 from tolk_core.ir.spec import check, validate
 
 
@@ -137,6 +137,9 @@ def test_prepared_stage() -> None:
     call = UOp(Op.CALL, dtypes.float32, (UOp(Op.NEG, dtypes.float32, (param,)), b), InlineCall("neg"))
     with pytest.raises(SpecError, match="inline call 'neg' left in the graph"):
         validate(UOp(Op.SINK, dtypes.void, (_store(b, call),)), "prepared")
+    neg = Composite("neg", lambda x: UOp(Op.NEG, x.dtype, (x,)), lambda y, g: UOp(Op.NEG, g.dtype, (g,)))
+    with pytest.raises(SpecError, match="composite 'neg' left in the graph"):
+        validate(UOp(Op.SINK, dtypes.void, (_store(b, UOp(Op.CALL, dtypes.float32, (b,), neg)),)), "prepared")
 
 
 def test_linear_stage() -> None:

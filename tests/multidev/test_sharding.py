@@ -309,3 +309,16 @@ def test_cpu_and_opencl_launch_from_their_own_threads():
         total = t.sum(axis=0).numpy()
     np.testing.assert_allclose(got, np.maximum(x @ w, 0) * 2, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(total, x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_activations_of_sharded_values(devs, rows):
+    """A sharded value's sigmoid and tanh are their formulas pushed into the shards (the sharding pass maps the
+    IR's own ops); one device keeps them as composite nodes. Both give the same bits, and torch's values."""
+    x = data(rows, 5) * 4
+    x[0, :4] = [np.inf, -np.inf, -0.0, 1e-4]
+    t = Tensor(x).shard(devs, axis=0)
+    for name, ref in (("sigmoid", lambda v: 1 / (1 + np.exp(-v.astype(np.float64)))), ("tanh", np.tanh)):
+        got = getattr(t, name)().numpy()
+        np.testing.assert_array_equal(got, getattr(Tensor(x), name)().numpy())
+        np.testing.assert_allclose(got, ref(x), rtol=2e-6, atol=1e-7)

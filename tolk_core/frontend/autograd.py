@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from tolk_core.errors import TolkError
 from tolk_core.frontend.arguments import check_devices
-from tolk_core.ir.calls import is_inline_call
+from tolk_core.ir.calls import is_composite, is_inline_call
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import graph_rewrite
@@ -134,6 +134,15 @@ def _shrink_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     return (_node(Op.PAD, g.dtype, (g,), tuple((lo, s - hi) for (lo, hi), s in zip(u.arg, shape, strict=True)), shape),)
 
 
+def _call_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    """A composite kept whole (ir/calls.py) by its own slope; any other call has no rule (an inline call is
+    differentiated through its body, inlined before the walk)."""
+    if not is_composite(u):
+        raise GradientError(f"no gradient rule for CALL (dtype {u.dtype.name}, shape {tuple(u.shape or ())}) "
+                            "between a tensor that requires grad and the root")
+    return (u.arg.slope(u, g),)
+
+
 def _cast_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     src = u.src[0]
     return (_node(Op.CAST, src.dtype, (g,), None, g.tensor_shape) if dtypes.is_float(src.dtype) else None,)
@@ -158,6 +167,7 @@ _RULES: dict[Op, Rule] = {
     Op.MAX: lambda u, g: (_mul(g, _tie_share(u.src[0], u.src[1])), _mul(g, _tie_share(u.src[1], u.src[0]))),
     Op.WHERE: lambda u, g: (None, _where(u.src[0], g, _full(g, 0.0)), _where(u.src[0], _full(g, 0.0), g)),
     Op.CAST: _cast_rule,
+    Op.CALL: _call_rule,
     Op.REDUCE_AXIS: _reduce_rule,
     Op.RESHAPE: lambda u, g: (_node(Op.RESHAPE, g.dtype, (g,), tuple(u.src[0].tensor_shape),
                                     tuple(u.src[0].tensor_shape)),),

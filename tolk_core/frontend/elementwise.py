@@ -40,6 +40,7 @@ from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
 from tolk_core.frontend.nodes import Nodes, broadcast_scalar
 from tolk_core.frontend.transcendental import TranscendentalMixin, sign_bit
+from tolk_core.ir.calls import Composite
 from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
 from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
@@ -58,10 +59,63 @@ _LOG2_E, _LN_2 = math.log2(math.e), math.log(2)
 
 # the composite activations as node formulas (frontend/nodes.py: the same graph as Tensor operators, without a
 # Tensor per intermediate); the methods below document their numerics
-def _with_slope(x: Nodes, y: Nodes, slope: Callable[[Nodes], Nodes]) -> Nodes:
-    """`y`, computed from `x` by a composite formula, differentiated as g * slope(y) (docs/training.md,
-    "Activation gradients"): the derivative read off the output, torch's formula, instead of the rules walked
-    through every node of the formula (its branches, comparisons and constants)."""
+def _sigmoid_formula(x: Nodes) -> Nodes:
+    e = (-x.abs()).exp()
+    return (x < 0).where(e, 1.0) / (1 + e)
+
+
+def _tanh_formula(x: Nodes) -> Nodes:
+    cut = 1 / 64 if x.u.dtype == dtypes.float64 else 0.25
+    ax = x.abs()
+    e = (ax * -2).exp()
+    big = (1 - e) / (1 + e)
+    x2 = x * x
+    small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
+    return (ax < cut).where(small, (x < 0).where(-big, big))
+
+
+# their derivatives read off the output, torch's (docs/training.md, "Activation gradients")
+def _sigmoid_slope(y: Nodes) -> Nodes: return y * (1 - y)
+def _tanh_slope(y: Nodes) -> Nodes: return 1 - y * y
+
+
+Formula = Callable[[Nodes], Nodes]
+
+
+def _composite(name: str, formula: Formula, slope: Formula) -> Composite:
+    """The IR's handle on an activation kept as one node (ir/calls.py): prepare expands `formula` over the
+    call's input; the gradient is g * slope(y)."""
+    def expand(x: UOp) -> UOp:
+        return formula(Nodes(x, x.tensor_shape)).u
+
+    def gradient(y: UOp, g: UOp) -> UOp:
+        shape = y.tensor_shape
+        return (Nodes(g, shape) * slope(Nodes(y, shape))).u
+    return Composite(name, expand, gradient)
+
+
+_COMPOSITES = {"sigmoid": (_composite("sigmoid", _sigmoid_formula, _sigmoid_slope), _sigmoid_formula, _sigmoid_slope),
+               "tanh": (_composite("tanh", _tanh_formula, _tanh_slope), _tanh_formula, _tanh_slope)}
+
+
+def _activation(name: str, x: Nodes, whole: bool) -> Nodes:
+    """Activation `name` of `x`: one composite node when `whole` (see `_whole`), else its formula, its output
+    node given the same gradient (`_with_slope`)."""
+    call, formula, slope = _COMPOSITES[name]
+    if whole:
+        return Nodes(UOp.shaped(Op.CALL, x.u.dtype, (x.u,), call, x.shape), x.shape)
+    return _with_slope(x, formula(x), slope)
+
+
+def _whole(x: Tensor) -> bool:
+    """Whether `x`'s activations may be kept as composite nodes: one device (the sharding pass maps only the
+    IR's own ops shard by shard) and a shape of plain ints."""
+    return type(x.device) is str and all(type(s) is int for s in x.shape)
+
+
+def _with_slope(x: Nodes, y: Nodes, slope: Formula) -> Nodes:
+    """`y`, computed from `x` by a composite formula, differentiated as g * slope(y) instead of by the rules
+    walked through every node of the formula (its branches, comparisons and constants)."""
     # registered whether or not a gradient is wanted yet: a tensor may be marked after its values were built,
     # and the rules' derivative of the formula is NaN at +-inf (exp(-2|x|) / (1 + ...) meets inf * 0)
     xu, shape, yref = x.u, x.shape, weakref.ref(y.u)  # the key weakly: see softmax._vjp
@@ -72,21 +126,6 @@ def _with_slope(x: Nodes, y: Nodes, slope: Callable[[Nodes], Nodes]) -> Nodes:
         return [(xu, (Nodes(g, shape) * slope(Nodes(yu, shape))).u)]
     autograd.define_gradient(y.u, vjp)
     return y
-
-
-def _sigmoid(x: Nodes) -> Nodes:
-    e = (-x.abs()).exp()
-    return _with_slope(x, (x < 0).where(e, 1.0) / (1 + e), lambda y: y * (1 - y))
-
-
-def _tanh(x: Nodes) -> Nodes:
-    cut = 1 / 64 if x.u.dtype == dtypes.float64 else 0.25
-    ax = x.abs()
-    e = (ax * -2).exp()
-    big = (1 - e) / (1 + e)
-    x2 = x * x
-    small = x * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
-    return _with_slope(x, (ax < cut).where(small, (x < 0).where(-big, big)), lambda y: 1 - y * y)
 
 
 class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
@@ -439,7 +478,7 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         """1 / (1 + e^-x) for x >= 0 and e^x / (1 + e^x) below: e = exp(-|x|) never overflows, so the tail below
         x = -88 keeps its (subnormal) value instead of 1 / inf = 0."""
         x = self._as_float()
-        return x._wrap(_sigmoid(Nodes(x.uop, x.shape)).u)
+        return x._wrap(_activation("sigmoid", Nodes(x.uop, x.shape), _whole(x)).u)
 
     def tanh(self: Tensor) -> Tensor:
         """tanh(x) = sign(x) * (1 - e) / (1 + e) with e = exp(-2|x|), which keeps its relative precision where
@@ -447,12 +486,12 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         term is below 2^-26 of the result there (float64: below |x| = 1/64, where that term is below 2^-60, and the
         cancellation above it costs at most 2^-48). NaN stays NaN; +-inf gives +-1; -0.0 stays -0.0."""
         x = self._as_float()
-        return x._wrap(_tanh(Nodes(x.uop, x.shape)).u)
+        return x._wrap(_activation("tanh", Nodes(x.uop, x.shape), _whole(x)).u)
 
     def silu(self: Tensor) -> Tensor:
         x = self._as_float()
         n = Nodes(x.uop, x.shape)
-        return x._wrap((n * _sigmoid(n)).u)
+        return x._wrap((n * _activation("sigmoid", n, _whole(x))).u)
 
     def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """GELU: `approximate="tanh"` (the default here, tinygrad's) or `"none"`, the exact x * Phi(x) by `erf`
@@ -463,7 +502,7 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         if approximate != "tanh":
             raise ArgumentError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
         n = Nodes(x.uop, x.shape)
-        return x._wrap((0.5 * n * (1 + _tanh(_SQRT_2_OVER_PI * (n + 0.044715 * n * n * n)))).u)
+        return x._wrap((0.5 * n * (1 + _activation("tanh", _SQRT_2_OVER_PI * (n + 0.044715 * n * n * n), _whole(x)))).u)
 
     def erf(self: Tensor) -> Tensor:
         """The error function. |x| < 1: its Maclaurin series through x^25 (truncation below 1e-11); otherwise

@@ -4,11 +4,15 @@
   (`tolk_core.function`); prepare_rangeify replaces the call by its body.
 - `KernelCode(...)`: the arg of the callee `SINK()` of `CALL(callee, *args)` for a kernel given as code
   (`tolk_core.custom_kernel`); the engine compiles and runs it on its own.
+- `Composite(name, expand, slope)`: the arg of `CALL(x)` for an elementwise function of x the front end keeps as
+  one node (sigmoid, tanh); prepare_rangeify replaces the call by `expand(x)`, autograd differentiates it by
+  `slope`.
 - `KernelInfo(ops, nominal)`: the arg of a kernel's `CALL(kernel SINK, *buffers)` in a schedule's LINEAR: the
   tensor ops the kernel implements and their nominal operation count.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tolk_core.ir.ops import Op
@@ -34,6 +38,26 @@ class KernelCode:
     written: tuple[bool, ...]
     global_size: tuple[int, int, int] = (1, 1, 1)
     local_size: tuple[int, int, int] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Composite:
+    """An elementwise function of one value kept whole until prepare_rangeify: `CALL(x)` with this arg has x's
+    shape and dtype; `expand(x)` is its formula over x (the nodes prepare puts in its place), `slope(y, g)` the
+    gradient reaching x when g reaches the call's value y (docs/training.md, "Activation gradients"). One node
+    per use instead of the formula's dozens keeps an eager step's graph and its walks small. One instance per
+    function: equal and hashed by identity (UOp interning hashes the arg of every node it builds)."""
+    name: str
+    expand: Callable[[UOp], UOp]
+    slope: Callable[[UOp, UOp], UOp]
+
+    def __repr__(self) -> str:
+        return f"Composite({self.name})"
+
+
+def is_composite(u: UOp) -> bool:
+    """Whether `u` is an elementwise composite prepare_rangeify expands."""
+    return u.op is Op.CALL and type(u.arg) is Composite
 
 
 @dataclass(frozen=True)

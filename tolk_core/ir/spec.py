@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from tolk_core import config
 from tolk_core.errors import ShapeError, SpecError, StageSpecError
-from tolk_core.ir.calls import is_code_call, is_inline_call
+from tolk_core.ir.calls import is_code_call, is_composite, is_inline_call
 from tolk_core.ir.dtype import AddrSpace, DType, PtrDType, dtypes
 from tolk_core.ir.ops import AxisType, GroupOp, Op
 from tolk_core.ir.uop import UOp, listing
@@ -163,6 +163,8 @@ def _ptr_base(u: UOp) -> PtrDType | None:
 def _check_prepared(u: UOp) -> str | None:
     if is_inline_call(u):
         return f"inline call {u.arg.name!r} left in the graph (prepare_rangeify inlines every one)"
+    if is_composite(u):
+        return f"composite {u.arg.name!r} left in the graph (prepare_rangeify expands every one)"
     return _check_tensor(u)
 
 

@@ -12,7 +12,8 @@ matcher passes its `ctx` to a rule whose signature has a `ctx` parameter).
 
 Rules, in the order they run:
 - step 1 `store_in_place`;
-- step 2 `inline_call` (refusals: CallArgumentError), then top-down `repeated_store` and `resolve_returned_after`,
+- step 2 `inline_call` (refusals: CallArgumentError) and `expand_composite`, then top-down `repeated_store` and
+  `resolve_returned_after`,
   `disk_copy_views_move_to_result` (also run by the engine before it performs copies, with `store_across_devices`:
   `pm_before_copies`; `disk_run` reads its normal form). `pm_mops` (below) is the INDEX-form matcher;
   rangeify's lowerer indexes every movement through its first rule (`index_through_movement`);
@@ -41,7 +42,7 @@ from typing import Any
 from tolk_core import config
 from tolk_core.errors import BroadcastStoreError, CallArgumentError, DiskError, ShapeError, TolkError
 from tolk_core.ir import spec
-from tolk_core.ir.calls import InlineCall, KernelCode, is_code_call, is_inline_call  # noqa: F401  (re-exported names)
+from tolk_core.ir.calls import InlineCall, KernelCode, is_code_call, is_composite, is_inline_call  # noqa: F401  (re-exported names)
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.pattern import PatternMatcher, UPat, graph_rewrite
@@ -217,6 +218,12 @@ def inline_call(call: UOp) -> UOp | None:
         if u.op is Op.CONTIGUOUS and u not in outside:
             placements.seed_contiguous(u)
     return out
+
+
+def expand_composite(call: UOp) -> UOp | None:
+    """Step 2: an elementwise composite the front end kept whole (`CALL(x)` with a `Composite` arg: sigmoid,
+    tanh) is its formula over x; from here on the graph is the one the formula would have built."""
+    return call.arg.expand(call.src[0]) if is_composite(call) else None
 
 
 def code_call_arguments(call: UOp) -> UOp | None:
@@ -721,8 +728,9 @@ pm_mops = PatternMatcher([
      movement_after_effects),
     (UPat(Op.END, src=(UPat(GroupOp.Movement, name="m"),), allow_any_len=True, name="end"), end_of_movement),
 ], rule_fires)
-# step 2: inline calls inlined; disk copies read runs of bytes
+# step 2: inline calls inlined (the matcher autograd applies too), composites expanded; disk copies read runs of bytes
 pm_inline_calls = PatternMatcher([(UPat(Op.CALL, name="call"), inline_call)], rule_fires)
+pm_calls = pm_inline_calls + PatternMatcher([(UPat(Op.CALL, name="call"), expand_composite)], rule_fires)
 pm_disk_copies = PatternMatcher([
     (UPat(Op.COPY, src=(UPat.var("x"), UPat(Op.DEVICE, name="dev")), name="copy"), disk_copy_views_move_to_result),
 ], rule_fires)
@@ -761,7 +769,7 @@ def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
     before = Counter(rule_fires)
     keep = placements.carry_intent  # a node rebuilt on rewritten sources keeps its declared placement
     out = graph_rewrite(sink, pm_outputs_in_place, name="prepare_rangeify step 1", on_rebuild=keep)
-    out = graph_rewrite(out, pm_inline_calls, name="prepare_rangeify step 2: inline calls", on_rebuild=keep)
+    out = graph_rewrite(out, pm_calls, name="prepare_rangeify step 2: inline calls, composites", on_rebuild=keep)
     out = graph_rewrite(out, pm_returned_after, bottom_up=True, name="prepare_rangeify step 2: returned after",
                         on_rebuild=keep)
     out = graph_rewrite(out, pm_disk_copies, ctx=target, name="prepare_rangeify step 2: disk copies", on_rebuild=keep)
