@@ -85,6 +85,25 @@ def _plain_sizes(shape: Any) -> bool:
     return type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape)
 
 
+def _plain_window(arg: tuple, shape: tuple) -> tuple[tuple[int, int], ...] | None:
+    """`arg` (one (begin, end) pair or None per axis of `shape`) as pairs, when every size and bound is a plain
+    int in range; else None (the general path checks and explains). A loop, not generators: shrink's fast path."""
+    pairs = []
+    for a, s in zip(arg, shape):
+        if type(s) is not int:
+            return None
+        if a is None:
+            pairs.append((0, s))
+            continue
+        if type(a) is not tuple or len(a) != 2:
+            return None
+        b, e = a
+        if type(b) is not int or type(e) is not int or not 0 <= b <= e <= s:
+            return None
+        pairs.append(a)
+    return tuple(pairs)
+
+
 def _plain_pads(padding: Any, shape: tuple[sint, ...]) -> bool:
     """Whether `padding` is one (before, after) tuple of non-negative plain ints per axis of a `shape` of plain
     ints."""
@@ -243,14 +262,11 @@ class MovementMixin:
 
     def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
         own = self.shape
-        if type(arg) is tuple and len(arg) == len(own) and _plain_sizes(own):  # plain ints in range: the fast path
-            pairs = tuple((0, s) if a is None else a for a, s in zip(arg, own, strict=True))
-            if all(type(p) is tuple and len(p) == 2 and type(p[0]) is int and type(p[1]) is int and
-                   0 <= p[0] <= p[1] <= s for p, s in zip(pairs, own, strict=True)):
-                if pairs == tuple((0, s) for s in own):
-                    return self
-                shape = tuple(e - b for b, e in pairs)
-                return self._wrap(UOp.shaped(Op.SHRINK, self.uop.dtype, (self.uop,), pairs, shape))
+        if type(arg) is tuple and len(arg) == len(own) and (pairs := _plain_window(arg, own)) is not None:
+            if pairs == tuple((0, s) for s in own):
+                return self
+            shape = tuple(e - b for b, e in pairs)
+            return self._wrap(UOp.shaped(Op.SHRINK, self.uop.dtype, (self.uop,), pairs, shape))
         arg = tuple((0, s) if a is None else (_sint(a[0]), _sint(a[1]))
                     for a, s in zip(_pairs("shrink", arg, self.shape, allow_none=True), self.shape, strict=True))
         return self if all(a == (0, s) for a, s in zip(arg, self.shape, strict=True)) else self._mop(Op.SHRINK, arg)
@@ -379,9 +395,27 @@ class MovementMixin:
             if sum(sizes) != n or any(s < 0 for s in sizes):
                 raise ShapeError(f"split sections {sizes} must be non-negative and sum to the size {n} of axis "
                                  f"{axis} of {self.shape}")
+        own = self.shape
+        if _plain_sizes(own) and _plain_sizes(tuple(sizes)):  # the pieces' nodes built here: bounds checked above
+            return self._pieces(axis, sizes)
         out, start = [], 0
         for s in sizes:
             out.append(self.shrink(tuple((start, start + s) if a == axis else None for a in range(self.ndim))))
+            start += s
+        return tuple(out)
+
+    def _pieces(self: Tensor, axis: int, sizes: Sequence[int]) -> tuple[Tensor, ...]:
+        """The consecutive pieces of `sizes` elements along `axis` (plain ints summing to that axis of a shape of
+        plain ints): a GRU or LSTM cell splits its gate projections every step."""
+        own, u = self.shape, self.uop
+        out, start = [], 0
+        for s in sizes:
+            if s == own[axis]:  # the whole axis (the other pieces empty): the value itself, as shrink gives
+                out.append(self)
+                continue
+            pairs = tuple((start, start + s) if a == axis else (0, d) for a, d in enumerate(own))
+            shape = own[:axis] + (s,) + own[axis + 1:]
+            out.append(self._wrap(UOp.shaped(Op.SHRINK, u.dtype, (u,), pairs, shape)))
             start += s
         return tuple(out)
 
