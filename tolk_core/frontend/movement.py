@@ -89,7 +89,7 @@ def _plain_window(arg: tuple, shape: tuple) -> tuple[tuple[int, int], ...] | Non
     """`arg` (one (begin, end) pair or None per axis of `shape`) as pairs, when every size and bound is a plain
     int in range; else None (the general path checks and explains). A loop, not generators: shrink's fast path."""
     pairs = []
-    for a, s in zip(arg, shape):
+    for a, s in zip(arg, shape, strict=True):
         if type(s) is not int:
             return None
         if a is None:
