@@ -58,3 +58,27 @@ def test_attention_values_are_numpys_with_the_rule_in_place(device) -> None:
     s = q @ k.transpose(0, 2, 1) / np.sqrt(8)
     p = np.exp(s - s.max(-1, keepdims=True))
     np.testing.assert_allclose(out.numpy(), (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-5, atol=1e-5)
+
+
+def test_slices_of_one_matmul_read_by_one_kernel_store_it(device, kernels) -> None:
+    # a GRU cell's gates: one h @ U^T + b cut in three slices that one elementwise kernel reads. Inlined, each
+    # slice was its own sum beside the others (three dot products per output); stored, the product is one
+    # matmul kernel and the gates one elementwise kernel
+    h, u, b = _data(5, 24), _data(3 * 20, 24, seed=1), _data(3 * 20, seed=2)
+
+    def cell(h, u, b):
+        r, z, n = (h @ u.T + b).chunk(3, 1)
+        return r.sigmoid() * z + n.tanh()
+    got, n = _run(device, kernels, cell, h, u, b)
+    assert n == 2
+    g = h @ u.T + b
+    r, z, nn_ = g[:, :20], g[:, 20:40], g[:, 40:]
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-r)) * z + np.tanh(nn_), rtol=1e-5, atol=1e-5)
+
+
+def test_one_slice_of_a_matmul_stays_in_its_reader(device, kernels) -> None:
+    # a single slice is one sum over its part of the output: the epilogue stays fused
+    h, u = _data(5, 24), _data(60, 24, seed=1)
+    got, n = _run(device, kernels, lambda h, u: (h @ u.T)[:, 10:30].relu(), h, u)
+    assert n == 1
+    np.testing.assert_allclose(got, np.maximum((h @ u.T)[:, 10:30], 0), rtol=1e-5, atol=1e-5)
