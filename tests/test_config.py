@@ -33,6 +33,28 @@ def test_each_level_wins_over_the_next(tolk_env, tmp_path, monkeypatch):
     assert [o.kind for o, _ in config.layers("JIT_BATCH_SIZE")] == ["environment", "project", "user", "default"]
 
 
+def test_get_many_follows_every_level_between_calls(tolk_env, tmp_path, monkeypatch):
+    """get_many remembers its answer while nothing it read changed: each level changed between two identical
+    calls is seen, as `get` sees it (the environment, an override, the working directory's project file)."""
+    names = ("JIT_BATCH_SIZE", "DEBUG")
+
+    def both() -> tuple:
+        return config.get_many(names), tuple(config.get(n) for n in names)
+    assert both() == ((32, 0), (32, 0)) and config.get_many(names) == (32, 0)
+    monkeypatch.setenv("JIT_BATCH_SIZE", "3")
+    assert both() == ((3, 0), (3, 0))
+    with config.override(DEBUG=2):
+        assert both() == ((3, 2), (3, 2))
+    assert both() == ((3, 0), (3, 0))
+    monkeypatch.delenv("JIT_BATCH_SIZE")
+    other = write(tmp_path / "other" / "tolk.toml", "JIT_BATCH_SIZE = 5\n").parent
+    assert both() == ((32, 0), (32, 0))
+    monkeypatch.chdir(other)
+    assert both() == ((5, 0), (5, 0))
+    write(other / "tolk.toml", "JIT_BATCH_SIZE = 6\n")  # a file changed on disk is read after reset()
+    assert both() == ((6, 0), (6, 0))
+
+
 def test_pyproject_tool_tolk_searched_upward(tolk_env, monkeypatch):
     write(tolk_env / "pyproject.toml", '[project]\nname = "x"\n[tool.tolk]\ndevice = "CPU"\ncc = "gcc"\n')
     sub = tolk_env / "a" / "b"

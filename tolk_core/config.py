@@ -346,9 +346,30 @@ def get(name: str) -> Any:
     return found[0][1] if found else setting.default
 
 
+# get_many's answers per tuple of names, with what they were read from: the overrides, the process environment
+# and the working directory (where the project file is looked up). CPython keeps os.environ's data in a dict,
+# which compares with a snapshot in C; reading each setting through os.environ cost ~1 us a name, and the
+# schedule cache reads a dozen on every realize (docs/performance.md, "Eager steps").
+_ENV_DATA: dict | None = getattr(os.environ, "_data", None)
+_many_memo: dict[tuple[str, ...], tuple[dict, dict[str, Any], str, tuple[Any, ...]]] = {}
+
+
 def get_many(names: tuple[str, ...]) -> tuple[Any, ...]:
-    """`tuple(get(n) for n in names)`, consulting the config files once (the schedule cache's key reads its
-    settings on every realize)."""
+    """`tuple(get(n) for n in names)`, consulting the config files once, and answered again without reading
+    anything while the overrides, the environment and the working directory are what they were (the schedule
+    cache's key reads its settings on every realize)."""
+    if _ENV_DATA is not None:
+        hit = _many_memo.get(names)
+        cwd = os.getcwd()
+        if hit is not None and hit[2] == cwd and hit[1] == _overrides and hit[0] == _ENV_DATA:
+            return hit[3]
+        out = _read_many(names)
+        _many_memo[names] = (dict(_ENV_DATA), dict(_overrides), cwd, out)
+        return out
+    return _read_many(names)
+
+
+def _read_many(names: tuple[str, ...]) -> tuple[Any, ...]:
     files = None
     out = []
     for name in names:
@@ -379,6 +400,7 @@ def files() -> list[tuple[str, Path, str | None]]:
 def reset() -> None:
     """Forget cached config files (they are re-read on next use)."""
     _file_cache.clear()
+    _many_memo.clear()
 
 
 @contextlib.contextmanager
