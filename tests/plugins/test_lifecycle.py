@@ -93,3 +93,22 @@ def test_lost_device_reports_lost_raises_and_reopens(tolk_env):
     assert out == b"wxyz"
     second.worker.stdin.close()
     second.worker.wait(timeout=10)
+
+
+def test_a_device_asked_again_follows_the_registry(tolk_env):
+    """`Device[name]` answers a name it answered before without resolving it again, but only under the same
+    registry: once the backend's plugin is unregistered, the name is unknown even though the device was opened."""
+    from tolk_core.errors import UnknownDeviceError
+    from tolk_core.plugins import unregister
+    mod = types.ModuleType("worker")
+    mod.tolk_backends = hookimpl(lambda: [BackendSpec("WORKER", WorkerDevice, indexed=False)])
+    register(mod, name="worker")
+    first = Device["WORKER"]
+    try:
+        assert Device["WORKER"] is first and Device["WORKER"] is first
+        unregister("worker")
+        with pytest.raises(UnknownDeviceError, match="WORKER"):
+            Device["WORKER"]
+    finally:
+        first.worker.stdin.close()
+        first.worker.wait(timeout=10)

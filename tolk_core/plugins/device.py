@@ -134,6 +134,7 @@ class DeviceFace:
 
     def __init__(self) -> None:
         self._opened: dict[str, CompiledDevice] = {}
+        self._known: dict[str, tuple[Registry, CompiledDevice]] = {}  # name asked -> (registry then, device)
         self._lock = threading.RLock()
 
     @property
@@ -166,6 +167,16 @@ class DeviceFace:
         return canon
 
     def __getitem__(self, name: str) -> CompiledDevice:
+        # the engine asks for its device a few times per realize: a name answered before, under the same
+        # registry snapshot and not lost since, is answered without resolving it again
+        known = self._known.get(name)
+        if known is not None and known[0] is self.registry and _lost(known[1]) is None:
+            return known[1]
+        dev = self._get(name)
+        self._known[name] = (self.registry, dev)
+        return dev
+
+    def _get(self, name: str) -> CompiledDevice:
         canon = self.check(name)
         with self._lock:
             if (dev := self._opened.get(canon)) is not None:
@@ -304,6 +315,7 @@ class DeviceFace:
         """Forget opened devices (tests)."""
         with self._lock:
             self._opened.clear()
+            self._known.clear()
 
 
 Device = DeviceFace()
