@@ -31,6 +31,9 @@ from tolk_core.nn.state import StateDictError, load_state_dict
 class Optimizer:
     """Base: holds the parameters (each must require grad) and per-parameter state tensors."""
 
+    # whether `_update` reads the step count `t`: then `t` is stored before the updates are built, else with them
+    reads_step_count = False
+
     def __init__(self, params: Iterable[Tensor], lr: float):
         uniq: dict[int, Tensor] = {}
         for p in params:
@@ -85,7 +88,8 @@ class Optimizer:
         todo = [t for t in (*grads, *also) if t is not None]
         if todo:
             todo[0].realize(*todo[1:])
-        self.t.assign(self.t + 1)
+        if self.reads_step_count:  # stored first, by itself: the updates read the new count
+            self.t.assign(self.t + 1)
         stages: list[list[tuple[Tensor, Tensor]]] = []
         for (i, p), g in zip(live, grads, strict=True):
             assert g is not None
@@ -94,6 +98,8 @@ class Optimizer:
                 if k == len(stages):
                     stages.append([])
                 stages[k].extend(pairs)
+        if not self.reads_step_count:  # stored with the updates, which do not read it (one realize less a step)
+            stages.append([(self.t, self.t + 1)])
         assign_stages(stages)
         # the stored values now read their targets: nothing of them is needed later. A lazy tensor kept alive
         # would be computed before the next write into what it reads (the step count, the learning rate)
@@ -160,6 +166,8 @@ class Adam(Optimizer):
     """torch's Adam (L2 weight decay added to the gradient); `decoupled=True` is AdamW."""
 
     decoupled = False
+
+    reads_step_count = True  # the bias corrections
 
     def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0):
