@@ -59,7 +59,7 @@ def _key(op: Op, dtype: DType, src: tuple, arg: Any) -> tuple:
 class UOp:
     """An IR node. Never mutate the four fields; build a new node with `replace`."""
     __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_topo", "_shape", "_device", "_vmin", "_vmax",
-                 "_simple")
+                 "_simple", "_key")
     op: Op
     dtype: DType
     src: tuple[UOp, ...]
@@ -83,7 +83,7 @@ class UOp:
         if ref is not None and (u := ref()) is not None:
             return u
         self = object.__new__(cls)
-        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+        self.op, self.dtype, self.src, self.arg, self._key = op, dtype, src, arg, key
         _ucache[key] = weakref.ref(self)
         return self
 
@@ -97,15 +97,13 @@ class UOp:
         if ref is not None and (u := ref()) is not None:
             return u
         self = object.__new__(UOp)
-        self.op, self.dtype, self.src, self.arg, self._shape = op, dtype, src, arg, shape
+        self.op, self.dtype, self.src, self.arg, self._shape, self._key = op, dtype, src, arg, shape, key
         _ucache[key] = weakref.ref(self)
         return self
 
     def __del__(self) -> None:
-        try:
-            arg = self.arg
-            key = (self.op, self.dtype, self.src, arg) if type(arg) is not float else \
-                _key(self.op, self.dtype, self.src, arg)
+        try:  # the interning key kept on the node: rebuilding the tuple cost as much as the lookup
+            key = self._key
             ref = _ucache.get(key)
             if ref is not None and ref() in (None, self):
                 del _ucache[key]
