@@ -74,6 +74,7 @@ class UOp:
     _vmax: Any
     # the simplifier's result for this node; None where this node is its own (a simplified node)
     _simple: UOp | None
+    _key: tuple  # the interning key it was made under (`__del__` removes its entry)
 
     def __new__(cls, op: Op, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         if type(src) is not tuple:
