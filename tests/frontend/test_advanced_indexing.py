@@ -107,3 +107,19 @@ def test_a_boolean_tensor_mask_is_refused_with_what_to_use_instead() -> None:
         t[mask]
     with pytest.raises(UnsupportedError, match="masked_fill"):
         t[mask] = 0.0
+
+
+@pytest.mark.parametrize("shape", [(5,), (4, 3), (3, 2, 4), (1, 6), (2, 0)])
+def test_a_plain_int_index_is_numpys_row(device, shape) -> None:
+    """`t[i]` (the row a recurrent model reads every step) on a stored and on a lazy tensor: numpy's row for
+    every i in range, negative ones included, built as the same node as the general path's `t[(i,)]`; past
+    either end an IndexError naming the index."""
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) - 3
+    for t, want in ((Tensor(a, device=device), a), (Tensor(a, device=device) * 2, a * 2)):
+        for i in range(-shape[0], shape[0]):
+            row = t[i]
+            assert row.uop is t[(i,)].uop
+            np.testing.assert_array_equal(row.numpy(), want[i])
+        for bad in (shape[0], -shape[0] - 1):
+            with pytest.raises(IndexError, match=f"index {bad} is out of bounds for axis 0"):
+                t[bad]

@@ -48,8 +48,24 @@ class IndexingMixin:
     __slots__ = ()
 
     def __getitem__(self: Tensor, index: Any) -> Tensor:
+        if type(index) is int and (x := self._int_index(index)) is not None:
+            return x
         x, gathers, insert_at = self._basic_index(self._entries(index))
         return x._gather(gathers, insert_at) if gathers else x
+
+    def _int_index(self: Tensor, i: int) -> Tensor | None:
+        """`self[i]` for a plain int in range along a first axis of plain sizes: the nodes the general path
+        builds (a SHRINK of the row, a RESHAPE dropping its axis), built directly (a recurrent model reads
+        `xs[t]` every step); None otherwise, for the general path to handle or refuse."""
+        shape = self.shape
+        if not shape or type(n := shape[0]) is not int or not -n <= i < n or \
+                not all(type(d) is int for d in shape):
+            return None
+        i %= n
+        u = self.uop
+        row = u if n == 1 else UOp.shaped(Op.SHRINK, u.dtype, (u,), ((i, i + 1),) + tuple((0, d) for d in shape[1:]),
+                                          (1,) + shape[1:])
+        return self._wrap(UOp.shaped(Op.RESHAPE, u.dtype, (row,), shape[1:], shape[1:]))
 
     def index_put_(self: Tensor, index: Any, value: Any, accumulate: bool = False) -> Tensor:
         """Write `value` into the elements `self[index]` selects, in place, and return self. `index` is
