@@ -94,17 +94,18 @@ def _composite(name: str, formula: Formula, slope: Formula) -> Composite:
     return Composite(name, expand, gradient)
 
 
-_COMPOSITES = {"sigmoid": (_composite("sigmoid", _sigmoid_formula, _sigmoid_slope), _sigmoid_formula, _sigmoid_slope),
-               "tanh": (_composite("tanh", _tanh_formula, _tanh_slope), _tanh_formula, _tanh_slope)}
+# each activation's composite (its formula is also kept for values that cannot hold the composite node)
+_COMPOSITES = {"sigmoid": (_composite("sigmoid", _sigmoid_formula, _sigmoid_slope), _sigmoid_formula),
+               "tanh": (_composite("tanh", _tanh_formula, _tanh_slope), _tanh_formula)}
 
 
 def _activation(name: str, x: Nodes, whole: bool) -> Nodes:
     """Activation `name` of `x`: one composite node when `whole` (see `_whole`), else its formula, its output
-    node given the same gradient (`_with_slope`)."""
-    call, formula, slope = _COMPOSITES[name]
+    node given the composite's gradient (`_with_slope`)."""
+    call, formula = _COMPOSITES[name]
     if whole:
         return Nodes(UOp.shaped(Op.CALL, x.u.dtype, (x.u,), call, x.shape), x.shape)
-    return _with_slope(x, formula(x), slope)
+    return _with_slope(x, formula(x), call.slope)
 
 
 def _whole(x: Tensor) -> bool:
@@ -113,17 +114,17 @@ def _whole(x: Tensor) -> bool:
     return type(x.device) is str and all(type(s) is int for s in x.shape)
 
 
-def _with_slope(x: Nodes, y: Nodes, slope: Formula) -> Nodes:
-    """`y`, computed from `x` by a composite formula, differentiated as g * slope(y) instead of by the rules
-    walked through every node of the formula (its branches, comparisons and constants)."""
+def _with_slope(x: Nodes, y: Nodes, gradient: Callable[[UOp, UOp], UOp]) -> Nodes:
+    """`y`, computed from `x` by a composite formula, differentiated by `gradient(y, g)` (the composite's) instead
+    of by the rules walked through every node of the formula (its branches, comparisons and constants)."""
     # registered whether or not a gradient is wanted yet: a tensor may be marked after its values were built,
     # and the rules' derivative of the formula is NaN at +-inf (exp(-2|x|) / (1 + ...) meets inf * 0)
-    xu, shape, yref = x.u, x.shape, weakref.ref(y.u)  # the key weakly: see softmax._vjp
+    xu, yref = x.u, weakref.ref(y.u)  # the key weakly: see softmax._vjp
 
     def vjp(g: UOp) -> list[tuple[UOp, UOp]]:
         yu = yref()
         assert yu is not None, "a gradient is asked of a node that no longer exists"
-        return [(xu, (Nodes(g, shape) * slope(Nodes(yu, shape))).u)]
+        return [(xu, gradient(yu, g))]
     autograd.define_gradient(y.u, vjp)
     return y
 
