@@ -16,7 +16,7 @@ from tests.frontend.helpers import check_cases_together
 from tolk_core import Tensor, config
 from tolk_core.codegen import generate
 from tolk_core.codegen.choices import Choices, current, using
-from tolk_core.codegen.matmul import k_block, match, register_tile, tile_sizes
+from tolk_core.codegen.matmul import dot_tile, k_block, match, register_tile, tile_sizes
 from tolk_core.codegen.optimize import _output_ranges
 from tolk_core.render import host
 from tolk_core.testing import kernels
@@ -110,11 +110,73 @@ def test_the_plan_is_taken(name, fn, specs):
 
 def test_one_row_of_tiles_reads_b_in_place_where_it_can():
     """A matrix-vector product reads each value of B once: B is read in place (no panel) when its rows are
-    contiguous, and packed when it is transposed (a vector load needs contiguous columns)."""
+    contiguous; transposed, by the dot plan (vectors along k) when K is a whole number of vectors, else packed
+    (a vector load along the row needs contiguous columns)."""
     gemv, = _kernel_sources(lambda a, b: a @ b, ((1, 129), "float32"), ((129, 65), "float32"))
     assert "panel0" not in gemv and "tolk_fma" in gemv
-    gemv_t, = _kernel_sources(lambda a, b: a @ b.T, ((1, 129), "float32"), ((65, 129), "float32"))
-    assert "panel0[" in gemv_t and "tolk_fma" in gemv_t
+    gemv_t, = _kernel_sources(lambda a, b: a @ b.T, ((1, 128), "float32"), ((65, 128), "float32"))
+    assert "panel0" not in gemv_t and "tolk_fma" in gemv_t
+    gemv_odd, = _kernel_sources(lambda a, b: a @ b.T, ((1, 129), "float32"), ((65, 129), "float32"))
+    assert "panel0[" in gemv_odd and "tolk_fma" in gemv_odd
+
+
+def _dot_cases(rng: np.random.Generator):
+    """x @ W.T with few rows (the dot plan): tiles that do not fill (1-31 rows, 1-384 columns), K of 4-float
+    vectors only, a batch, a bias and relu, float64; A read transposed (not contiguous along k: not the dot
+    plan) and K of no whole vector (packed) beside them."""
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    out = []
+    for m, k, n in [(1, 64, 40), (2, 12, 7), (5, 100, 13), (16, 128, 384), (31, 264, 65), (3, 8, 1), (32, 40, 6),
+                    (7, 4, 9), (4, 6, 5)]:
+        a, w = f(m, k), f(n, k)
+        out.append((f"{m}x{k}x{n}", lambda T, a=a, w=w: T(a) @ T(w).T, a @ w.T))
+    at, w = f(40, 5), f(11, 40)
+    x, wb, bias = f(3, 5, 32), f(3, 17, 32), f(17)
+    d1, d2 = f(6, 48).astype(np.float64), f(10, 48).astype(np.float64)
+    out += [("A.T@W.T", lambda T: T(at).T @ T(w).T, at.T @ w.T),
+            ("batched", lambda T: T(x) @ T(wb).transpose(1, 2), x @ wb.transpose(0, 2, 1)),
+            ("one W for a batch", lambda T: T(x) @ T(wb[0]).T, x @ wb[0].T),
+            ("bias relu", lambda T: (T(x[0]) @ T(wb[0]).T + T(bias)).relu(), np.maximum(x[0] @ wb[0].T + bias, 0)),
+            ("float64", lambda T: T(d1) @ T(d2).T, d1 @ d2.T)]
+    return out
+
+
+def test_dot_plan_matmuls_match_numpy(device):
+    check_cases_together(_dot_cases(np.random.default_rng(7)), device, rtol=1e-5, atol=2e-4)
+
+
+def test_dot_plan_with_more_rows_matches_numpy():
+    """The knob lets the dot plan take 40-130 rows (several rows of tiles, the last moved back)."""
+    with using(Choices.of({"MATMUL_DOT_ROWS": 256})):
+        check_cases_together(_dot_cases(np.random.default_rng(8))[:5] + [
+            (f"{m}x64x{n}", lambda T, a=a, w=w: T(a) @ T(w).T, a @ w.T)
+            for m, n in [(41, 70), (130, 9)]
+            for a, w in [(np.random.default_rng(m).standard_normal((m, 64)).astype(np.float32),
+                          np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32))]], "CPU",
+            rtol=1e-5, atol=2e-4)
+
+
+def test_few_rows_times_a_transposed_b_take_the_dot_plan():
+    """x @ W.T with at most MATMUL_DOT_ROWS rows reads W in place, folding each vector accumulator's lanes
+    after the loop (a lane subscript): no panel; more rows, the knob at 0, or a K of no whole vector: packed."""
+    def src(m: int, k: int = 128) -> str:
+        s, = _kernel_sources(lambda a, w: a @ w.T, ((m, k), "float32"), ((72, k), "float32"))
+        return s
+    for m in (1, 16, 32):
+        assert "panel0" not in src(m) and "tolk_fma" in src(m) and "[7]" in src(m), m
+    assert "panel0[" in src(33) and "panel0[" in src(16, 129)
+    with using(Choices.of({"MATMUL_DOT_ROWS": 0})):
+        assert "panel0[" in src(16)
+
+
+def test_the_dot_tile_follows_the_registers():
+    """MR x NR accumulators + MR A vectors + one B vector + one spare fit the registers, fewest loads per FMA:
+    AVX2 2 x 6, AVX-512 5 x 5; never more rows or columns than the matrix has."""
+    assert dot_tile(16, 384, 16) == (2, 6) and dot_tile(16, 384, 32) == (5, 5)
+    assert dot_tile(1, 512, 16) == (1, 8) and dot_tile(16, 3, 16) == (3, 3) and dot_tile(1, 1, 16) == (1, 1)
+    for regs in (8, 16, 32):
+        mr, nr = dot_tile(64, 64, regs)
+        assert mr * nr + mr + 2 <= regs
 
 
 def test_a_b_that_fits_half_the_l2_cache_is_read_in_place():

@@ -20,13 +20,14 @@ PROGRAMS = {
     "short_sum": (lambda a: a.sum(axis=(1, 2)), [((64, 4, 4), "float32")]),
     "wide_matmul": (lambda a, b: a @ b, [((64, 64), "float32"), ((64, 256), "float32")]),
     "conv": (lambda x, w: x.conv2d(w), [((2, 4, 10, 34), "float32"), ((16, 4, 3, 3), "float32")]),
+    "linear": (lambda x, w: x @ w.T, [((16, 64), "float32"), ((96, 64), "float32")]),
 }
 # numpy's value of the programs numpy has no method for
 REFS = {"conv": lambda x, w: np.einsum("ncijkl,ockl->noij", np.lib.stride_tricks.sliding_window_view(
     x, (3, 3), axis=(2, 3)), w)}
 # for each knob: a program whose plan it changes, and a value other than the default
 MOVES = {"MAX_ACCUMULATORS": ("conv", 4), "MATMUL_MR": ("matmul", 2), "MATMUL_NR_VECTORS": ("matmul", 1),
-         "MATMUL_PACK_B": ("matmul", 1),
+         "MATMUL_PACK_B": ("matmul", 1), "MATMUL_DOT_ROWS": ("linear", 0),
          "MATMUL_NC": ("wide_matmul", 64), "MATMUL_KC": ("wide_matmul", 32),
          "PARALLEL_MIN_WORK": ("wide", 1 << 23), "UNROLL_MAX": ("short_sum", 4),
          "GPU_BLOCK": ("matmul", 4), "GPU_LOCAL": ("wide", 64), "GPU_VECTOR_ACCUMULATORS": ("matmul", 4)}

@@ -26,6 +26,7 @@ KNOBS: dict[str, tuple[tuple[int, ...], str]] = {
     "MATMUL_NC": ((64, 128, 256, 512), "cpu"),              # columns of a packed B panel (0: half the L2 cache)
     "MATMUL_KC": ((64, 128, 256, 512), "cpu"),              # depth of a block of a matmul's k (0: from the L1)
     "MATMUL_PACK_B": ((1,), "cpu"),                         # 1: always copy B into panels (0: unless it fits L2/2)
+    "MATMUL_DOT_ROWS": ((0, 8, 32, 128), "cpu"),            # rows at most for the dot plan of x @ W.T (0: never)
     "GPU_BLOCK": ((2, 4, 8, 16), "gpu"),                    # a work item's tile side
     "GPU_LOCAL": ((32, 64, 128, 256), "gpu"),               # work items per group
     "GPU_VECTOR_ACCUMULATORS": ((4, 8, 16, 32), "gpu"),     # vector accumulators of a work item's tile

@@ -29,6 +29,12 @@ the standard one of BLAS libraries, built from the IR's own nodes:
   column (it overlaps its neighbour, which computes the same values), so every tile is whole and no tail loop
   is needed; a matrix narrower than one vector keeps the generic plan.
 
+- **Dot plan** (`dot_plan`): where B is contiguous along k only (`x @ W.T`, W stored out x in as nn.Linear keeps
+  it) and A has few rows (`MATMUL_DOT_ROWS`), copying all of B into panels costs more than the product it
+  serves (a 1 x 512 x 512 product spent 440 us packing B for 0.5 MFLOP). Each output is then a dot product of
+  two rows read in place, in vector lanes along k, an MR x NR tile of them per loop step, each folded across
+  its lanes after the loop.
+
 For a large K the unblocked panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per row);
 past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row), as it is when the
 whole of B fits half the L2 cache (`plan`). A is read in place (MR rows at a time), not packed.
@@ -52,6 +58,7 @@ VECTORS_MOST = 4       # vectors per row of the tile at most
 MATMUL_NC = 0          # columns of a packed panel of B
 MATMUL_KC = 0          # depth of a block of k at most (0: from the L1 cache)
 MATMUL_PACK_B = 0      # 1: copy B into panels even when it fits half the L2 cache (0: read it in place then)
+MATMUL_DOT_ROWS = 32   # rows at most for the dot plan (B contiguous along k only); 0: never the dot plan
 PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
 MR_MOST = 12           # rows of the tile at most (one broadcast A value per row and step)
 _DTYPES = (dtypes.float32, dtypes.float64)
@@ -196,13 +203,16 @@ def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int, 
     and a B that fits half the L2 cache stays there for every row of tiles, so its copy is only a serial pass
     before the threads start (N = 256, two threads: 131 GFLOP/s packed, 146-153 in place; N = 384, 576 KiB of
     B on a 512 KiB L2: 171 packed, 156 in place). Knob MATMUL_PACK_B = 1 packs it anyway."""
-    if (mm := match(ast, outs)) is None or (t := tile_sizes(mm, vector_bytes, registers, l2, l1)) is None:
+    if (mm := match(ast, outs)) is None:
         return None
-    b_bytes = mm.k.src[0].arg * mm.n.src[0].arg * mm.red.dtype.itemsize
-    in_l2 = not knob("MATMUL_PACK_B", MATMUL_PACK_B) and b_bytes <= (l2 or DEFAULT.l2) // 2
-    if (mm.rows <= t.mr or not t.packed or in_l2) and (direct := _build(ast, mm, t, packed=False)) is not None:
-        return direct
-    return _build(ast, mm, t, packed=True) if t.packed else None
+    if (t := tile_sizes(mm, vector_bytes, registers, l2, l1)) is not None:
+        b_bytes = mm.k.src[0].arg * mm.n.src[0].arg * mm.red.dtype.itemsize
+        in_l2 = not knob("MATMUL_PACK_B", MATMUL_PACK_B) and b_bytes <= (l2 or DEFAULT.l2) // 2
+        if (mm.rows <= t.mr or not t.packed or in_l2) and (direct := _build(ast, mm, t, packed=False)) is not None:
+            return direct
+    if mm.rows <= knob("MATMUL_DOT_ROWS", MATMUL_DOT_ROWS) and (dot := dot_plan(ast, mm, vector_bytes, registers)):
+        return dot
+    return _build(ast, mm, t, packed=True) if t is not None and t.packed else None
 
 
 def _panel_read(mm: MatmulShape, t: Tile, jc: UOp, jr: UOp, ids: Iterator[int]) -> Callable[[UOp], UOp]:
@@ -274,3 +284,45 @@ def _build(ast: UOp, mm: MatmulShape, t: Tile, packed: bool) -> UOp | None:
     if not lanes_are_contiguous(new, lane, arrays=True):
         return None
     return vectorize_lanes(new, lane, t.w)
+
+
+def dot_tile(rows: int, cols: int, registers: int) -> tuple[int, int]:
+    """(rows, columns) of the dot plan's register tile: MR x NC accumulators, each a vector along k, beside MR
+    vectors of A, one of B and one left to the compiler; of the tiles that fit (at most 8 a side, no more than
+    the matrix has), the one loading the fewest vectors per FMA, (MR + NR) / (MR x NR), then the most
+    accumulators: 16 registers (AVX2) give 2 x 6, 32 (AVX-512) 5 x 5. On AVX2 (one thread, kernel time)
+    2 x 6 beat 3 x 3, 2 x 4 and 1 x 4 at M = 4-32 (16 x 512 x 512: 174 us against 204, 168, 192)."""
+    fits = [(mr, nr) for mr in range(1, min(8, rows) + 1) for nr in range(1, min(8, cols) + 1)
+            if mr * nr + mr + 2 <= registers]
+    return min(fits, key=lambda t: ((t[0] + t[1]) / (t[0] * t[1]), -t[0] * t[1]))
+
+
+def dot_plan(ast: UOp, mm: MatmulShape, vector_bytes: int, registers: int) -> UOp | None:
+    """The dot plan (module docstring) of matmul `mm`: each output a dot product of a row of A and a row of B^T
+    in vector lanes along k, a register tile of MR x NR such sums, each folded across its lanes after the loop;
+    no copy of B. For B contiguous along k only (`x @ W.T` with W stored out x in, as nn.Linear keeps it) with
+    few rows of A, where copying all of B into panels costs more than the product. None when K is not a
+    whole number of vectors of at least 4 lanes or A or B is not contiguous along k."""
+    size_m, size_n, size_k = mm.rows, mm.n.src[0].arg, mm.k.src[0].arg
+    full = vector_bytes // mm.red.dtype.itemsize
+    w = next((w for w in (full, full // 2, full // 4) if w >= 4 and size_k % w == 0), 0)
+    if not w:
+        return None
+    mr, nr = dot_tile(size_m, size_n, registers)
+    ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
+    # columns outermost: a tile's NR rows of B stay in L1 while every row of tiles reads them (A is small)
+    jr, ir = (_range(next(ids), s, AxisType.LOOP) for s in (-(-size_n // nr), -(-size_m // mr)))
+    kk, lane = _range(next(ids), size_k // w, AxisType.REDUCE), _range(next(ids), w, AxisType.LANE)
+    red = mm.red.replace(src=(mm.red.src[0].substitute({mm.k: kk * w + lane}), kk, lane))
+    row0, col0 = _clamped(ir * mr, size_m - mr), _clamped(jr * nr, size_n - nr)
+    top = next(u for u in ast.src if mm.store in u.toposort())
+    tops = []
+    for i in range(mr):
+        for j in range(nr):
+            at = {mm.n: col0 + j} | ({} if mm.m is None else {mm.m: row0 + i})
+            tops.append(UOp(Op.END, dtypes.void, (mm.store.substitute({mm.red: red}).substitute(at),
+                                                  *mm.outer, jr, ir)))
+    new = UOp(Op.SINK, dtypes.void, (*(u for u in ast.src if u is not top), *tops)).simplify()
+    if not lanes_are_contiguous(new, lane):
+        return None
+    return vectorize_lanes(new, lane, w)

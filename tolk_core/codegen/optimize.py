@@ -46,7 +46,7 @@ from tolk_core.codegen.choices import knob
 from tolk_core.codegen.linearize import is_array, range_deps
 
 # the matmul plan's knob defaults, where engine/tuning.py reads every knob's default
-from tolk_core.codegen.matmul import MATMUL_KC, MATMUL_MR, MATMUL_NC, MATMUL_NR_VECTORS, MATMUL_PACK_B  # noqa: F401
+from tolk_core.codegen.matmul import MATMUL_DOT_ROWS, MATMUL_KC, MATMUL_MR, MATMUL_NC, MATMUL_NR_VECTORS, MATMUL_PACK_B  # noqa: F401
 from tolk_core.codegen.upcast import (
     hoist_range,
     lanes_are_contiguous,

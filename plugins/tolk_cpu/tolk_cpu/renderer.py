@@ -168,6 +168,11 @@ class CRenderer(CStyleRenderer):
             return f"({ref(u.src[0])}<{ref(u.src[1])})"
         return None
 
+    def expression(self, u: UOp, ref: Callable[[UOp], str],
+                   index: Callable[[UOp], tuple[str, str, str | None]]) -> str:
+        # one lane of a vector (a vector accumulator's lanes folded after its loop): gcc's vector subscript
+        return f"{ref(u.src[0])}[{u.arg}]" if u.op is Op.GEP else super().expression(u, ref, index)
+
     def unary(self, op: Op, x: str, dt: DType) -> str:
         return f"tolk_exp2f({x})" if op is Op.EXP2 and dt == dtypes.float32 else super().unary(op, x, dt)
 
