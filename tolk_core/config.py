@@ -336,7 +336,10 @@ def layers(name: str) -> list[tuple[Origin, Any]]:
 
 def get(name: str) -> Any:
     """The effective value of setting `name`: override > environment > project file > user file > default
-    (`layers(name)[0][1]`, without building every layer: passes read settings on every call)."""
+    (`layers(name)[0][1]`, without building every layer: passes read settings on every call); answered from
+    `get_many`'s memo while nothing it reads from changed (a jitted call reads two settings)."""
+    if _ENV_DATA is not None:
+        return get_many((name,))[0]
     if name in _overrides:
         return _overrides[name]
     setting = _lookup(name)

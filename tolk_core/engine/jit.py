@@ -425,6 +425,10 @@ class CapturedJit(Generic[T]):
                            f"{len(input_uops)}")
         handles: list[Any] = []
         for i, (u, (size, dtype, device)) in enumerate(zip(input_uops, self.input_info, strict=True)):
+            if u.op is Op.BUFFER and u.arg == size and u.dtype is dtype and u.src[1].arg == device and \
+                    u not in self.written and (buf := resolve(u)) is not None:  # the common case, checked at once
+                handles.append(buf.handle)
+                continue
             if u.op is not Op.BUFFER:
                 raise JitError(f"JIT input {i} must be a BUFFER node, got {u.op.name}")
             if ranks.is_remote(device):  # another rank's shard (runtime/ranks.py): no call of this process reads it

@@ -133,18 +133,20 @@ class TolkJit(Generic[R]):
     def reset(self) -> None:
         self._engine, self._signature, self._ret, self._free = None, None, None, []
 
-    def _upload_arrays(self, args: tuple, kwargs: dict) -> None:
+    def _upload_arrays(self, leaves: list[tuple[str, Any]]) -> None:
         """Copy each NumPy argument the capture uploaded (`Tensor(arr)` of the argument itself) into the
         storage the capture made for it: a replay reads this call's array, as its contents are now."""
-        leaves = dict(_leaves(args, kwargs))
+        named = dict(leaves)
         for name, buf in self._uploads:
-            host = np.ascontiguousarray(np.asarray(leaves[name]).astype(dtypes.to_np(buf.dtype), copy=False))
+            host = np.ascontiguousarray(np.asarray(named[name]).astype(dtypes.to_np(buf.dtype), copy=False))
             if host.size:
                 storage.runtime_buffer(buf).copyin(host.reshape(-1).view(np.uint8).data)
 
     def _check_free_tensors(self) -> None:
         """A Tensor the function reads through its closure or a global, rebound to another Tensor (or to other
         storage) since capture, raises JitError: the replay would read the captured one's buffer."""
+        if not self._free:  # only Tensors free at capture are checked: none, nothing to look up
+            return
         now = {name: (t, b) for name, t, b in _free_tensors(self.fn)}
         for name, t, buf in self._free:
             cur = now.get(name)
@@ -166,35 +168,28 @@ class TolkJit(Generic[R]):
     def _call(self, args: tuple, kwargs: dict) -> R:
         if config.get("JIT") == 0:
             return self._run(args, kwargs)
-        inputs, var_vals, signature = self._inputs(args, kwargs)
+        leaves = _leaves(args, kwargs)
+        inputs, uops, var_vals, signature = self._inputs(leaves)
         device = inputs[0][1].device if inputs else _default_device()
         if isinstance(device, tuple):  # sharded inputs (docs/multi-device.md): graphs batch the first device's
             device = ranks.local_of(device)  # (this process's: the others of a tuple spanning ranks are remote)
         if self._engine is None:
             self._engine = engine_jit.create(device, fxn=lambda _uops, _vv: self._run(*self._current),
                                              prune=self.prune)
+        if self._engine.cnt >= 2:
+            return self._replay(leaves, uops, var_vals, signature)
         self._current = (args, kwargs)
         phase = self._engine.cnt
-        if phase >= 2:
-            self._validate(signature)
-            self._check_free_tensors()
-        uops = [b for _, t in inputs for b in _bases(t)]
         # the capture compiles in a lineage of its own (a fork of the current one): its placement decisions
         # are hermetic, and the lineage it was called from is left as it was
         lineage = placements.current().fork() if phase == 1 else contextlib.nullcontext()
-        arrays = {id(v): n for n, v in _leaves(args, kwargs) if isinstance(v, np.ndarray)}
+        arrays = {id(v): n for n, v in leaves if isinstance(v, np.ndarray)}
         uploads: list[tuple[str, UOp]] = []
         hook = (lambda data, buf: uploads.append((arrays[id(data)], buf)) if id(data) in arrays else None)
         draws: list[Tensor] = []
         if phase == 1:
             tensor_mod.upload_hooks.append(hook)
             random.recording.append(draws)
-        elif phase >= 2:
-            self._upload_arrays(args, kwargs)
-            for stored in self._draws:  # the next keys of the stream, as eager draws would take them
-                buf = _base(stored.uop)
-                assert buf is not None  # a key is uploaded storage
-                storage.runtime_buffer(buf).copyin(random.next_key().view(np.uint8).data)
         try:
             with lineage:
                 ret = self._engine.call(uops, var_vals, held_buffers=_held_buffers if phase == 1 else None)
@@ -207,9 +202,26 @@ class TolkJit(Generic[R]):
         self.calls += 1
         if phase == 0:
             return ret
-        if phase == 1:
-            self._signature, self._ret = signature, ret
-            self._free = _free_tensors(self.fn)
+        self._signature, self._ret = signature, ret
+        self._free = _free_tensors(self.fn)
+        return self._stamp(self._ret)
+
+    def _replay(self, leaves: list[tuple[str, Any]], uops: list[UOp], var_vals: dict[str, int],
+                signature: list) -> R:
+        """A call after the capture: the arguments checked against it, this call's NumPy arguments and random
+        keys copied into the storage the capture read them from, the kernels replayed."""
+        self._validate(signature)
+        self._check_free_tensors()
+        if self._uploads:
+            self._upload_arrays(leaves)
+        for stored in self._draws:  # the next keys of the stream, as eager draws would take them
+            buf = _base(stored.uop)
+            assert buf is not None  # a key is uploaded storage
+            storage.runtime_buffer(buf).copyin(random.next_key().view(np.uint8).data)
+        assert self._engine is not None
+        self._current = ((), {})
+        self._engine.call(uops, var_vals)
+        self.calls += 1
         return self._stamp(self._ret)
 
     # ---- helpers
@@ -220,12 +232,15 @@ class TolkJit(Generic[R]):
             outs[0].realize(*outs[1:])
         return ret
 
-    def _inputs(self, args: tuple, kwargs: dict) -> tuple[list[tuple[str, Tensor]], dict[str, int], list]:
+    def _inputs(self, leaves: list[tuple[str, Any]]) \
+            -> tuple[list[tuple[str, Tensor]], list[UOp], dict[str, int], list]:
+        """(the Tensor arguments by name, the BUFFERs they view in order, the bound Variables' values, the
+        call's signature) of the arguments' `leaves`."""
         inputs: list[tuple[str, Tensor]] = []
         var_vals: dict[str, int] = {}
         signature: list[tuple[str, Any]] = []
         seen: dict[UOp, str] = {}
-        for name, v in _leaves(args, kwargs):
+        for name, v in leaves:
             if isinstance(v, Tensor):
                 if not _stored(v):  # lazy: compute it (a view of stored data stays a view)
                     v.realize()
@@ -242,11 +257,13 @@ class TolkJit(Generic[R]):
                 signature.append((name, ("variable", var)))
             else:
                 signature.append((name, _describe(v)))
-        return inputs, var_vals, signature
+        return inputs, list(seen), var_vals, signature
 
     def _validate(self, signature: list[tuple[str, Any]]) -> None:
         want = self._signature
         assert want is not None
+        if want == signature:  # the common case, compared in C (the dtypes and devices are the same objects)
+            return
         if [n for n, _ in want] != [n for n, _ in signature]:
             raise JitError(f"JIT arguments of {self.name} changed since capture: captured "
                            f"{[n for n, _ in want]}, called with {[n for n, _ in signature]}")
@@ -267,7 +284,7 @@ class TolkJit(Generic[R]):
         def wrap(t: Any) -> Any:
             if not isinstance(t, Tensor):
                 return t
-            out = Tensor(t.uop, t.device)
+            out = t._wrap(t.uop)  # its device is canonical already: no second resolve per output per call
             out._read_guard = _Stamp(self, self.calls)
             return out
         if isinstance(ret, (list, tuple)):
