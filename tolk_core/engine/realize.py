@@ -64,6 +64,9 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     todo = list(dict.fromkeys(v for v in out if buffers.base_buffer(v) is None))
     if not todo:
         return out
+    if (copies := _stored_copies(device, todo)) is not None:
+        copied = dict(zip(todo, copies, strict=True))
+        return [copied.get(v, v) for v in out]
     # reuse values computed by earlier realizes that these graphs still read
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
     nodes = sink.toposort()
@@ -89,6 +92,37 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         if not capturing() and orig in reads:
             _computed[orig] = views[orig]
     return [views.get(v, v) for v in out]
+
+
+def _stored_copies(device: str, todo: list[UOp]) -> list[UOp] | None:
+    """New storage holding each of `todo`, each filled by one device copy and no schedule, when every one is a
+    copy of stored data on `device` read whole and in order (DETACH or CONTIGUOUS over a BUFFER seen through
+    reshapes: the leaf `x.detach().requires_grad_()` makes, `x.clone()`). None otherwise, and where a
+    schedule must run: while a JIT captures (each replay repeats the copy, a kernel of the capture), inside a
+    profile or at DEBUG >= 2 (a launch each, as they report). Not remembered as computed: two detaches of one
+    tensor stay two leaves with storage of their own."""
+    if capturing() or not hits.allowed() or is_disk(device):
+        return None
+    sources = []
+    for v in todo:
+        u = v
+        while u.op in _COPY_OPS:
+            u = u.src[0]
+        buf = buffers.base_buffer(u)
+        shape = tuple(s for s in v.tensor_shape if isinstance(s, int))
+        if u is v or buf is None or buf.dtype != v.dtype or buffers.buffer_device(buf) != device or \
+                len(shape) != len(v.tensor_shape):
+            return None
+        sources.append((buf, shape))
+    out: list[UOp] = []
+    for v, (buf, shape) in zip(todo, sources, strict=True):
+        new = buffers.new_buffer(device, buf.arg, v.dtype)
+        buffers.copy_buffer(new, buf)
+        out.append(buffers.view_as(new, shape))
+    return out
+
+
+_COPY_OPS = frozenset({Op.DETACH, Op.CONTIGUOUS})
 
 
 def _known_in(nodes: list[UOp], device: str) -> dict[UOp, UOp]:
