@@ -426,7 +426,8 @@ class CapturedJit(Generic[T]):
         handles: list[Any] = []
         for i, (u, (size, dtype, device)) in enumerate(zip(input_uops, self.input_info, strict=True)):
             if u.op is Op.BUFFER and u.arg == size and u.dtype is dtype and u.src[1].arg == device and \
-                    u not in self.written and (buf := resolve(u)) is not None:  # the common case, checked at once
+                    u not in self.written and not ranks.is_remote(device) and (buf := resolve(u)) is not None:
+                # the common case (a local input as captured, not written by the capture), checked at once
                 handles.append(buf.handle)
                 continue
             if u.op is not Op.BUFFER:
