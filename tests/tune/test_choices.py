@@ -20,7 +20,7 @@ PROGRAMS = {
     "short_sum": (lambda a: a.sum(axis=(1, 2)), [((64, 4, 4), "float32")]),
     "wide_matmul": (lambda a, b: a @ b, [((64, 64), "float32"), ((64, 256), "float32")]),
     "conv": (lambda x, w: x.conv2d(w), [((2, 4, 10, 34), "float32"), ((16, 4, 3, 3), "float32")]),
-    "linear": (lambda x, w: x @ w.T, [((16, 64), "float32"), ((96, 64), "float32")]),
+    "linear": (lambda x, w: x @ w.T, [((16, 256), "float32"), ((96, 256), "float32")]),  # W: 96 KiB
 }
 # numpy's value of the programs numpy has no method for
 REFS = {"conv": lambda x, w: np.einsum("ncijkl,ockl->noij", np.lib.stride_tricks.sliding_window_view(

@@ -30,10 +30,10 @@ the standard one of BLAS libraries, built from the IR's own nodes:
   is needed; a matrix narrower than one vector keeps the generic plan.
 
 - **Dot plan** (`dot_plan`): where B is contiguous along k only (`x @ W.T`, W stored out x in as nn.Linear keeps
-  it) and A has few rows (`MATMUL_DOT_ROWS`), copying all of B into panels costs more than the product it
-  serves (a 1 x 512 x 512 product spent 440 us packing B for 0.5 MFLOP). Each output is then a dot product of
-  two rows read in place, in vector lanes along k, an MR x NR tile of them per loop step, each folded across
-  its lanes after the loop.
+  it), A has few rows (`MATMUL_DOT_ROWS`) and B is past the L1 cache, copying all of B into panels costs more
+  than the product it serves (a 1 x 512 x 512 product spent 440 us packing B for 0.5 MFLOP). Each output is
+  then a dot product of two rows read in place, in vector lanes along k, an MR x NR tile of them per loop
+  step, each folded across its lanes after the loop.
 
 For a large K the unblocked panel narrows to fit the L2 cache, then the micro-panel (fewer vectors per row);
 past K = L2 / (2 x W x itemsize) B is read in place (where it is contiguous along the row), as it is when the
@@ -205,12 +205,15 @@ def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int, 
     B on a 512 KiB L2: 171 packed, 156 in place). Knob MATMUL_PACK_B = 1 packs it anyway."""
     if (mm := match(ast, outs)) is None:
         return None
+    b_bytes = mm.k.src[0].arg * mm.n.src[0].arg * mm.red.dtype.itemsize
     if (t := tile_sizes(mm, vector_bytes, registers, l2, l1)) is not None:
-        b_bytes = mm.k.src[0].arg * mm.n.src[0].arg * mm.red.dtype.itemsize
         in_l2 = not knob("MATMUL_PACK_B", MATMUL_PACK_B) and b_bytes <= (l2 or DEFAULT.l2) // 2
         if (mm.rows <= t.mr or not t.packed or in_l2) and (direct := _build(ast, mm, t, packed=False)) is not None:
             return direct
-    if mm.rows <= knob("MATMUL_DOT_ROWS", MATMUL_DOT_ROWS) and (dot := dot_plan(ast, mm, vector_bytes, registers)):
+    # the dot plan where copying B would cost: a B within the L1 cache packs in no time (and a tiny product's
+    # dot plan is mostly lane folds, its short k loop unrolled)
+    if mm.rows <= knob("MATMUL_DOT_ROWS", MATMUL_DOT_ROWS) and b_bytes > (l1 or DEFAULT.l1) and \
+            (dot := dot_plan(ast, mm, vector_bytes, registers)) is not None:
         return dot
     return _build(ast, mm, t, packed=True) if t is not None and t.packed else None
 
