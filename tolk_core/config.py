@@ -144,6 +144,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "(0: what the C compiler targets with CFLAGS)", env="TOLK_CPU_VECTOR_BYTES", check=in_range(0, 64)),
     Setting("CPU_THREADS", int, 0, "OpenMP threads of each virtual CPU device when CPU_DEVICES > 1 "
             "(0: the cores divided by CPU_DEVICES, at least 1)", env="TOLK_CPU_THREADS", check=in_range(0)),
+    Setting("CPU_SPIN_COUNT", int, 0, "iterations a CPU kernel's OpenMP threads spin waiting for the next "
+            "parallel loop before they sleep (libgomp's GOMP_SPINCOUNT; 0: they sleep at once). About 30000 helps a "
+            "machine of one's own and costs processes that share the cores (docs/performance.md, "
+            "\"Threads that sleep\")", env="TOLK_CPU_SPIN_COUNT", check=in_range(0)),
     Setting("DEVICE_THREADS", int, 2, "whether devices launch at the same time, each from its own thread: 1 always, "
             "0 never (one after another), 2 while the load average leaves a core free per device "
             "(docs/multi-device.md)", env="TOLK_DEVICE_THREADS", check=in_range(0, 2)),

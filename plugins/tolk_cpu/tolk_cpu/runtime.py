@@ -228,6 +228,10 @@ class CPUDevice(CompiledDevice):
         # libgomp reads this when it loads (with the first kernel library); OMP_WAIT_POLICY / OMP_NUM_THREADS
         # in the environment still win.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # a short spin keeps an idle core awake between launches (CPU_SPIN_COUNT; docs/performance.md, "Threads
+        # that sleep"): a choice for machines of one's own, so it is off unless set
+        if spin := config.get("CPU_SPIN_COUNT"):
+            os.environ.setdefault("GOMP_SPINCOUNT", str(spin))
         # the matmul plan's packed panel is an array on each thread's stack (up to 512 KiB, codegen/matmul.py):
         # worker threads get room for it whatever the platform's default thread stack is
         os.environ.setdefault("OMP_STACKSIZE", "4M")
