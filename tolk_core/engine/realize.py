@@ -101,19 +101,20 @@ def _stored_copies(device: str, todo: list[UOp]) -> list[UOp] | None:
     schedule must run: while a JIT captures (each replay repeats the copy, a kernel of the capture), inside a
     profile or at DEBUG >= 2 (a launch each, as they report). Not remembered as computed: two detaches of one
     tensor stay two leaves with storage of their own."""
-    if capturing() or not hits.allowed() or is_disk(device):
-        return None
     sources = []
-    for v in todo:
+    for v in todo:  # the graphs first: most realizes compute something, and the checks below read settings
         u = v
         while u.op in _COPY_OPS:
             u = u.src[0]
-        buf = buffers.base_buffer(u)
+        if u is v or (buf := buffers.base_buffer(u)) is None or buf.dtype != v.dtype or \
+                buffers.buffer_device(buf) != device:
+            return None
         shape = tuple(s for s in v.tensor_shape if isinstance(s, int))
-        if u is v or buf is None or buf.dtype != v.dtype or buffers.buffer_device(buf) != device or \
-                len(shape) != len(v.tensor_shape):
+        if len(shape) != len(v.tensor_shape):
             return None
         sources.append((buf, shape))
+    if capturing() or not hits.allowed() or is_disk(device):
+        return None
     out: list[UOp] = []
     for v, (buf, shape) in zip(todo, sources, strict=True):
         new = buffers.new_buffer(device, buf.arg, v.dtype)
