@@ -19,6 +19,7 @@ from tolk_core.codegen import generate
 from tolk_core.counters import GlobalCounters
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.plugins import Device
 from tolk_core.schedule import placements as pm
@@ -355,6 +356,7 @@ import numpy as np
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.ir.ops import Op
+from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp
 from tolk_core.schedule import placements as pm
 x = Tensor(np.arange(64 * 100, dtype=np.float32).reshape(64, 100), device="CPU")
@@ -394,3 +396,39 @@ def test_a_realized_constant_does_not_change_later_graphs_that_hold_it(device, k
     assert k.count == 2
     close(got, np.exp(a * 2 + 1) * 3)
     assert lineage.placements.raw_entry(cut_t.uop.src[0]) == (V, INLINED)
+
+
+def _walked_digest(sink: UOp, p, inline) -> tuple:
+    """The digest by its definition, node by node over the whole graph (the reference for `pm.digest`)."""
+    prefer, parts = set(inline), []
+    for i, u in enumerate(sink.toposort()):
+        pl, it = p._table.get(u), pm._intents.get(u)
+        if pl is None and it is None and u not in prefer:
+            continue
+        pl = it.placement if pl is None and it is not None else pl
+        parts.append((i, (V if pl[0] is pm.EC else pl[0]).name if pl is not None else None,
+                      it is not None and it.observable, u in prefer))
+    return tuple(parts)
+
+
+def test_the_digest_equals_a_walk_of_the_whole_graph() -> None:
+    """`pm.digest` looks nodes up from its (small) tables when they are smaller than the graph: the same
+    positions and entries as walking every node, for a plain lineage, a decided one, an inline preference, a
+    graph smaller than the tables, and after a compile filled the table."""
+    x = Tensor(np.arange(64 * 100, dtype=np.float32).reshape(64, 100), device="CPU")
+    m = x.max(axis=-1, keepdim=True)
+    e = (x - m).exp()
+    out = (e / e.sum(axis=-1, keepdim=True)).contiguous() * 2
+    sink = UOp(Op.SINK, dtypes.void, (out.uop,))
+    small = UOp(Op.SINK, dtypes.void, ((x * 3).uop,))
+    ctx = pm.Lineage()
+    lineages = [ctx.fork(), ctx.decide_materialized([e]), ctx.decide_inline([m]), ctx.decide_inline([m, e, out])]
+    with lineages[1]:
+        out.numpy()  # a compile: the table gets the graph's decisions
+    seen = set()
+    for lineage in lineages:
+        for g in (sink, small):
+            got = pm.digest(g, lineage.placements, lineage.inline_preferences)
+            assert got == _walked_digest(g, lineage.placements, lineage.inline_preferences)
+            seen.add(got)
+    assert len(seen) >= 4  # the lineages tell apart

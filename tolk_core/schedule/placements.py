@@ -495,8 +495,17 @@ def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = ()) -> tuple:
     every realize, and most nodes of a graph have no entry."""
     prefer = set(inline)
     table_get, intent_get = p._table.get, _intents.get
+    nodes = sink.toposort()
+    if len(p._table) + len(_intents) + len(prefer) < len(nodes):
+        # the tables are the smaller side (tens of entries against a graph's hundreds or thousands of nodes): a
+        # weak table's lookup costs a Python call and a weak reference, the positions one dict built in C
+        at = dict(zip(nodes, range(len(nodes)), strict=True)).get
+        found = {i: u for u in (*p._table.keys(), *_intents.keys(), *prefer) if (i := at(u)) is not None}
+        candidates = sorted(found.items())
+    else:
+        candidates = list(enumerate(nodes))
     parts = []
-    for i, u in enumerate(sink.toposort()):
+    for i, u in candidates:
         pl, it = table_get(u), intent_get(u)
         if pl is None and it is None and u not in prefer:
             continue
