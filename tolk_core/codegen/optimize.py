@@ -56,12 +56,13 @@ from tolk_core.codegen.upcast import (
     vectorize_lanes,
 )
 from tolk_core.ir.dtype import AddrSpace, PtrDType, dtypes
-from tolk_core.ir.ops import AxisType, Op, identity_element
+from tolk_core.ir.ops import AxisType, GroupOp, Op, identity_element
 from tolk_core.ir.uop import UOp, prod, sint
 from tolk_core.render.renderer import LoopKind, Renderer
 
 # element-operations below which waking a thread team (passive OpenMP wait) costs more than it saves
 PARALLEL_MIN_WORK = 1 << 20
+ELEMENT_OPS = 8  # ALU operations of an elementwise kernel's body that count as one element of work
 UNROLL_MAX = 16
 GROUP_MAX_OUTPUTS = 1024      # a group reduction pays off when outputs are too few to fill the device
 GROUP_MIN_REDUCE = 256        # ... and the reduction is long enough to share
@@ -150,6 +151,8 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False, cut: bool = True
     # element-operations, counted before register blocking: after it the loops count vectors and unrolled
     # blocks, and a 16x16x32x32 convolution looked like 150k operations (one thread)
     work = math.prod(_most(r) for r in outs + reduce_ranges)
+    if not reduce_ranges:  # an elementwise kernel: its body's operations per element count too
+        work *= _element_weight(ast)
     packed = None
     if reduce_ranges and renderer.vector_bytes:
         # a matmul-shaped kernel gets the packed-panel plan (codegen/matmul.py), others the register tile below
@@ -182,6 +185,14 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False, cut: bool = True
         elif vector:
             plan.loop_kinds[r] = LoopKind.UNROLL4
     return plan
+
+
+def _element_weight(ast: UOp) -> int:
+    """How many elements' worth of work one element of an elementwise kernel does: its ALU operations in units of
+    `ELEMENT_OPS`, at least 1. A copy or an add is one; GELU's ~45 operations per element (an exp2 among them)
+    are five, so its 262k-element kernel (0.84 ms on one thread) takes the threads a plain add of that size
+    does not."""
+    return max(1, sum(u.op in GroupOp.ALU and u.dtype != dtypes.index for u in ast.toposort()) // ELEMENT_OPS)
 
 
 def _joined(plans: list[Plan]) -> Plan:
