@@ -258,19 +258,33 @@ def _blocked_sum(mm: MatmulShape, t: Tile, jc: UOp, row0: UOp, lane: UOp, ids: I
     return lambda i, c, jr: UOp(Op.LOAD, dtype, (UOp(Op.INDEX, block.dtype, (block, at(i, c, jr))), fill))
 
 
+def _fresh_ids(ast: UOp) -> Iterator[int]:
+    """Range ids no range of `ast` uses, for the plan's new loops."""
+    return iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
+
+
+def _with_tops(ast: UOp, mm: MatmulShape, tops: list[UOp], lane: UOp, w: int, arrays: bool) -> UOp | None:
+    """`ast` with the top holding the matmul's store replaced by a plan's `tops`, its `lane` placeholder made
+    `w` vector lanes; None when some access (kernel-local arrays too with `arrays`) is not contiguous in them."""
+    top = next(u for u in ast.src if mm.store in u.toposort())
+    new = UOp(Op.SINK, dtypes.void, (*(u for u in ast.src if u is not top), *tops)).simplify()
+    if not lanes_are_contiguous(new, lane, arrays=arrays):
+        return None
+    return vectorize_lanes(new, lane, w)
+
+
 def _build(ast: UOp, mm: MatmulShape, t: Tile, packed: bool) -> UOp | None:
     """The plan's loops (module docstring) around MR x NR/W copies of the store, B read from the packed panel
     or (`packed` False) in place, the sum blocked over k where `t.kc` says (packed only); None when some access
     is not contiguous in the lanes."""
     size_m, size_n = mm.rows, mm.n.src[0].arg
-    ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
+    ids = _fresh_ids(ast)
     jc, ir, jr = (_range(next(ids), s, AxisType.LOOP) for s in (t.panels, -(-size_m // t.mr), t.nc // t.nr))
     lane = _range(next(ids), t.w, AxisType.LANE)
     row0 = _clamped(ir * t.mr, size_m - t.mr)
     col0 = _clamped(jc * t.nc + jr * t.nr, size_n - t.nr)
     blocked = _blocked_sum(mm, t, jc, row0, lane, ids) if packed and t.kc else None
     read_b = _panel_read(mm, t, jc, jr, ids) if packed and blocked is None else None
-    top = next(u for u in ast.src if mm.store in u.toposort())
     tops = []
     for i in range(t.mr):
         for c in range(t.nr // t.w):
@@ -283,14 +297,11 @@ def _build(ast: UOp, mm: MatmulShape, t: Tile, packed: bool) -> UOp | None:
             at = {mm.n: col0 + c * t.w + lane} | ({} if mm.m is None else {mm.m: row0 + i})
             store = store.substitute(at)
             tops.append(UOp(Op.END, dtypes.void, (store, *mm.outer, jc, ir, jr)))
-    new = UOp(Op.SINK, dtypes.void, (*(u for u in ast.src if u is not top), *tops)).simplify()
-    if not lanes_are_contiguous(new, lane, arrays=True):
-        return None
-    return vectorize_lanes(new, lane, t.w)
+    return _with_tops(ast, mm, tops, lane, t.w, arrays=True)
 
 
 def dot_tile(rows: int, cols: int, registers: int) -> tuple[int, int]:
-    """(rows, columns) of the dot plan's register tile: MR x NC accumulators, each a vector along k, beside MR
+    """(rows, columns) of the dot plan's register tile: MR x NR accumulators, each a vector along k, beside MR
     vectors of A, one of B and one left to the compiler; of the tiles that fit (at most 8 a side, no more than
     the matrix has), the one loading the fewest vectors per FMA, (MR + NR) / (MR x NR), then the most
     accumulators: 16 registers (AVX2) give 2 x 6, 32 (AVX-512) 5 x 5. On AVX2 (one thread, kernel time)
@@ -312,20 +323,16 @@ def dot_plan(ast: UOp, mm: MatmulShape, vector_bytes: int, registers: int) -> UO
     if not w:
         return None
     mr, nr = dot_tile(size_m, size_n, registers)
-    ids = iter(range(1 + max(u.arg[0] for u in ast.toposort() if u.op is Op.RANGE), 1 << 30))
+    ids = _fresh_ids(ast)
     # columns outermost: a tile's NR rows of B stay in L1 while every row of tiles reads them (A is small)
     jr, ir = (_range(next(ids), s, AxisType.LOOP) for s in (-(-size_n // nr), -(-size_m // mr)))
     kk, lane = _range(next(ids), size_k // w, AxisType.REDUCE), _range(next(ids), w, AxisType.LANE)
     red = mm.red.replace(src=(mm.red.src[0].substitute({mm.k: kk * w + lane}), kk, lane))
     row0, col0 = _clamped(ir * mr, size_m - mr), _clamped(jr * nr, size_n - nr)
-    top = next(u for u in ast.src if mm.store in u.toposort())
     tops = []
     for i in range(mr):
         for j in range(nr):
             at = {mm.n: col0 + j} | ({} if mm.m is None else {mm.m: row0 + i})
             tops.append(UOp(Op.END, dtypes.void, (mm.store.substitute({mm.red: red}).substitute(at),
                                                   *mm.outer, jr, ir)))
-    new = UOp(Op.SINK, dtypes.void, (*(u for u in ast.src if u is not top), *tops)).simplify()
-    if not lanes_are_contiguous(new, lane):
-        return None
-    return vectorize_lanes(new, lane, w)
+    return _with_tops(ast, mm, tops, lane, w, arrays=False)

@@ -97,7 +97,7 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
 def _stored_copies(device: str, todo: list[UOp]) -> list[UOp] | None:
     """New storage holding each of `todo`, each filled by one device copy and no schedule, when every one is a
     copy of stored data on `device` read whole and in order (DETACH or CONTIGUOUS over a BUFFER seen through
-    reshapes: the leaf `x.detach().requires_grad_()` makes, `x.clone()`). None otherwise, and where a
+    reshapes: the leaf `x.detach().requires_grad_()` makes, `x.contiguous()` of storage). None otherwise, and where a
     schedule must run: while a JIT captures (each replay repeats the copy, a kernel of the capture), inside a
     profile or at DEBUG >= 2 (a launch each, as they report). Not remembered as computed: two detaches of one
     tensor stay two leaves with storage of their own."""

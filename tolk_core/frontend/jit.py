@@ -219,7 +219,6 @@ class TolkJit(Generic[R]):
             assert buf is not None  # a key is uploaded storage
             storage.runtime_buffer(buf).copyin(random.next_key().view(np.uint8).data)
         assert self._engine is not None
-        self._current = ((), {})
         self._engine.call(uops, var_vals)
         self.calls += 1
         return self._stamp(self._ret)
