@@ -43,7 +43,7 @@ from tolk_core.frontend.transcendental import TranscendentalMixin, sign_bit
 from tolk_core.ir.calls import Composite
 from tolk_core.ir.dtype import DType, dtypes, promote_types, weak_promote
 from tolk_core.ir.ops import Op
-from tolk_core.ir.uop import UOp
+from tolk_core.ir.uop import UOp, sint
 
 if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
@@ -184,9 +184,43 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         # sources of one shape: the node's shape is theirs, recorded now (else UOp.shape names the mismatch)
         return self._wrap(UOp.shaped(op, dt, src, None, shape) if same else UOp(op, dt, src))
 
+    def _operand_nodes(self: Tensor, other: Any) -> tuple[UOp, UOp, tuple[sint, ...]] | None:
+        """The common operands' fast path: for a Tensor of this class on this device and of this dtype, or an int
+        or float scalar that keeps this dtype (`weak_promote`), the two operands' nodes broadcast to their
+        shape, and that shape; None for anything else (`_coerce` handles it). The nodes are `_coerce`'s, without
+        its intermediate Tensors (a broadcast operand's Tensor and registration cost as much as the op's node)."""
+        u, sa = self.uop, self.shape
+        if type(other) is type(self):
+            ou = other.uop
+            if other.device != self.device or ou.dtype is not u.dtype:
+                return None
+            sb = other.shape
+            if sa == sb:
+                return u, ou, sa
+            shape = broadcast_shape(sa, sb)
+            return broadcast_uop(u, sa, shape), broadcast_uop(ou, sb, shape), shape
+        if (type(other) is int or type(other) is float) and weak_promote(u.dtype, other) is u.dtype:
+            return u, broadcast_scalar(u.dtype, other, sa), sa
+        return None
+
     def _binary(self: Tensor, op: Op, other: Any, reflected: bool = False) -> Tensor:
+        if (nodes := self._operand_nodes(other)) is not None:
+            xu, yu, shape = nodes
+            return self._wrap(UOp.shaped(op, xu.dtype, (yu, xu) if reflected else (xu, yu), None, shape))
         a, b = self._coerce(other, reflected)
         return a._alu(op, b)
+
+    def _difference(self: Tensor, other: Any, reflected: bool) -> Tensor:
+        """`self - other` (`other - self` when `reflected`) as ADD(minuend, NEG(subtrahend)), the nodes
+        `_coerce` and the operators would make, built directly in the common case (`_operand_nodes`)."""
+        if (nodes := self._operand_nodes(other)) is not None and not dtypes.is_bool(self.uop.dtype):
+            xu, yu, shape = nodes
+            if reflected:
+                xu, yu = yu, xu
+            neg = UOp.shaped(Op.NEG, yu.dtype, (yu,), None, shape)
+            return self._wrap(UOp.shaped(Op.ADD, xu.dtype, (xu, neg), None, shape))
+        a, b = self._coerce(other, reflected)
+        return a._alu(Op.ADD, -b)
 
     def cast(self: Tensor, dtype: Any) -> Tensor:
         if dtype is self.dtype:
@@ -204,13 +238,8 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
     def __mul__(self: Tensor, other: Any) -> Tensor: return self._binary(Op.MUL, other)
     def __rmul__(self: Tensor, other: Any) -> Tensor: return self._binary(Op.MUL, other, True)
 
-    def __sub__(self: Tensor, other: Any) -> Tensor:
-        a, b = self._coerce(other)
-        return a._alu(Op.ADD, -b)
-
-    def __rsub__(self: Tensor, other: Any) -> Tensor:
-        a, b = self._coerce(other, True)
-        return a._alu(Op.ADD, -b)
+    def __sub__(self: Tensor, other: Any) -> Tensor: return self._difference(other, False)
+    def __rsub__(self: Tensor, other: Any) -> Tensor: return self._difference(other, True)
 
     def __neg__(self: Tensor) -> Tensor:
         if dtypes.is_bool(self.dtype):

@@ -39,6 +39,8 @@ def normalize_axis(axis: int, ndim: int) -> int:
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The shape `shapes` broadcast to, numpy's way: aligned on the right, a size-1 axis stretching to the
     other size. Raises ShapeError naming every shape when two sizes other than 1 differ."""
+    if len(shapes) == 2 and (two := _broadcast_two(*shapes)) is not None:
+        return two
     ndim = max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
     out = []
@@ -47,6 +49,27 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
         if len(non_one) > 1:
             raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be broadcast together")
         out.append(non_one.pop() if non_one else 1)
+    return tuple(out)
+
+
+def _broadcast_two(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """`broadcast_shape` of two shapes (every elementwise op with a broadcast operand), a loop without the
+    general path's sets; None when they do not broadcast (the general path raises, naming them)."""
+    if len(a) != len(b):
+        if len(a) < len(b):
+            a = (1,) * (len(b) - len(a)) + tuple(a)
+        else:
+            b = (1,) * (len(a) - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x is y or y == 1:  # a symbolic size (a UOp) equals only itself
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        elif type(x) is int and x == y:
+            out.append(x)
+        else:
+            return None
     return tuple(out)
 
 
@@ -181,6 +204,14 @@ class MovementMixin:
         return self if shape == self.shape else self._mop(Op.RESHAPE, shape)
 
     def permute(self: Tensor, *order: Any) -> Tensor:
+        own = self.shape
+        plain = order[0] if len(order) == 1 and type(order[0]) is tuple else order
+        if len(plain) == len(own) and all(type(a) is int for a in plain) and \
+                sorted(plain) == list(range(len(own))):  # the common case: a permutation of the axes, plain ints
+            if plain == tuple(range(len(own))):
+                return self
+            shape = tuple(own[a] for a in plain)
+            return self._wrap(UOp.shaped(Op.PERMUTE, self.uop.dtype, (self.uop,), plain, shape))
         order = tuple(normalize_axis(a, self.ndim) for a in self._shape_arg(order, "permute order"))
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"permute order {order} is not a permutation of the {self.ndim} axes of {self.shape}")
@@ -216,7 +247,7 @@ class MovementMixin:
 
     @property
     def T(self: Tensor) -> Tensor:
-        return self.permute(tuple(reversed(range(self.ndim))))
+        return self.permute(tuple(range(self.ndim - 1, -1, -1)))
 
     def flip(self: Tensor, axis: int | Sequence[int]) -> Tensor:
         axes = {normalize_axis(a, self.ndim) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
@@ -383,8 +414,13 @@ class MovementMixin:
     def split(self: Tensor, split_size_or_sections: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """torch.split: pieces of `split_size_or_sections` elements along `dim` (an int: that size each, the last
         one smaller when it does not divide; a list: those sizes, which must sum to the axis length)."""
-        axis = self._axes(dim)[0]
-        n = self.shape[axis]
+        own = self.shape
+        axis = dim % len(own) if type(dim) is int and -len(own) <= dim < len(own) else self._axes(dim)[0]
+        n = own[axis]
+        if type(split_size_or_sections) is int and split_size_or_sections > 0 and _plain_sizes(own):
+            # the common case (a GRU or LSTM cell chunks its gate projections every step): plain sizes
+            step = split_size_or_sections
+            return self._pieces(axis, [min(step, n - s) for s in range(0, n, step)] or [0])
         if isinstance(split_size_or_sections, int):
             if split_size_or_sections < 1 and n:
                 raise ShapeError(f"split size must be positive, got {split_size_or_sections}")
@@ -395,7 +431,6 @@ class MovementMixin:
             if sum(sizes) != n or any(s < 0 for s in sizes):
                 raise ShapeError(f"split sections {sizes} must be non-negative and sum to the size {n} of axis "
                                  f"{axis} of {self.shape}")
-        own = self.shape
         if _plain_sizes(own) and _plain_sizes(tuple(sizes)):  # the pieces' nodes built here: bounds checked above
             return self._pieces(axis, sizes)
         out, start = [], 0
@@ -408,14 +443,14 @@ class MovementMixin:
         """The consecutive pieces of `sizes` elements along `axis` (plain ints summing to that axis of a shape of
         plain ints): a GRU or LSTM cell splits its gate projections every step."""
         own, u = self.shape, self.uop
+        before, after = tuple((0, d) for d in own[:axis]), tuple((0, d) for d in own[axis + 1:])
         out, start = [], 0
         for s in sizes:
             if s == own[axis]:  # the whole axis (the other pieces empty): the value itself, as shrink gives
                 out.append(self)
                 continue
-            pairs = tuple((start, start + s) if a == axis else (0, d) for a, d in enumerate(own))
             shape = own[:axis] + (s,) + own[axis + 1:]
-            out.append(self._wrap(UOp.shaped(Op.SHRINK, u.dtype, (u,), pairs, shape)))
+            out.append(self._wrap(UOp.shaped(Op.SHRINK, u.dtype, (u,), before + ((start, start + s),) + after, shape)))
             start += s
         return tuple(out)
 
@@ -424,7 +459,8 @@ class MovementMixin:
         fewer pieces come back when the size does not fill them all)."""
         if chunks < 1:
             raise ShapeError(f"chunk needs a positive number of chunks, got {chunks}")
-        n = self.shape[self._axes(dim)[0]]
+        own = self.shape
+        n = own[dim % len(own) if type(dim) is int and -len(own) <= dim < len(own) else self._axes(dim)[0]]
         return self.split(max(-(-n // chunks), 1), dim)
 
 

@@ -139,28 +139,28 @@ class NNMixin:
         """Matrix product with numpy's rules: batch axes broadcast; a 1-d operand is a row (left) or a column
         (right) vector whose axis is dropped from the result. `other` may be an ndarray (made a Tensor on this
         device); a Tensor on another device is a DeviceMismatchError."""
-        other = _matmul_operand(self, other)
-        if self.ndim == 0 or other.ndim == 0:
-            raise ShapeError(f"matmul needs tensors of at least one dimension, got {self.shape} and {other.shape}")
-        a = self.reshape(1, self.shape[0]) if self.ndim == 1 else self
-        b = other.reshape(other.shape[0], 1) if other.ndim == 1 else other
-        if a.shape[-1] != b.shape[-2]:
-            raise ShapeError(f"matmul of shapes {self.shape} and {other.shape}: inner sizes {a.shape[-1]} and "
-                             f"{b.shape[-2]} differ")
-        batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
-        n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
-        dt = promote_types(a.dtype, b.dtype)
+        if type(other) is not type(self) or other.device != self.device:
+            other = _matmul_operand(self, other)
+        sa, sb = self.shape, other.shape
+        if not sa or not sb:
+            raise ShapeError(f"matmul needs tensors of at least one dimension, got {sa} and {sb}")
+        a = self.reshape(1, sa[0]) if len(sa) == 1 else self
+        b = other.reshape(sb[0], 1) if len(sb) == 1 else other
+        (*ba, n, k), (*bb, kb, m) = a.shape, b.shape
+        if k != kb:
+            raise ShapeError(f"matmul of shapes {sa} and {sb}: inner sizes {k} and {kb} differ")
+        batch = broadcast_shape(tuple(ba), tuple(bb)) if ba or bb else ()
+        dt = a.uop.dtype if a.uop.dtype is b.uop.dtype else promote_types(a.dtype, b.dtype)
         # the product as movements the checks above have made valid: built on the nodes directly, with their
         # shapes (the public reshape/expand would validate each again and make a Tensor of each; this is the
         # front end's most used composite)
         nb, full = len(batch), batch + (n, m, k)
+        a_rows, b_rows = batch + (n, 1, k), batch + (1, m, k)
         au = broadcast_uop(a.cast(dt).uop, a.shape, batch + (n, k))
-        au = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (au,), batch + (n, 1, k), batch + (n, 1, k)), batch + (n, 1, k),
-                           full)
+        au = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (au,), a_rows, a_rows), a_rows, full)
         bu = broadcast_uop(b.cast(dt).uop, b.shape, batch + (k, m))
         bu = UOp.shaped(Op.PERMUTE, dt, (bu,), tuple(range(nb)) + (nb + 1, nb), batch + (m, k))
-        bu = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (bu,), batch + (1, m, k), batch + (1, m, k)), batch + (1, m, k),
-                           full)
+        bu = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (bu,), b_rows, b_rows), b_rows, full)
         product = UOp.shaped(Op.MUL, dt, (au, bu), None, full)
         # numpy's matmul keeps the operands' dtype: integers accumulate in it (a sum would widen to int64), bools
         # are an OR of ANDs; half floats sum in float32 (`sum`)
@@ -171,9 +171,9 @@ class NNMixin:
         else:  # what `sum(axis=-1)` builds, in the product's dtype: the reduce, then a reshape dropping the axis
             summed = UOp.shaped(Op.REDUCE_AXIS, dt, (product,), (Op.ADD, (len(full) - 1,)), batch + (n, m, 1))
             out = self._wrap(UOp.shaped(Op.RESHAPE, dt, (summed,), batch + (n, m), batch + (n, m)))
-        if self.ndim == 1:
+        if len(sa) == 1:
             out = out.reshape(out.shape[:-2] + out.shape[-1:])
-        if other.ndim == 1:
+        if len(sb) == 1:
             out = out.reshape(out.shape[:-1])
         return out
 

@@ -1,8 +1,9 @@
 """Data types of the IR: scalars, vectors, pointers with address spaces, and the promotion lattice.
 
 Contracts:
-  * `DType` values are immutable and compare by value; their hash is precomputed (UOp interning hashes
-    dtypes on every node construction).
+  * `DType` values are immutable and interned: constructing one with the fields of an existing one returns that
+    object, so equal dtypes are the same object and compare and hash by identity, in C (UOp interning hashes
+    a dtype on every node construction and drop; a Python-level `__hash__` was a tenth of building a graph).
   * bfloat16 converts to and from numpy through `ml_dtypes.bfloat16` (a real 2-byte float dtype, not
     uint16 storage).
   * `promote_types` follows the torch/tinygrad category rules documented in docs/ir.md.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import builtins
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,21 +28,25 @@ class AddrSpace(enum.Enum):
     REG = "reg"
 
 
-@dataclass(frozen=True)
+# (class, fields) -> the one DType with those fields (see the module contract)
+_interned: dict[tuple, DType] = {}
+
+
+@dataclass(frozen=True, eq=False)
 class DType:
     """A scalar or vector type. `kind` is 'b' bool, 'i' signed, 'u' unsigned, 'f' float, 'v' void;
-    `count` is the number of vector lanes (1 for scalars); `itemsize` is bytes per lane."""
+    `count` is the number of vector lanes (1 for scalars); `itemsize` is bytes per lane. Interned: equal
+    fields give the same object, so `==` and `hash` are identity's (object's, in C)."""
     name: str
     itemsize: int
     kind: str
     count: int = 1
-    _hash: int = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((type(self), self.name, self.itemsize, self.kind, self.count)))
+    def __new__(cls, name: str, itemsize: int, kind: str, count: int = 1) -> DType:
+        return _intern(cls, (name, itemsize, kind, count))
 
-    def __hash__(self) -> int:
-        return self._hash
+    def __reduce__(self) -> tuple:  # unpickled and copied through the constructor: the interned object
+        return DType, (self.name, self.itemsize, self.kind, self.count)
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.name}.vec({self.count})"
@@ -67,15 +72,20 @@ class DType:
         return self.itemsize * self.count
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PtrDType(DType):
-    """A pointer. `name`/`itemsize`/`kind` mirror the pointee `base`; `count` > 1 is a vector of pointers."""
+    """A pointer. `name`/`itemsize`/`kind` mirror the pointee `base`; `count` > 1 is a vector of pointers.
+    Interned like every DType."""
     base: DType = None  # type: ignore[assignment]  # always given by DType.ptr
     addrspace: AddrSpace = AddrSpace.GLOBAL
     size: int = -1
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((PtrDType, self.base, self.addrspace, self.size, self.count)))
+    def __new__(cls, name: str, itemsize: int, kind: str, count: int = 1, base: DType | None = None,
+                addrspace: AddrSpace = AddrSpace.GLOBAL, size: int = -1) -> PtrDType:
+        return _intern(cls, (name, itemsize, kind, count, base, addrspace, size))  # type: ignore[return-value]
+
+    def __reduce__(self) -> tuple:
+        return PtrDType, (self.name, self.itemsize, self.kind, self.count, self.base, self.addrspace, self.size)
 
     def __repr__(self) -> str:
         args = [] if self.size == -1 else [str(self.size)]
@@ -92,6 +102,15 @@ class PtrDType(DType):
 
     def scalar(self) -> PtrDType:
         return self if self.count == 1 else self.vec(1)
+
+
+def _intern(cls: type, fields: tuple) -> DType:
+    """The one `cls` with `fields` (made on first request; the dataclass `__init__` that follows `__new__` sets
+    the same values again)."""
+    key = (cls, *fields)
+    if (known := _interned.get(key)) is None:
+        known = _interned[key] = object.__new__(cls)
+    return known
 
 
 _NP_NAMES: dict[str, Any] = {
