@@ -140,7 +140,7 @@ def _call_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     if not is_composite(u):
         raise GradientError(f"no gradient rule for CALL (dtype {u.dtype.name}, shape {tuple(u.shape or ())}) "
                             "between a tensor that requires grad and the root")
-    return (u.arg.slope(u, g),)
+    return u.arg.slope(u, g)
 
 
 def _cast_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
@@ -214,7 +214,34 @@ def gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     (`tolk_core.function`) are differentiated through their bodies, inlined as prepare_rangeify inlines them."""
     if any(is_inline_call(u) for u in root.toposort()):
         root = graph_rewrite(root, prepare.pm_inline_calls, name="inline calls, for gradients")
-    order = root.toposort()
+    return _accumulate(root.toposort(), root, root_grad, targets)
+
+
+def formula_gradient(root: UOp, root_grad: UOp, leaves: tuple[UOp, ...]) -> dict[UOp, UOp]:
+    """`gradient` of `root` for `leaves`, where `root` is a formula built over `leaves` (a composite's
+    expansion: ir/calls.py): the walk stops at the leaves, so the graph below them, which may be a whole
+    unrolled model, is not visited once per composite."""
+    order: list[UOp] = []
+    seen: set[UOp] = set(leaves)
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:  # sources before users, leaves excluded (each is a target, not a formula node)
+        u, done = stack.pop()
+        if done:
+            order.append(u)
+            continue
+        if u in seen:
+            continue
+        seen.add(u)
+        stack.append((u, True))
+        stack.extend((s, False) for s in reversed(u.src) if s not in seen)
+    return _accumulate(list(leaves) + order, root, root_grad, set(leaves), partial=True)
+
+
+def _accumulate(order: list[UOp], root: UOp, root_grad: UOp, targets: set[UOp],
+                partial: bool = False) -> dict[UOp, UOp]:
+    """The gradients of `targets` from `root`'s (`root_grad`), by the rules applied from `root` down `order` (a
+    toposort: sources before users), only on paths from a target to the root. `partial`: a target passes
+    nothing on to the nodes below it (each target's own derivative: the caller's walk carries it further)."""
     on_path: set[UOp] = set()
     for u in order:  # sources first: a node is on a path if it is a target or a source of it is
         if u in targets or (u.op is not Op.DETACH and not on_path.isdisjoint(u.src)):
@@ -222,7 +249,7 @@ def gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
     grads: dict[UOp, UOp] = {root: root_grad}
     for u in reversed(order):
         g = grads.get(u)
-        if g is None or not _differentiable(u) or on_path.isdisjoint(u.src):
+        if g is None or not _differentiable(u) or on_path.isdisjoint(u.src) or (partial and u in targets):
             continue
         if u.op not in _RULES and u not in _vjps:
             raise GradientError(f"no gradient rule for {u.op.name} (dtype {u.dtype.name}, shape "

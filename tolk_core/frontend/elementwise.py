@@ -88,9 +88,9 @@ def _composite(name: str, formula: Formula, slope: Formula) -> Composite:
     def expand(x: UOp) -> UOp:
         return formula(Nodes(x, x.tensor_shape)).u
 
-    def gradient(y: UOp, g: UOp) -> UOp:
+    def gradient(y: UOp, g: UOp) -> tuple[UOp | None, ...]:
         shape = y.tensor_shape
-        return (Nodes(g, shape) * slope(Nodes(y, shape))).u
+        return ((Nodes(g, shape) * slope(Nodes(y, shape))).u,)
     return Composite(name, expand, gradient)
 
 
@@ -114,7 +114,7 @@ def _whole(x: Tensor) -> bool:
     return type(x.device) is str and all(type(s) is int for s in x.shape)
 
 
-def _with_slope(x: Nodes, y: Nodes, gradient: Callable[[UOp, UOp], UOp]) -> Nodes:
+def _with_slope(x: Nodes, y: Nodes, gradient: Callable[[UOp, UOp], tuple[UOp | None, ...]]) -> Nodes:
     """`y`, computed from `x` by a composite formula, differentiated by `gradient(y, g)` (the composite's) instead
     of by the rules walked through every node of the formula (its branches, comparisons and constants)."""
     # registered whether or not a gradient is wanted yet: a tensor may be marked after its values were built,
@@ -124,7 +124,9 @@ def _with_slope(x: Nodes, y: Nodes, gradient: Callable[[UOp, UOp], UOp]) -> Node
     def vjp(g: UOp) -> list[tuple[UOp, UOp]]:
         yu = yref()
         assert yu is not None, "a gradient is asked of a node that no longer exists"
-        return [(xu, gradient(yu, g))]
+        (gx,) = gradient(yu, g)
+        assert gx is not None, "an activation's slope gives its input a gradient"
+        return [(xu, gx)]
     autograd.define_gradient(y.u, vjp)
     return y
 

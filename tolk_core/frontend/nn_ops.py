@@ -24,10 +24,9 @@ from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend import softmax as softmax_op
 from tolk_core.frontend import strided_conv
 from tolk_core.frontend.arguments import as_operand, check_devices
-from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
+from tolk_core.frontend.products import batch_shape, matmul_formula, matmul_node, product_nodes
 from tolk_core.frontend.reductions import is_half
 from tolk_core.ir.dtype import dtypes, promote_types
-from tolk_core.ir.ops import Op
 from tolk_core.ir.uop import UOp, prod
 
 if TYPE_CHECKING:
@@ -146,31 +145,21 @@ class NNMixin:
             raise ShapeError(f"matmul needs tensors of at least one dimension, got {sa} and {sb}")
         a = self.reshape(1, sa[0]) if len(sa) == 1 else self
         b = other.reshape(sb[0], 1) if len(sb) == 1 else other
-        (*ba, n, k), (*bb, kb, m) = a.shape, b.shape
-        if k != kb:
-            raise ShapeError(f"matmul of shapes {sa} and {sb}: inner sizes {k} and {kb} differ")
-        batch = broadcast_shape(tuple(ba), tuple(bb)) if ba or bb else ()
+        if a.shape[-1] != b.shape[-2]:
+            raise ShapeError(f"matmul of shapes {sa} and {sb}: inner sizes {a.shape[-1]} and {b.shape[-2]} differ")
         dt = a.uop.dtype if a.uop.dtype is b.uop.dtype else promote_types(a.dtype, b.dtype)
-        # the product as movements the checks above have made valid: built on the nodes directly, with their
-        # shapes (the public reshape/expand would validate each again and make a Tensor of each; this is the
-        # front end's most used composite)
-        nb, full = len(batch), batch + (n, m, k)
-        a_rows, b_rows = batch + (n, 1, k), batch + (1, m, k)
-        au = broadcast_uop(a.cast(dt).uop, a.shape, batch + (n, k))
-        au = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (au,), a_rows, a_rows), a_rows, full)
-        bu = broadcast_uop(b.cast(dt).uop, b.shape, batch + (k, m))
-        bu = UOp.shaped(Op.PERMUTE, dt, (bu,), tuple(range(nb)) + (nb + 1, nb), batch + (m, k))
-        bu = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (bu,), b_rows, b_rows), b_rows, full)
-        product = UOp.shaped(Op.MUL, dt, (au, bu), None, full)
+        au, bu, sa2, sb2 = a.cast(dt).uop, b.cast(dt).uop, a.shape, b.shape
+        batch_shape(sa2, sb2)  # validates the batch axes, raising ShapeError
         # numpy's matmul keeps the operands' dtype: integers accumulate in it (a sum would widen to int64), bools
         # are an OR of ANDs; half floats sum in float32 (`sum`)
         kind = dt.kind
         if kind == "b" or is_half(dt):
-            wrapped = self._wrap(product)
+            wrapped = self._wrap(product_nodes(au, bu, sa2, sb2))
             out = wrapped.max(axis=-1) if kind == "b" else wrapped.sum(axis=-1)
-        else:  # what `sum(axis=-1)` builds, in the product's dtype: the reduce, then a reshape dropping the axis
-            summed = UOp.shaped(Op.REDUCE_AXIS, dt, (product,), (Op.ADD, (len(full) - 1,)), batch + (n, m, 1))
-            out = self._wrap(UOp.shaped(Op.RESHAPE, dt, (summed,), batch + (n, m), batch + (n, m)))
+        elif type(self.device) is str and all(type(d) is int for d in sa2 + sb2):
+            out = self._wrap(matmul_node(au, bu, sa2, sb2))  # one node until prepare (frontend/products.py)
+        else:  # symbolic sizes, or shards (the sharding pass maps the IR's own ops): the formula's nodes
+            out = self._wrap(matmul_formula(au, bu))
         if len(sa) == 1:
             out = out.reshape(out.shape[:-2] + out.shape[-1:])
         if len(sb) == 1:

@@ -4,9 +4,9 @@
   (`tolk_core.function`); prepare_rangeify replaces the call by its body.
 - `KernelCode(...)`: the arg of the callee `SINK()` of `CALL(callee, *args)` for a kernel given as code
   (`tolk_core.custom_kernel`); the engine compiles and runs it on its own.
-- `Composite(name, expand, slope)`: the arg of `CALL(x)` for an elementwise function of x the front end keeps as
-  one node (sigmoid, tanh); prepare_rangeify replaces the call by `expand(x)`, autograd differentiates it by
-  `slope`.
+- `Composite(name, expand, slope, out_shape)`: the arg of `CALL(*xs)` for a function the front end keeps as one
+  node (sigmoid, tanh, matmul); prepare_rangeify replaces the call by `expand(*xs)`, autograd differentiates it
+  by `slope`.
 - `KernelInfo(ops, nominal)`: the arg of a kernel's `CALL(kernel SINK, *buffers)` in a schedule's LINEAR: the
   tensor ops the kernel implements and their nominal operation count.
 """
@@ -42,21 +42,24 @@ class KernelCode:
 
 @dataclass(frozen=True, eq=False)
 class Composite:
-    """An elementwise function of one value kept whole until prepare_rangeify: `CALL(x)` with this arg has x's
-    shape and dtype; `expand(x)` is its formula over x (the nodes prepare puts in its place), `slope(y, g)` the
-    gradient reaching x when g reaches the call's value y (docs/training.md, "Activation gradients"). One node
-    per use instead of the formula's dozens keeps an eager step's graph and its walks small. One instance per
-    function: equal and hashed by identity (UOp interning hashes the arg of every node it builds)."""
+    """A function kept whole until prepare_rangeify: `CALL(*xs)` with this arg; `expand(*xs)` is its formula over
+    the sources (the nodes prepare puts in its place), `slope(y, g)` the gradients reaching each source, in order
+    (None where none does), when g reaches the call's value y (docs/training.md, "Activation gradients");
+    `out_shape(xs)` the call's shape from its sources' (None: the first source's, an elementwise function's).
+    The dtype is the CALL's own. One node per use instead of the formula's dozens keeps an eager step's graph
+    and its walks small. One instance per function: equal and hashed by identity (UOp interning hashes the arg
+    of every node it builds)."""
     name: str
-    expand: Callable[[UOp], UOp]
-    slope: Callable[[UOp, UOp], UOp]
+    expand: Callable[..., UOp]
+    slope: Callable[[UOp, UOp], tuple[UOp | None, ...]]
+    out_shape: Callable[[tuple[UOp, ...]], tuple | None] | None = None
 
     def __repr__(self) -> str:
         return f"Composite({self.name})"
 
 
 def is_composite(u: UOp) -> bool:
-    """Whether `u` is an elementwise composite prepare_rangeify expands."""
+    """Whether `u` is a composite prepare_rangeify expands."""
     return u.op is Op.CALL and type(u.arg) is Composite
 
 

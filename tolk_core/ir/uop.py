@@ -589,8 +589,10 @@ def _compute_shape(u: UOp) -> tuple | None:
         return (u.arg,)
     if op is Op.PARAM:
         return tuple(u.arg[1]) if isinstance(u.arg, tuple) else None
-    if op is Op.CALL:  # a tensor-level call has its body's shape (a kernel CALL's SINK has none)
-        return u.src[0]._shape
+    if op is Op.CALL:  # a tensor-level call has its body's shape (a kernel CALL's SINK has none), a composite
+        # its function's (ir/calls.py)
+        out_shape = getattr(u.arg, "out_shape", None)
+        return out_shape(u.src) if out_shape is not None else u.src[0]._shape
     if op is Op.MULTI:  # the whole value: shard 0's shape, its sharded axis as long as the shards together
         ins, axis = u.src[0]._shape, u.arg[1]
         if ins is None or axis is None:

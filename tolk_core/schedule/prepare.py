@@ -221,9 +221,9 @@ def inline_call(call: UOp) -> UOp | None:
 
 
 def expand_composite(call: UOp) -> UOp | None:
-    """Step 2: an elementwise composite the front end kept whole (`CALL(x)` with a `Composite` arg: sigmoid,
-    tanh) is its formula over x; from here on the graph is the one the formula would have built."""
-    return call.arg.expand(call.src[0]) if is_composite(call) else None
+    """Step 2: a composite the front end kept whole (`CALL(*xs)` with a `Composite` arg: sigmoid, tanh, matmul)
+    is its formula over xs; from here on the graph is the one the formula would have built."""
+    return call.arg.expand(*call.src) if is_composite(call) else None
 
 
 def code_call_arguments(call: UOp) -> UOp | None:
