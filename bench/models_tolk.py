@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tolk_core import Tensor, nn
+from tolk_core import Tensor, nn, no_grad
 from tolk_core.nn import F, optim
 
 
@@ -133,8 +133,13 @@ def _train_job(model: nn.Module, opt: optim.Optimizer, loss_fn: Callable[..., Te
 
 
 def _forward_job(model: nn.Module) -> Job:
+    """Inference as a user writes it (and as the torch side does): eval mode, gradients off."""
     model.eval()
-    return Job(model, lambda *inputs: [model(*inputs)], dict)
+
+    def step(*inputs: Tensor) -> list[Tensor]:
+        with no_grad():
+            return [model(*inputs)]
+    return Job(model, step, dict)
 
 
 def build_cnn(cfg: dict[str, int], device: str) -> Job:

@@ -273,6 +273,13 @@ def is_grad_enabled() -> bool:
     return _grad_enabled[0]
 
 
+def gradients_expected() -> bool:
+    """Whether a value built now may be differentiated by `backward()` as things stand: gradients are enabled
+    and some live tensor requires grad. (A graph built otherwise can still be differentiated later: this only
+    chooses between equal graphs the one cheaper to build or to differentiate.)"""
+    return _grad_enabled[0] and bool(_tracked)
+
+
 @contextlib.contextmanager
 def no_grad() -> Iterator[None]:
     """Within: `backward()` raises GradientError and `requires_grad = True` does nothing. Nothing is recorded

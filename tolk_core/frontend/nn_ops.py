@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tolk_core.errors import ArgumentTypeError, ShapeError
+from tolk_core.frontend import autograd, strided_conv
 from tolk_core.frontend import softmax as softmax_op
-from tolk_core.frontend import strided_conv
 from tolk_core.frontend.arguments import as_operand, check_devices
 from tolk_core.frontend.products import batch_shape, matmul_formula, matmul_node, product_nodes
 from tolk_core.frontend.reductions import is_half
@@ -156,9 +156,11 @@ class NNMixin:
         if kind == "b" or is_half(dt):
             wrapped = self._wrap(product_nodes(au, bu, sa2, sb2))
             out = wrapped.max(axis=-1) if kind == "b" else wrapped.sum(axis=-1)
-        elif type(self.device) is str and all(type(d) is int for d in sa2 + sb2):
+        elif type(self.device) is str and all(type(d) is int for d in sa2 + sb2) and \
+                not autograd.gradients_expected():
             out = self._wrap(matmul_node(au, bu, sa2, sb2))  # one node until prepare (frontend/products.py)
-        else:  # symbolic sizes, or shards (the sharding pass maps the IR's own ops): the formula's nodes
+        else:  # the formula's nodes: symbolic sizes; shards (the sharding pass maps the IR's own ops); or a
+            # training graph, whose backward would build the formula again to differentiate the node
             out = self._wrap(matmul_formula(au, bu))
         if len(sa) == 1:
             out = out.reshape(out.shape[:-2] + out.shape[-1:])

@@ -4,9 +4,13 @@ A product of a (batch_a..., n, k) and b (batch_b..., k, m) is the elementwise pr
 as (1, m, k), both broadcast to (batch..., n, m, k), summed over k: eight tensor-level nodes. An eager step
 builds them on every call, and every walk of the step's graph (the schedule cache's key, the placements
 digest, autograd) visits them. So a product of one float or integer dtype with shapes of plain ints on one
-device is one `CALL(a, b)` node with the `MATMUL` composite (ir/calls.py), which prepare_rangeify expands into
-exactly the formula's nodes: the kernels are those of the formula. Its gradient is the formula's, by the rules
-applied to the formula's few nodes (`autograd.formula_gradient`), so second-order gradients work as before.
+device, built where no gradient is expected (`autograd.gradients_expected`: under `no_grad`, or while no tensor
+requires grad: inference), is one `CALL(a, b)` node with the `MATMUL` composite (ir/calls.py), which
+prepare_rangeify expands into exactly the formula's nodes: the kernels are those of the formula. Its gradient,
+should one be asked after all, is the formula's, by the rules applied to the formula's few nodes
+(`autograd.formula_gradient`), so second-order gradients work as before. A training graph keeps the formula's
+nodes: differentiating the node builds the formula again, and the backward pass reads the formula's operand
+nodes anyway, so the node would cost a training step more than it saves (measured: docs/performance.md).
 
 Contract: `matmul_formula(a, b)` and `MATMUL.expand(a, b)` are the same interned nodes; `product_nodes` is the
 elementwise product before the sum, for the dtypes whose sum is not in the operands' dtype (bool: an OR of
