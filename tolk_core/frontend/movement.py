@@ -415,7 +415,7 @@ class MovementMixin:
         """torch.split: pieces of `split_size_or_sections` elements along `dim` (an int: that size each, the last
         one smaller when it does not divide; a list: those sizes, which must sum to the axis length)."""
         own = self.shape
-        axis = dim % len(own) if type(dim) is int and -len(own) <= dim < len(own) else self._axes(dim)[0]
+        axis = self._axis_of(dim)
         n = own[axis]
         if type(split_size_or_sections) is int and split_size_or_sections > 0 and _plain_sizes(own):
             # the common case (a GRU or LSTM cell chunks its gate projections every step): plain sizes
@@ -459,9 +459,13 @@ class MovementMixin:
         fewer pieces come back when the size does not fill them all)."""
         if chunks < 1:
             raise ShapeError(f"chunk needs a positive number of chunks, got {chunks}")
-        own = self.shape
-        n = own[dim % len(own) if type(dim) is int and -len(own) <= dim < len(own) else self._axes(dim)[0]]
+        n = self.shape[self._axis_of(dim)]
         return self.split(max(-(-n // chunks), 1), dim)
+
+    def _axis_of(self: Tensor, dim: Any) -> int:
+        """`dim` as an index in [0, ndim): a plain int in range directly, anything else checked by `_axes`."""
+        nd = len(self.shape)
+        return dim % nd if type(dim) is int and -nd <= dim < nd else self._axes(dim)[0]
 
 
 def _join(a: Tensor, b: Tensor, axis: int) -> Tensor:
