@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tolk_cpu.renderer import CRenderer
-from tolk_cpu.runtime import _parse_vector_target
+from tolk_cpu.runtime import CPUCompiler, _parse_vector_target
 
 from tests.frontend.helpers import check_cases_together
 from tolk_core import Tensor, config
@@ -19,6 +19,7 @@ from tolk_core.codegen.choices import Choices, current, using
 from tolk_core.codegen.matmul import dot_tile, k_block, match, register_tile, tile_sizes
 from tolk_core.codegen.optimize import _output_ranges
 from tolk_core.render import host
+from tolk_core.render.ccompile import run_compiler
 from tolk_core.testing import kernels
 
 SIZES = [(1, 7, 1), (1, 129, 65), (7, 7, 7), (65, 65, 65), (129, 257, 129), (257, 129, 65), (1, 64, 40), (40, 64, 1),
@@ -159,16 +160,17 @@ def test_dot_plan_with_more_rows_matches_numpy():
 def test_few_rows_times_a_transposed_b_take_the_dot_plan():
     """x @ W.T with at most MATMUL_DOT_ROWS rows and W past the L1 cache reads W in place, folding each vector
     accumulator's lanes after the loop (a lane subscript): no panel. More rows, the knob at 0, a K of no whole
-    vector, or a W the L1 cache holds (here a fake 64 KiB L1 against W's 36 KiB): packed."""
+    vector, or a W the L1 cache holds (here fake L1s of 32 and 64 KiB against W's 36 KiB): packed."""
     def src(m: int, k: int = 512, renderer=None) -> str:
         s, = _kernel_sources(lambda a, w: a @ w.T, ((m, k), "float32"), ((72, k), "float32"), renderer=renderer)
         return s
     for m in (1, 16, 32):
         assert "panel0" not in src(m) and "tolk_fma" in src(m) and "[7]" in src(m), m
     assert "panel0[" in src(33) and "panel0[" in src(16, 513)
-    big_l1 = CRenderer()
+    small_l1, big_l1 = CRenderer(), CRenderer()  # not this machine's L1 (32 KiB on Zen 3, 48 KiB on Ice Lake)
+    small_l1.cache_bytes = (32 << 10, *small_l1.cache_bytes[1:])
     big_l1.cache_bytes = (64 << 10, *big_l1.cache_bytes[1:])
-    assert "panel0" not in src(16, 128) and "panel0[" in src(16, 128, big_l1)
+    assert "panel0" not in src(16, 128, small_l1) and "panel0[" in src(16, 128, big_l1)
     with using(Choices.of({"MATMUL_DOT_ROWS": 0})):
         assert "panel0[" in src(16)
 
@@ -267,6 +269,38 @@ def test_the_vector_target_comes_from_the_compiler_macros():
     assert _parse_vector_target("") == (16, 16)
     with config.override(CPU_VECTOR_BYTES=64):
         assert _parse_vector_target("__AVX__") == (64, 32)
+    # a width the user prefers caps the vectors the renderer writes (wider ones the compiler would split)
+    assert _parse_vector_target("__AVX512F__ __AVX__", ["-O2", "-mprefer-vector-width=256"]) == (32, 32)
+    assert _parse_vector_target("__AVX__", ["-mprefer-vector-width=512"]) == (32, 16)
+
+
+@pytest.mark.parametrize("macros, flags, added", [
+    ("__AVX512F__ __AVX__ __SSE2__", ["-O2"], ["-mprefer-vector-width=512"]),
+    ("__AVX512F__ __AVX__ __SSE2__", ["-O2", "-mprefer-vector-width=256"], []),  # the user's choice stands
+    ("__AVX__ __SSE2__", ["-O2"], []),
+    ("__ARM_NEON __aarch64__", ["-O2"], []),
+])
+def test_compile_flags_let_64_byte_vectors_be_one_register(monkeypatch, macros, flags, added):
+    cc = CPUCompiler(flags=flags)
+    monkeypatch.setattr(cc, "_vector_macros", lambda: macros)
+    assert cc.target_flags == [*cc.flags, *added]
+
+
+def test_a_64_byte_fma_helper_is_one_instruction(tmp_path):
+    """The renderer's lane-wise FMA helper over 16 floats, compiled with the kernels' flags, is one zmm FMA: under
+    gcc's 256-bit preference (its tuning for recent Intel CPUs) it became two halves joined through the stack."""
+    cc = CPUCompiler()
+    if "__AVX512F__" not in cc._vector_macros().split():
+        pytest.skip("the compiler targets no AVX-512 on this CPU: the renderer writes no 64-byte vectors")
+    src = tmp_path / "k.c"
+    src.write_text(CRenderer().prelude(["tolk_fma16_float(a, b, c)"]) +
+                   "tolk_float_x16 f(tolk_float_x16 a, tolk_float_x16 b, tolk_float_x16 c) "
+                   "{ return tolk_fma16_float(a, b, c); }\n")
+    asm = run_compiler([cc.cc, *cc.target_flags, "-S", "-o", "-", str(src)]).stdout
+    body = [ln.split()[0] for ln in asm.splitlines() if ln.startswith("\t") and not ln.startswith("\t.")]
+    assert sum("fmadd" in op for op in body) == 1, asm
+    assert any("fmadd" in ln and "zmm" in ln for ln in asm.splitlines()), asm
+    assert not any("extract" in op for op in body), asm
 
 
 def _fake_sysfs(root: Path, caches: list[tuple[int, str, str]]) -> Path:
