@@ -113,7 +113,8 @@ class CPUCompiler(Compiler):
         float32 product ran at 7 GFLOP/s instead of 180."""
         if self._target_flags is None:
             macros = self._vector_macros()
-            wide = "__AVX512F__" in macros.split() and not any(f.startswith("-mprefer-vector-width") for f in self.flags)
+            chosen = any(f.startswith("-mprefer-vector-width") for f in self.flags)
+            wide = "__AVX512F__" in macros.split() and not chosen
             self._target_flags = [*self.flags, "-mprefer-vector-width=512"] if wide else list(self.flags)
         return self._target_flags
 
@@ -140,7 +141,8 @@ class CPUCompiler(Compiler):
         try:  # under COMPILE_TIMEOUT: a compiler that hangs here would hang the first compile
             ver = run_compiler([self.cc, "--version"]).stdout.splitlines()[:1]
             # the driver's expansion of the flags names the resolved -march / target-cpu and its features
-            exp = run_compiler([self.cc, *self.target_flags, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"]).stderr
+            argv = [self.cc, *self.target_flags, "-###", "-x", "c", "-c", "/dev/null", "-o", "/dev/null"]
+            exp = run_compiler(argv).stderr
         except OSError:
             ver, exp = ["missing"], ""
         exp = re.sub(r"\S*/tmp/\S*", "", exp)  # temporary file names differ per run
