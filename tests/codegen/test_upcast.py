@@ -161,3 +161,36 @@ def test_an_elementwise_kernel_counts_its_body_toward_the_threads():
     want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
     np.testing.assert_allclose(heavy.numpy(), want, rtol=2e-6, atol=2e-6)
     np.testing.assert_array_equal(light.numpy(), x + 1)
+
+
+def test_vector_accumulators_fold_as_a_tree_of_halves():
+    """fold_lanes: a 16-lane vector folds as 8 + 8, 4 + 4, 2 + 2 (runs of lanes, GEP with a tuple arg), then two
+    lanes; a count with an odd factor folds its remaining lanes pairwise."""
+    from tolk_core.codegen.upcast import fold_lanes
+    from tolk_core.ir.dtype import dtypes
+    from tolk_core.ir.ops import Op
+    from tolk_core.ir.uop import UOp
+    for n, runs in [(16, [8, 8, 4, 4, 2, 2]), (8, [4, 4, 2, 2]), (12, [6, 6, 3, 3]), (3, [])]:
+        vec = UOp(Op.VECTORIZE, dtypes.float32.vec(n), tuple(UOp.const(dtypes.float32, float(i)) for i in range(n)))
+        out = fold_lanes(vec, Op.ADD)
+        geps = [u for u in out.toposort() if u.op is Op.GEP]
+        assert sorted((len(u.arg) for u in geps if isinstance(u.arg, tuple)), reverse=True) == runs, n
+        assert all(u.arg == tuple(range(u.arg[0], u.arg[0] + len(u.arg))) for u in geps if isinstance(u.arg, tuple))
+        assert out.dtype == dtypes.float32
+
+
+def test_folded_lanes_keep_special_values(device):
+    """Sums, maxima and products through vector accumulators (a dot product of few rows, row reductions) against
+    numpy, with NaN and infinities in some rows: the fold's tree reaches every lane once."""
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((5, 1024)).astype(np.float32), rng.standard_normal((72, 1024)).astype(np.float32)
+    x[1, 7], x[2, 900], x[3, 513] = np.nan, np.inf, -np.inf
+    y = rng.standard_normal((37, 1000)).astype(np.float32)
+    y[3, 999], y[5, 0], y[6, 17], y[6, 18] = np.nan, np.inf, np.inf, -np.inf
+    with np.errstate(invalid="ignore"):
+        check_cases_together([
+            ("dot", lambda T: T(x) @ T(w).T, x @ w.T),
+            ("row_sum", lambda T: T(y).sum(axis=1), y.sum(axis=1)),
+            ("row_max", lambda T: T(y).max(axis=1), y.max(axis=1)),
+            ("row_min", lambda T: T(y).min(axis=1), y.min(axis=1)),
+        ], device, rtol=1e-4, atol=1e-3)

@@ -76,6 +76,20 @@ def _maskload(lanes: int, scalar: str) -> str:
     return f"#if defined({macro})\n#include <immintrin.h>\n{head}  return ({vec}){load};\n}}\n#else\n{loop}#endif\n"
 
 
+# a run of lanes of a vector (`tolk_float_x8_of16_at8(v)`: lanes 8..15 of a 16-lane vector)
+_SLICE = re.compile(r"\btolk_(\w+?)_x(\d+)_of(\d+)_at(\d+)\b")
+
+
+def _slice(scalar: str, n: int, width: int, at: int) -> str:
+    """The prelude's `tolk_<scalar>_x<n>_of<width>_at<at>(v)`: lanes at..at+n-1 of a `width`-lane vector. A shuffle
+    where the compiler has one (clang; gcc from 12: one register move or extraction), else a copy of the bytes."""
+    dst, src = f"tolk_{scalar}_x{n}", f"tolk_{scalar}_x{width}"
+    lanes = ", ".join(str(i) for i in range(at, at + n))
+    return (f"static inline {dst} {dst}_of{width}_at{at}({src} v) {{\n#if defined(__clang__) || __GNUC__ >= 12\n"
+            f"  return __builtin_shufflevector(v, v, {lanes});\n#else\n  {dst} r; __builtin_memcpy(&r, (const char*)&v"
+            f" + {at} * sizeof(v[0]), sizeof r); return r;\n#endif\n}}\n")
+
+
 # lanes of a vector type: GCC vector extensions (gcc and clang); a bool lane is a byte (C has no _Bool vectors)
 _VEC = re.compile(r"\btolk_(\w+?)_x(\d+)\b")
 
@@ -183,6 +197,11 @@ class CRenderer(CStyleRenderer):
             return native
         if u.op is Op.WHERE and (native := self._vector_select(u, ref)) is not None:
             return native
+        if u.op is Op.GEP:  # a contiguous run of lanes (a half in the fold of a vector accumulator): a shuffle
+            start, n = u.arg[0], len(u.arg)
+            if u.arg != tuple(range(start, start + n)):
+                raise NotImplementedError(f"GEP of lanes {u.arg}: the C renderer takes one lane or a contiguous run")
+            return f"{self.vector_type_name(u.dtype)}_of{u.src[0].dtype.count}_at{start}({ref(u.src[0])})"
         return super().vector_expression(u, ref, index)
 
     def _operand(self, s: UOp, vec: DType, ref: Callable[[UOp], str]) -> str:
@@ -231,8 +250,10 @@ class CRenderer(CStyleRenderer):
                             for t in ("float", "double", "_Float16"))
         fmas = sorted({m.groups() for s in sources for m in _FMA.finditer(s)})
         masked = sorted({m.groups() for s in sources for m in _MASKLOAD.finditer(s)})
+        slices = sorted({m.groups() for s in sources for m in _SLICE.finditer(s)})
         vecs = sorted({m.groups() for s in sources for m in _VEC.finditer(s)} | {(t, n) for n, t in fmas + masked} |
-                      {("long_long" if t == "double" else "int", n) for n, t in masked})
+                      {("long_long" if t == "double" else "int", n) for n, t in masked} |
+                      {(t, n) for t, n, _, _ in slices} | {(t, w) for t, _, w, _ in slices})
         for scalar, lanes in vecs:
             ctype = "signed char" if scalar == "_Bool" else scalar.replace("_", " ")
             size = int(lanes) * _SIZES[ctype]
@@ -244,6 +265,7 @@ class CRenderer(CStyleRenderer):
                      f"for (int i = 0; i < {lanes}; i++) r[i] = {_SCALAR_FMA_NAMES[scalar]}(a[i], b[i], c[i]); "
                      "return r; }\n")
         head += "".join(_maskload(int(lanes), scalar) for lanes, scalar in masked)
+        head += "".join(_slice(scalar, int(n), int(w), int(at)) for scalar, n, w, at in slices)
         return head + ("\n" if vecs else "") + super().prelude(sources)
 
 

@@ -107,6 +107,8 @@ class OpenCLRenderer(CStyleRenderer):
         return f"{scalar}{dt.count}"
 
     def vector_expression(self, u: UOp, ref, index) -> str:
+        if u.op is Op.GEP:  # a run of lanes (a half in a vector accumulator's fold): a swizzle, `v.s89abcdef`
+            return f"{ref(u.src[0])}.s{''.join(f'{i:x}' for i in u.arg)}"
         if u.op is Op.LOAD and u.src[0].arg == "vec":
             buf, idx, gate = index(u.src[0])
             vec = f"vload{u.dtype.count}(0, {buf}+{idx})"
