@@ -29,7 +29,12 @@ def _fold_op(op: Op, dt: DType) -> str:
 # scores) the series runs on 0 and the result is selected 0: computed, its product would underflow, and a
 # multiply whose result is subnormal or underflows costs a microcode assist per lane (about 2x on a causal
 # softmax row; docs/performance.md "Attention").
-_EXP2F = """static inline float tolk_exp2f(float x) {
+# the prelude's helpers are always inlined: gcc's inliner stops inlining plain `static inline` functions once a
+# compile unit grows past its limits (a batch of kernels compiled together), and a call left in a loop keeps the
+# loop from vectorizing (a GRU's gate kernel ran lane by lane through out-of-line tolk_exp2f calls, 10x slower)
+_INLINE = "static inline __attribute__((always_inline))"
+
+_EXP2F = _INLINE + """ float tolk_exp2f(float x) {
   const float c = (x != x || x < -150.0f) ? 0.0f : (x > 128.0f ? 128.0f : x);
   const float r = __builtin_rintf(c), n = r > 127.0f ? 127.0f : r, f = (c - n) * 0.6931471805599453f;
   const float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.6666667e-1f + f * (4.1666667e-2f + f * (8.3333333e-3f
@@ -68,7 +73,7 @@ def _maskload(lanes: int, scalar: str) -> str:
     vectors ran at a quarter of its speed with 32-byte ones)."""
     vec = f"tolk_{scalar}_x{lanes}"
     mask = f"tolk_{'long_long' if scalar == 'double' else 'int'}_x{lanes}"
-    head = f"static inline {vec} tolk_maskload{lanes}_{scalar}(const {scalar}* p, {mask} m) {{\n"
+    head = f"{_INLINE} {vec} tolk_maskload{lanes}_{scalar}(const {scalar}* p, {mask} m) {{\n"
     loop = f"{head}  {vec} r; for (int i = 0; i < {lanes}; i++) r[i] = m[i] ? p[i] : 0; return r;\n}}\n"
     if (avx := _AVX_MASKLOADS.get((lanes, scalar))) is None:
         return loop
@@ -85,7 +90,7 @@ def _slice(scalar: str, n: int, width: int, at: int) -> str:
     where the compiler has one (clang; gcc from 12: one register move or extraction), else a copy of the bytes."""
     dst, src = f"tolk_{scalar}_x{n}", f"tolk_{scalar}_x{width}"
     lanes = ", ".join(str(i) for i in range(at, at + n))
-    return (f"static inline {dst} {dst}_of{width}_at{at}({src} v) {{\n#if defined(__clang__) || __GNUC__ >= 12\n"
+    return (f"{_INLINE} {dst} {dst}_of{width}_at{at}({src} v) {{\n#if defined(__clang__) || __GNUC__ >= 12\n"
             f"  return __builtin_shufflevector(v, v, {lanes});\n#else\n  {dst} r; __builtin_memcpy(&r, (const char*)&v"
             f" + {at} * sizeof(v[0]), sizeof r); return r;\n#endif\n}}\n")
 
@@ -261,7 +266,7 @@ class CRenderer(CStyleRenderer):
                      f"__attribute__((vector_size({size}), aligned({_SIZES[ctype]})));\n")
         for lanes, scalar in fmas:
             vec = f"tolk_{scalar}_x{lanes}"
-            head += (f"static inline {vec} tolk_fma{lanes}_{scalar}({vec} a, {vec} b, {vec} c) {{ {vec} r; "
+            head += (f"{_INLINE} {vec} tolk_fma{lanes}_{scalar}({vec} a, {vec} b, {vec} c) {{ {vec} r; "
                      f"for (int i = 0; i < {lanes}; i++) r[i] = {_SCALAR_FMA_NAMES[scalar]}(a[i], b[i], c[i]); "
                      "return r; }\n")
         head += "".join(_maskload(int(lanes), scalar) for lanes, scalar in masked)

@@ -1,0 +1,39 @@
+"""The CPU prelude's helpers (tolk_exp2f, the vector FMA, masked loads, lane runs) are inlined into every kernel of
+a translation unit, however many kernels it holds. A plain `static inline` is a hint gcc stops taking once a unit
+has used up its inlining budget: in a batch of 32 dot-plan kernels and a gate kernel, tolk_exp2f and the 16-lane
+FMA were left out of line, and the calls kept the gate kernel's loop from vectorizing (10x slower)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tolk_core import Tensor, no_grad
+from tolk_core.codegen import generate
+from tolk_core.engine.schedule import schedule
+from tolk_core.engine.target import target_for
+from tolk_core.plugins import Device
+
+
+def test_a_large_unit_leaves_no_helper_out_of_line(tmp_path):
+    from tolk_cpu.runtime import CPUCompiler
+    if shutil.which("nm") is None:
+        pytest.skip("binutils' nm is not installed: the compiled unit's symbols cannot be listed")
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((32, 16, 64)).astype(np.float32), device="CPU")
+    w = Tensor(rng.standard_normal((384, 64)).astype(np.float32), device="CPU")
+    with no_grad():
+        outs = [x[t] @ w.T for t in range(32)] + [(x[0] @ w.T).sigmoid().tanh() * 2]
+    renderer = Device["CPU"].renderer
+    functions = [generate(call.src[0], renderer).source
+                 for o in outs for call in schedule(target_for("CPU"), [o.uop])[0].src]
+    src = tmp_path / "unit.c"
+    src.write_text(renderer.render_module(functions))
+    cc = CPUCompiler()
+    subprocess.run([cc.cc, *cc.target_flags, "-shared", "-fPIC", "-o", str(tmp_path / "unit.so"), str(src)],
+                   check=True, capture_output=True, timeout=300)
+    symbols = subprocess.run(["nm", str(tmp_path / "unit.so")], capture_output=True, text=True, check=True).stdout
+    assert "tolk_exp2f(" in src.read_text()  # the gate kernel uses the helper
+    assert [ln for ln in symbols.splitlines() if " tolk_" in ln] == []
