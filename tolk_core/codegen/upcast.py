@@ -121,12 +121,12 @@ def lanes_are_contiguous(ast: UOp, lane: UOp, arrays: bool = False, masked_loads
 
 def fold_lanes(vec: UOp, op: Op) -> UOp:
     """The lanes of `vec` folded with `op` as a tree of halves: lanes i and i + n/2 first, as one operation on
-    vectors of n/2 lanes (GEP with a tuple arg: a contiguous run of lanes), down to two scalars; an odd count
-    folds its lanes pairwise one by one. A vector accumulator of 16 lanes folds in 4 vector operations and one
-    scalar one, where lane by lane it took 15 extractions and 15 scalar operations (a dot product of K = 128
-    spent more on them than on its FMAs)."""
+    vectors of n/2 lanes (GEP with a tuple arg: a contiguous run of lanes), down to two scalars; a count that is
+    not a power of two folds its lanes pairwise one by one. A vector accumulator of 16 lanes folds in 4 vector
+    operations and one scalar one, where lane by lane it took 15 extractions and 15 scalar operations (a dot
+    product of K = 128 spent more on them than on its FMAs)."""
     n = vec.dtype.count
-    while n > 2 and n % 2 == 0:
+    while n > 2 and n & (n - 1) == 0:  # powers of two only: C vector types of other sizes do not exist
         half = vec.dtype.scalar().vec(n // 2)
         lo, hi = (UOp(Op.GEP, half, (vec,), tuple(range(start, start + n // 2))) for start in (0, n // 2))
         vec, n = UOp(op, half, (lo, hi)), n // 2
