@@ -136,3 +136,20 @@ def test_dtypes_are_interned_values():
     for dt in (f, f.vec(8), p, f.ptr(16, AddrSpace.LOCAL).vec(2), dtypes.bfloat16):
         assert pickle.loads(pickle.dumps(dt)) is dt and copy.deepcopy(dt) is dt and copy.copy(dt) is dt
     assert {dtypes.int32: 1}[DType("int32", 4, "i")] == 1
+
+
+def test_realized_views_and_detaches_record_the_shape_their_op_gives():
+    """A realized tensor's storage view and a detach carry their shape from construction; it is the one the op
+    gives (`_compute_shape` over the node), values unchanged."""
+    from tolk_core.ir.uop import _compute_shape
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    a = Tensor(x)
+    for t, want in [(a, x), ((a * 2).realize(), x * 2), (a.detach(), x), ((a + 1).detach(), x + 1),
+                    (a[1].contiguous().realize(), x[1])]:
+        u = t.uop
+        assert u.op in (Op.RESHAPE, Op.DETACH, Op.BUFFER), u.op
+        recorded = u.shape
+        for s in u.src:
+            s.shape  # noqa: B018  (sources first: _compute_shape reads their shapes)
+        assert recorded == _compute_shape(u) == want.shape
+        np.testing.assert_array_equal(t.numpy(), want)

@@ -49,8 +49,14 @@ def from_numpy(arr: np.ndarray, dtype: DType, device: str) -> UOp:
 
 
 def view_as(buf: UOp, shape: tuple[int, ...]) -> UOp:
-    """A BUFFER viewed in `shape` (a RESHAPE, unless the shape is already the flat one)."""
-    return buf if tuple(shape) == (buf.arg,) else UOp(Op.RESHAPE, buf.dtype, (buf,), tuple(shape))
+    """A BUFFER viewed in `shape` (a RESHAPE, unless the shape is already the flat one). Plain sizes that fill the
+    buffer are recorded on the node (every realized tensor's `shape` would otherwise work it out)."""
+    shape = tuple(shape)
+    if shape == (buf.arg,):
+        return buf
+    if all(type(s) is int for s in shape) and math.prod(shape) == buf.arg:
+        return UOp.shaped(Op.RESHAPE, buf.dtype, (buf,), shape, shape)
+    return UOp(Op.RESHAPE, buf.dtype, (buf,), shape)
 
 
 def base_buffer(u: UOp) -> UOp | None:

@@ -547,7 +547,7 @@ class Tensor(ConstructionMixin, MovementMixin, ElementwiseMixin, ReductionMixin,
 
     def detach(self) -> Tensor:
         """The same values, with no gradient flowing back through them."""
-        return Tensor(UOp(Op.DETACH, self.dtype, (self.uop,)), self.device)
+        return self._wrap(UOp.shaped(Op.DETACH, self.dtype, (self.uop,), None, self.shape))
 
     def contiguous_backward(self) -> Tensor:
         """The same values; the gradient flowing back through here is realized (made contiguous) first."""
