@@ -5,13 +5,24 @@ input i, forget f, cell g, output o), named weight_ih (G*hidden, input), weight_
 bias_ih, bias_hh (G*hidden), so torch's state dicts load unchanged. Every parameter starts as
 U(-1/sqrt(hidden), 1/sqrt(hidden)) (torch's initialisation). An unbatched (1-d) input gives an unbatched
 state; a missing state is zeros.
+
+Where no gradient is expected (inference: under `no_grad`, or while no tensor requires grad), a GRU cell step is
+one node, `CALL(x, h, W_ih, W_hh, b_ih, b_hh)` with the `GRU_CELL` composite, which prepare_rangeify expands into
+the nodes the cell's formula builds (`_gru_math`, the same code the step runs otherwise): the kernels are the
+formula's, and an eager recurrent forward builds and walks one node per step instead of ~30 (as torch's GRUCell
+is one operator). A training graph keeps the formula's nodes (its backward reads them: frontend/products.py).
 """
 from __future__ import annotations
 
 import math
 
 from tolk_core.errors import ShapeError
+from tolk_core.frontend import autograd
 from tolk_core.frontend.tensor import Tensor
+from tolk_core.ir.calls import Composite
+from tolk_core.ir.dtype import dtypes
+from tolk_core.ir.ops import Op
+from tolk_core.ir.uop import UOp
 from tolk_core.nn.module import Module, param, uniform_init
 
 
@@ -58,11 +69,56 @@ class GRUCell(_Cell):
 
     def forward(self, x: Tensor, hx: Tensor | None = None) -> Tensor:
         x, (h,), single = self._batched(x, hx)
-        gi, gh = self._projections(x, h)
-        (ir, iz, inew), (hr, hz, hnew) = gi.chunk(3, 1), gh.chunk(3, 1)
-        r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
-        out = (1 - z) * (inew + r * hnew).tanh() + z * h
+        params = (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
+        if _one_node(x, h, params):
+            srcs = (x.uop, h.uop, *(p.uop for p in params if p is not None))
+            out = x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, srcs, GRU_CELL, h.shape))
+        else:
+            out = _gru_math(x, h, *params)
         return out.reshape(-1) if single else out
+
+
+def _gru_math(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None, b_hh: Tensor | None) -> Tensor:
+    """One GRU step of x (batch, input) and h (batch, hidden), as Tensor ops (GRUCell's formula)."""
+    gi, gh = x @ w_ih.T, h @ w_hh.T
+    if b_ih is not None and b_hh is not None:
+        gi, gh = gi + b_ih, gh + b_hh
+    (ir, iz, inew), (hr, hz, hnew) = gi.chunk(3, 1), gh.chunk(3, 1)
+    r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
+    return (1 - z) * (inew + r * hnew).tanh() + z * h
+
+
+def _one_node(x: Tensor, h: Tensor, params: tuple[Tensor | None, ...]) -> bool:
+    """Whether this step may be the GRU_CELL node: no gradient expected, biases present, every operand of one
+    float dtype on one device, shapes of plain ints (the sharding pass maps only the IR's own ops)."""
+    if autograd.gradients_expected() or any(p is None for p in params) or type(x.device) is not str:
+        return False
+    operands = (x, h, *params)
+    dt = x.uop.dtype
+    return dtypes.is_float(dt) and all(t.uop.dtype is dt and t.device == x.device and  # type: ignore[union-attr]
+                                       all(type(d) is int for d in t.shape) for t in operands)  # type: ignore[union-attr]
+
+
+def _gru_formula(*src: UOp) -> UOp:
+    """GRU_CELL's expansion: `_gru_math` over the call's sources, built as under `no_grad` (as the node was)."""
+    device = src[0].device
+    with autograd.no_grad():
+        return _gru_math(*(Tensor(u, device) for u in src)).uop
+
+
+def _gru_slope(y: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    """The gradients reaching each source of y = GRU_CELL(...) from g: the rules over the formula's nodes. A node
+    that is several sources (x given as its own state) gets its whole derivative at its first position."""
+    grads = autograd.formula_gradient(_gru_formula(*y.src), g, y.src)
+    seen: set[UOp] = set()
+    out: list[UOp | None] = []
+    for s in y.src:
+        out.append(None if s in seen else grads.get(s))
+        seen.add(s)
+    return tuple(out)
+
+
+GRU_CELL = Composite("gru_cell", _gru_formula, _gru_slope, lambda src: src[1]._shape)
 
 
 class LSTMCell(_Cell):

@@ -1,0 +1,125 @@
+"""A GRU cell step kept as one composite node (`nn.rnn.GRU_CELL`) where no gradient is expected: the graph holds
+one CALL per step, prepare_rangeify expands it into the nodes the cell's formula builds (the same kernels), and
+values and gradients (asked of such a node after all, through `autograd.gradient`) are torch's. A training graph,
+a cell without biases or operands of mixed dtypes keep the formula."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tolk_core
+from tolk_core import Tensor, nn
+from tolk_core.frontend.autograd import gradient, no_grad
+from tolk_core.ir.calls import is_composite
+from tolk_core.nn.rnn import GRU_CELL, _gru_math
+from tolk_core.schedule import prepare
+
+torch = pytest.importorskip("torch", reason="torch is not installed: the references need it (pip install "
+                                            "torch==2.13.0, CPU)")
+
+
+def _cell(inp: int, hidden: int, seed: int = 0, bias: bool = True) -> tuple[nn.GRUCell, torch.nn.GRUCell]:
+    ours, theirs = nn.GRUCell(inp, hidden, bias=bias), torch.nn.GRUCell(inp, hidden, bias=bias)
+    rng = np.random.default_rng(seed)
+    state = {k: rng.standard_normal(tuple(v.shape)).astype(np.float32) * 0.5 for k, v in theirs.state_dict().items()}
+    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    ours.load_state_dict({k: Tensor(v) for k, v in state.items()})
+    for p in ours.parameters():
+        p.requires_grad_(False)  # inference: nothing requires grad
+    return ours, theirs
+
+
+def _data(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_one_node_per_step_and_its_expansion_is_the_formula() -> None:
+    cell, _ = _cell(4, 6)
+    x, h = Tensor(_data((3, 4), 1)), Tensor(_data((3, 6), 2))
+    with no_grad():
+        y = cell(x, h)
+        by_ops = _gru_math(x, h, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    assert is_composite(y.uop) and y.uop.arg is GRU_CELL and y.shape == (3, 6) and y.dtype == x.dtype
+    assert y.uop.src[:2] == (x.uop, h.uop)
+    assert prepare.expand_composite(y.uop) is by_ops.uop  # the same interned nodes
+
+
+def test_same_kernels_and_values_as_the_formula() -> None:
+    cell, _ = _cell(8, 16, seed=3)
+    x, h = Tensor(_data((5, 8), 4)), Tensor(_data((5, 16), 5))
+    with no_grad():
+        y = cell(x, h)
+        formula = _gru_math(x, h, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    assert is_composite(y.uop) and not is_composite(formula.uop)
+    with tolk_core.profile() as whole:
+        got = y.realize()
+    with tolk_core.profile() as by_ops:
+        want = formula.realize()
+    assert sorted(r.name for r in whole.rows) == sorted(r.name for r in by_ops.rows)  # (rows come by time)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("batch,inp,hidden", [(1, 3, 5), (4, 16, 32), (7, 9, 9)])
+def test_unrolled_values_are_torchs(batch, inp, hidden) -> None:
+    """Steps chained through their state (a recurrent forward), an unbatched step, a missing state."""
+    cell, ref = _cell(inp, hidden, seed=batch)
+    xs = _data((6, batch, inp), 7)
+    h, th = Tensor.zeros(batch, hidden), torch.zeros(batch, hidden)
+    with no_grad(), torch.no_grad():
+        for t in range(6):
+            h, th = cell(Tensor(xs[t]), h), ref(torch.from_numpy(xs[t]), th)
+            assert is_composite(h.uop)
+        np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(cell(Tensor(xs[0, 0])).numpy(), ref(torch.from_numpy(xs[0, 0])).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_through_the_node_are_torchs() -> None:
+    """Gradients asked of a graph of cell nodes (built with nothing requiring grad), for the input, the state and
+    every weight; and for an input that is also the state (its whole derivative counted once)."""
+    cell, ref = _cell(5, 5, seed=9)
+    x, h = _data((3, 5), 10), _data((3, 5), 11)
+    tx, th = Tensor(x), Tensor(h)
+    with no_grad():
+        y = cell(tx, cell(tx, th))
+        same = cell(tx, tx)
+    assert is_composite(y.uop) and is_composite(same.uop)
+    leaves = [tx, th, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+    grads = gradient((y.tanh() * 2).sum().uop, Tensor.ones(()).uop, {t.uop for t in leaves})
+    rx, rh = torch.tensor(x, requires_grad=True), torch.tensor(h, requires_grad=True)
+    (ref(rx, ref(rx, rh)).tanh() * 2).sum().backward()
+    want = [rx.grad, rh.grad, ref.weight_ih.grad, ref.weight_hh.grad, ref.bias_ih.grad, ref.bias_hh.grad]
+    for t, w in zip(leaves, want, strict=True):
+        np.testing.assert_allclose(Tensor(grads[t.uop]).numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+    (g,) = gradient(same.sum().uop, Tensor.ones(()).uop, {tx.uop}).values()
+    rx2 = torch.tensor(x, requires_grad=True)
+    ref(rx2, rx2).sum().backward()
+    np.testing.assert_allclose(Tensor(g).numpy(), rx2.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_training_graphs_and_other_cells_keep_the_formula() -> None:
+    cell, _ = _cell(4, 4)
+    x, h = Tensor(_data((2, 4), 0)), Tensor(_data((2, 4), 1))
+    cell.weight_ih.requires_grad_(True)
+    assert not is_composite(cell(x, h).uop)  # a gradient is expected
+    cell.weight_ih.requires_grad_(False)
+    nobias, _ = _cell(4, 4, bias=False)
+    with no_grad():
+        assert is_composite(cell(x, h).uop)
+        assert not is_composite(nobias(x, h).uop)
+        assert not is_composite(cell(x.cast("float64"), h).uop) and not is_composite(cell(x, h.cast("float64")).uop)
+
+
+def test_jitted_recurrence_matches_eager() -> None:
+    cell, _ = _cell(6, 8, seed=2)
+
+    def run(xs: Tensor) -> Tensor:
+        with no_grad():
+            h = Tensor.zeros(2, 8)
+            for t in range(4):
+                h = cell(xs[t], h)
+            return h.realize()
+    jitted = tolk_core.jit(run)
+    for i in range(3):
+        xs = _data((4, 2, 6), 20 + i)
+        np.testing.assert_array_equal(jitted(Tensor(xs)).numpy(), run(Tensor(xs)).numpy())
