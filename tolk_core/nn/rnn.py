@@ -10,11 +10,14 @@ Where no gradient is expected (inference: under `no_grad`, or while no tensor re
 one node, `CALL(x, h, W_ih, W_hh, b_ih, b_hh)` with the `GRU_CELL` composite, which prepare_rangeify expands into
 the nodes the cell's formula builds (`_gru_math`, the same code the step runs otherwise): the kernels are the
 formula's, and an eager recurrent forward builds and walks one node per step instead of ~30 (as torch's GRUCell
-is one operator). A training graph keeps the formula's nodes (its backward reads them: frontend/products.py).
+is one operator). An LSTM step is two such nodes over (x, h, c, W_ih, W_hh, b_ih, b_hh), `LSTM_H` and `LSTM_C`,
+one per output. A training graph keeps the formula's nodes (its backward reads them: frontend/products.py).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from tolk_core.errors import ShapeError
 from tolk_core.frontend import autograd
@@ -36,13 +39,6 @@ class _Cell(Module):
         self.weight_hh = param(uniform_init(bound, g, hidden_size), device)
         self.bias_ih = param(uniform_init(bound, g), device) if bias else None
         self.bias_hh = param(uniform_init(bound, g), device) if bias else None
-
-    def _projections(self, x: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
-        """(x W_ih^T + b_ih, h W_hh^T + b_hh), each (batch, gates * hidden)."""
-        gi, gh = x @ self.weight_ih.T, h @ self.weight_hh.T
-        if self.bias_ih is not None and self.bias_hh is not None:
-            gi, gh = gi + self.bias_ih, gh + self.bias_hh
-        return gi, gh
 
     def _batched(self, x: Tensor, *state: Tensor | None) -> tuple[Tensor, list[Tensor], bool]:
         """x as (batch, input) and each state as (batch, hidden) (zeros when None); whether x was 1-d."""
@@ -78,47 +74,74 @@ class GRUCell(_Cell):
         return out.reshape(-1) if single else out
 
 
-def _gru_math(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None, b_hh: Tensor | None) -> Tensor:
-    """One GRU step of x (batch, input) and h (batch, hidden), as Tensor ops (GRUCell's formula)."""
+def _projections(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None,
+                 b_hh: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(x W_ih^T + b_ih, h W_hh^T + b_hh), each (batch, gates * hidden)."""
     gi, gh = x @ w_ih.T, h @ w_hh.T
     if b_ih is not None and b_hh is not None:
         gi, gh = gi + b_ih, gh + b_hh
+    return gi, gh
+
+
+def _gru_math(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None, b_hh: Tensor | None) -> Tensor:
+    """One GRU step of x (batch, input) and h (batch, hidden), as Tensor ops (GRUCell's formula)."""
+    gi, gh = _projections(x, h, w_ih, w_hh, b_ih, b_hh)
     (ir, iz, inew), (hr, hz, hnew) = gi.chunk(3, 1), gh.chunk(3, 1)
     r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
     return (1 - z) * (inew + r * hnew).tanh() + z * h
 
 
-def _one_node(x: Tensor, h: Tensor, params: tuple[Tensor | None, ...]) -> bool:
-    """Whether this step may be the GRU_CELL node: no gradient expected, biases present, every operand of one
+def _lstm_math(x: Tensor, h: Tensor, c: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None,
+               b_hh: Tensor | None) -> tuple[Tensor, Tensor]:
+    """One LSTM step of x (batch, input) and the state h, c (batch, hidden): (h', c') as Tensor ops."""
+    gi, gh = _projections(x, h, w_ih, w_hh, b_ih, b_hh)
+    i, f, g, o = (gi + gh).chunk(4, 1)
+    c2 = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c2.tanh(), c2
+
+
+def _one_node(x: Tensor, h: Tensor, params: tuple[Tensor | None, ...], *state: Tensor) -> bool:
+    """Whether this step may be a cell composite: no gradient expected, biases present, every operand of one
     float dtype on one device, shapes of plain ints (the sharding pass maps only the IR's own ops)."""
     if autograd.gradients_expected() or any(p is None for p in params) or type(x.device) is not str:
         return False
-    operands = (x, h, *params)
+    operands = (x, h, *state, *params)
     dt = x.uop.dtype
     return dtypes.is_float(dt) and all(t.uop.dtype is dt and t.device == x.device and  # type: ignore[union-attr]
                                        all(type(d) is int for d in t.shape) for t in operands)  # type: ignore[union-attr]
 
 
-def _gru_formula(*src: UOp) -> UOp:
-    """GRU_CELL's expansion: `_gru_math` over the call's sources, built as under `no_grad` (as the node was)."""
-    device = src[0].device
-    with autograd.no_grad():
-        return _gru_math(*(Tensor(u, device) for u in src)).uop
+def _expansion(math: Callable[..., Any], which: int | None = None) -> Callable[..., UOp]:
+    """A cell composite's expansion: `math` (its output `which`, for a cell of several) over the call's sources,
+    built as under `no_grad`, as the node was. An LSTM step's two calls have the same sources, so their expansions
+    share every node."""
+    def expand(*src: UOp) -> UOp:
+        device = src[0].device
+        with autograd.no_grad():
+            out = math(*(Tensor(u, device) for u in src))
+        return (out if which is None else out[which]).uop
+    return expand
 
 
-def _gru_slope(y: UOp, g: UOp) -> tuple[UOp | None, ...]:
-    """The gradients reaching each source of y = GRU_CELL(...) from g: the rules over the formula's nodes. A node
-    that is several sources (x given as its own state) gets its whole derivative at its first position."""
-    grads = autograd.formula_gradient(_gru_formula(*y.src), g, y.src)
-    seen: set[UOp] = set()
-    out: list[UOp | None] = []
-    for s in y.src:
-        out.append(None if s in seen else grads.get(s))
-        seen.add(s)
-    return tuple(out)
+def _slope_of(formula: Callable[..., UOp]) -> Callable[[UOp, UOp], tuple[UOp | None, ...]]:
+    """A cell composite's slope: the gradients reaching each source of y = CALL(...) from g, by the rules over
+    the formula's nodes. A node that is several sources (x given as its own state) gets its whole derivative at
+    its first position."""
+    def slope(y: UOp, g: UOp) -> tuple[UOp | None, ...]:
+        grads = autograd.formula_gradient(formula(*y.src), g, y.src)
+        seen: set[UOp] = set()
+        out: list[UOp | None] = []
+        for s in y.src:
+            out.append(None if s in seen else grads.get(s))
+            seen.add(s)
+        return tuple(out)
+    return slope
 
 
-GRU_CELL = Composite("gru_cell", _gru_formula, _gru_slope, lambda src: src[1]._shape)
+_shape_of_h = lambda src: src[1]._shape  # noqa: E731
+GRU_CELL = Composite("gru_cell", _expansion(_gru_math), _slope_of(_expansion(_gru_math)), _shape_of_h)
+LSTM_H = Composite("lstm_h", _expansion(_lstm_math, 0), _slope_of(_expansion(_lstm_math, 0)), _shape_of_h)
+LSTM_C = Composite("lstm_c", _expansion(_lstm_math, 1), _slope_of(_expansion(_lstm_math, 1)), _shape_of_h)
 
 
 class LSTMCell(_Cell):
@@ -130,8 +153,10 @@ class LSTMCell(_Cell):
     def forward(self, x: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         h0, c0 = (None, None) if hx is None else hx
         x, (h, c), single = self._batched(x, h0, c0)
-        gi, gh = self._projections(x, h)
-        i, f, g, o = (gi + gh).chunk(4, 1)
-        c2 = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        h2 = o.sigmoid() * c2.tanh()
+        params = (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
+        if _one_node(x, h, params, c):
+            srcs = (x.uop, h.uop, c.uop, *(p.uop for p in params if p is not None))
+            h2, c2 = (x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, srcs, fn, h.shape)) for fn in (LSTM_H, LSTM_C))
+        else:
+            h2, c2 = _lstm_math(x, h, c, *params)
         return (h2.reshape(-1), c2.reshape(-1)) if single else (h2, c2)

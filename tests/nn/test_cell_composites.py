@@ -1,8 +1,11 @@
-"""A GRU cell step kept as one composite node (`nn.rnn.GRU_CELL`) where no gradient is expected: the graph holds
-one CALL per step, prepare_rangeify expands it into the nodes the cell's formula builds (the same kernels), and
-values and gradients (asked of such a node after all, through `autograd.gradient`) are torch's. A training graph,
-a cell without biases or operands of mixed dtypes keep the formula."""
+"""Recurrent cell steps kept as composite nodes where no gradient is expected: a GRU step one CALL
+(`nn.rnn.GRU_CELL`), an LSTM step two (`LSTM_H`, `LSTM_C`, one per output). prepare_rangeify expands them into the
+nodes the cell's formula builds (the same kernels), and values and gradients (asked of such a node after all,
+through `autograd.gradient`) are torch's. A training graph, a cell without biases or operands of mixed dtypes keep
+the formula."""
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,15 +14,15 @@ import tolk_core
 from tolk_core import Tensor, nn
 from tolk_core.frontend.autograd import gradient, no_grad
 from tolk_core.ir.calls import is_composite
-from tolk_core.nn.rnn import GRU_CELL, _gru_math
+from tolk_core.nn.rnn import GRU_CELL, LSTM_C, LSTM_H, _gru_math, _lstm_math
 from tolk_core.schedule import prepare
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the references need it (pip install "
                                             "torch==2.13.0, CPU)")
 
 
-def _cell(inp: int, hidden: int, seed: int = 0, bias: bool = True) -> tuple[nn.GRUCell, torch.nn.GRUCell]:
-    ours, theirs = nn.GRUCell(inp, hidden, bias=bias), torch.nn.GRUCell(inp, hidden, bias=bias)
+def _cell(inp: int, hidden: int, seed: int = 0, bias: bool = True, kind: str = "GRUCell") -> tuple[Any, Any]:
+    ours, theirs = getattr(nn, kind)(inp, hidden, bias=bias), getattr(torch.nn, kind)(inp, hidden, bias=bias)
     rng = np.random.default_rng(seed)
     state = {k: rng.standard_normal(tuple(v.shape)).astype(np.float32) * 0.5 for k, v in theirs.state_dict().items()}
     theirs.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
@@ -123,3 +126,55 @@ def test_jitted_recurrence_matches_eager() -> None:
     for i in range(3):
         xs = _data((4, 2, 6), 20 + i)
         np.testing.assert_array_equal(jitted(Tensor(xs)).numpy(), run(Tensor(xs)).numpy())
+
+
+def test_an_lstm_step_is_two_nodes_with_torchs_values_and_gradients() -> None:
+    cell, ref = _cell(5, 7, seed=4, kind="LSTMCell")
+    x, h, c = _data((3, 5), 1), _data((3, 7), 2), _data((3, 7), 3)
+    tx, th, tc = Tensor(x), Tensor(h), Tensor(c)
+    params = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    with no_grad():
+        h2, c2 = cell(tx, (th, tc))
+        by_ops = _lstm_math(tx, th, tc, *params)
+    assert h2.uop.arg is LSTM_H and c2.uop.arg is LSTM_C and h2.uop.src == c2.uop.src
+    assert prepare.expand_composite(h2.uop) is by_ops[0].uop and prepare.expand_composite(c2.uop) is by_ops[1].uop
+    leaves = [tx, th, tc, *params]  # the gradient graph first: realizing h2 and c2 makes them their storage
+    grads = gradient((h2 * 2 + c2.tanh()).sum().uop, Tensor.ones(()).uop, {t.uop for t in leaves})
+    with tolk_core.profile() as whole:
+        got = [t.realize().numpy() for t in (h2, c2)]
+    with tolk_core.profile() as formula:
+        want = [t.realize().numpy() for t in by_ops]
+    assert sorted(r.name for r in whole.rows) == sorted(r.name for r in formula.rows)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    rx, rh, rc = (torch.tensor(a, requires_grad=True) for a in (x, h, c))
+    rh2, rc2 = ref(rx, (rh, rc))
+    np.testing.assert_allclose(got[0], rh2.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], rc2.detach().numpy(), rtol=1e-5, atol=1e-6)
+    (rh2 * 2 + rc2.tanh()).sum().backward()
+    want_g = [rx.grad, rh.grad, rc.grad, ref.weight_ih.grad, ref.weight_hh.grad, ref.bias_ih.grad, ref.bias_hh.grad]
+    for t, w in zip(leaves, want_g, strict=True):
+        np.testing.assert_allclose(Tensor(grads[t.uop]).numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_an_unrolled_lstm_matches_torch_and_its_jitted_self() -> None:
+    cell, ref = _cell(6, 8, seed=5, kind="LSTMCell")
+
+    def run(xs: Tensor) -> list[Tensor]:
+        with no_grad():
+            h = c = Tensor.zeros(2, 8)
+            for t in range(4):
+                h, c = cell(xs[t], (h, c))
+            return [h.realize(), c.realize()]
+    jitted = tolk_core.jit(run)
+    for i in range(3):
+        xs = _data((4, 2, 6), 30 + i)
+        eager = [t.numpy() for t in run(Tensor(xs))]
+        for a, b in zip([t.numpy() for t in jitted(Tensor(xs))], eager, strict=True):
+            np.testing.assert_array_equal(a, b)
+    th = tc = torch.zeros(2, 8)
+    with torch.no_grad():
+        for t in range(4):
+            th, tc = ref(torch.from_numpy(xs[t]), (th, tc))
+    np.testing.assert_allclose(eager[0], th.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(eager[1], tc.numpy(), rtol=1e-5, atol=1e-6)
