@@ -73,7 +73,10 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
     reads = _reading_storage(nodes)
     if known := _known_in(nodes, device):
         sink = sink.substitute(known, placements.carry_intent)
-    sink = _copy_across_devices(device, sink)
+    # the values substituted are storage on this device: a graph that crossed no device before does not now
+    # (asked of the graph before the substitution, whose walk is done: a second walk was a tenth of a realize)
+    if _crosses_devices(device, nodes):
+        sink = _copy_across_devices(device, sink)
     for u in sink.src:
         _refuse_disk(device, u)
     target = target_for(device)
