@@ -48,3 +48,18 @@ def test_max_rel_error_names_the_worst_array() -> None:
     err, where = M.max_rel_error(got, want)
     assert where == "a" and err == pytest.approx(0.1 / 4, rel=1e-5)
     assert M.max_rel_error({"a": want["a"]}, want) == (float("inf"), "b (missing or shape None vs (1,))")
+
+
+def test_parameters_are_compared_where_their_gradient_decides_the_update() -> None:
+    """After an Adam step an element whose gradient is within rounding of zero moved by up to lr either way: such
+    elements of a parameter ("probe.P" beside "probe.P:grad") are left out; every other difference counts."""
+    import numpy as np
+    want = {"probe.w": np.array([0.5, -0.25, 0.125], np.float32), "probe.w:grad": np.array([0.1, 1e-9, -0.2])}
+    got = {"probe.w": np.array([0.5, -0.251, 0.125], np.float32), "probe.w:grad": want["probe.w:grad"].copy()}
+    assert M.max_rel_error(got, want) == (0.0, "")  # the 1e-9 element's step is rounding's
+    got["probe.w"][2] = 0.126  # an element its gradient decides
+    err, where = M.max_rel_error(got, want)
+    assert where == "probe.w" and err == pytest.approx(0.001 / 0.5, rel=1e-4)
+    got["probe.w:grad"][0] = 0.1001  # gradients themselves are compared whole
+    assert M.max_rel_error(got, want)[1] == "probe.w"
+    assert M.max_rel_error({"probe.w:grad": got["probe.w:grad"]}, {"probe.w:grad": want["probe.w:grad"]})[0] > 0
