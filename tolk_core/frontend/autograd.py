@@ -237,6 +237,19 @@ def formula_gradient(root: UOp, root_grad: UOp, leaves: tuple[UOp, ...]) -> dict
     return _accumulate(list(leaves) + order, root, root_grad, set(leaves), partial=True)
 
 
+def formula_slope(formula: Callable[..., UOp], y: UOp, g: UOp) -> tuple[UOp | None, ...]:
+    """A composite's slope by its formula: the gradients reaching each source of y = CALL(*xs) from g, by the
+    rules over `formula(*xs)`'s nodes (`formula_gradient`). A node that is several sources (`a @ a`, an input
+    given as its own state) gets its whole derivative at its first position."""
+    grads = formula_gradient(formula(*y.src), g, y.src)
+    seen: set[UOp] = set()
+    out: list[UOp | None] = []
+    for s in y.src:
+        out.append(None if s in seen else grads.get(s))
+        seen.add(s)
+    return tuple(out)
+
+
 def _accumulate(order: list[UOp], root: UOp, root_grad: UOp, targets: set[UOp],
                 partial: bool = False) -> dict[UOp, UOp]:
     """The gradients of `targets` from `root`'s (`root_grad`), by the rules applied from `root` down `order` (a

@@ -66,9 +66,7 @@ def _out_shape(src: tuple[UOp, ...]) -> tuple | None:
 def _slope(y: UOp, g: UOp) -> tuple[UOp | None, ...]:
     """d/da and d/db of y = a @ b reached by g: the rules over the formula's nodes (g @ b^T and a^T @ g, summed
     over the axes a broadcast batch added). For a @ a, the whole derivative goes to the first source."""
-    a, b = y.src
-    grads = autograd.formula_gradient(matmul_formula(a, b), g, (a, b))
-    return (grads.get(a), None) if a is b else (grads.get(a), grads.get(b))
+    return autograd.formula_slope(matmul_formula, y, g)
 
 
 MATMUL = Composite("matmul", matmul_formula, _slope, _out_shape)

@@ -123,25 +123,14 @@ def _expansion(math: Callable[..., Any], which: int | None = None) -> Callable[.
     return expand
 
 
-def _slope_of(formula: Callable[..., UOp]) -> Callable[[UOp, UOp], tuple[UOp | None, ...]]:
-    """A cell composite's slope: the gradients reaching each source of y = CALL(...) from g, by the rules over
-    the formula's nodes. A node that is several sources (x given as its own state) gets its whole derivative at
-    its first position."""
-    def slope(y: UOp, g: UOp) -> tuple[UOp | None, ...]:
-        grads = autograd.formula_gradient(formula(*y.src), g, y.src)
-        seen: set[UOp] = set()
-        out: list[UOp | None] = []
-        for s in y.src:
-            out.append(None if s in seen else grads.get(s))
-            seen.add(s)
-        return tuple(out)
-    return slope
+def _composite(name: str, expand: Callable[..., UOp]) -> Composite:
+    """A cell composite of h's shape, differentiated by its formula (`autograd.formula_slope`)."""
+    return Composite(name, expand, lambda y, g: autograd.formula_slope(expand, y, g), lambda src: src[1]._shape)
 
 
-_shape_of_h = lambda src: src[1]._shape  # noqa: E731
-GRU_CELL = Composite("gru_cell", _expansion(_gru_math), _slope_of(_expansion(_gru_math)), _shape_of_h)
-LSTM_H = Composite("lstm_h", _expansion(_lstm_math, 0), _slope_of(_expansion(_lstm_math, 0)), _shape_of_h)
-LSTM_C = Composite("lstm_c", _expansion(_lstm_math, 1), _slope_of(_expansion(_lstm_math, 1)), _shape_of_h)
+GRU_CELL = _composite("gru_cell", _expansion(_gru_math))
+LSTM_H = _composite("lstm_h", _expansion(_lstm_math, 0))
+LSTM_C = _composite("lstm_c", _expansion(_lstm_math, 1))
 
 
 class LSTMCell(_Cell):
