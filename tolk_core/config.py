@@ -148,6 +148,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "parallel loop before they sleep (libgomp's GOMP_SPINCOUNT; 0: they sleep at once). About 30000 helps a "
             "machine of one's own and costs processes that share the cores (docs/performance.md, "
             "\"Threads that sleep\")", env="TOLK_CPU_SPIN_COUNT", check=in_range(0)),
+    Setting("CPU_BIND", int, 1, "1: a CPU device whose OpenMP team has all the cores (or its virtual device's "
+            "share) keeps one thread per core while its parallel kernels run; 0: the OS places them "
+            "(docs/performance.md, \"Threads that share a core\")", env="TOLK_CPU_BIND", check=in_range(0, 1)),
     Setting("DEVICE_THREADS", int, 2, "whether devices launch at the same time, each from its own thread: 1 always, "
             "0 never (one after another), 2 while the load average leaves a core free per device "
             "(docs/multi-device.md)", env="TOLK_DEVICE_THREADS", check=in_range(0, 2)),

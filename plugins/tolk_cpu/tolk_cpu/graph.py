@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.runtime import Graph, Launch
+from tolk_cpu.binding import CoreBinding
 from tolk_cpu.runtime import CPUProgram
 
 
@@ -32,6 +33,8 @@ class CPUGraph(Graph):
         calls: list[str] = []
         pointers: list[int | None] = []
         nb = nv = 0
+        # one pin of the launching thread for the whole batch where any launch starts a team (binding.py)
+        self._binding: CoreBinding | None = None
         for ln in self.launches:
             self._buf_at.append(nb)
             self._val_at.append(nv)
@@ -42,6 +45,7 @@ class CPUGraph(Graph):
                 raise TypeError(f"CPUGraph replays CPU programs; launch of {ln.program.name!r} holds a "
                                 f"{type(ln.program).__name__}")
             pointers.append(ctypes.cast(ln.program.fxn, ctypes.c_void_p).value)
+            self._binding = self._binding or ln.program.binding
             nb, nv = nb + len(ln.bufs), nv + len(ln.vals)
         body = "\n".join(calls)
         name = "tolk_graph_" + hashlib.sha256(body.encode()).hexdigest()[:12]
@@ -65,9 +69,10 @@ class CPUGraph(Graph):
                 self._vals[at + j] = v
 
     def __call__(self, wait: bool = False) -> float | None:
-        if wait:
+        mask = self._binding.pin() if self._binding is not None else None
+        try:
             t0 = time.perf_counter()
             self._fn(*self._args)
-            return time.perf_counter() - t0
-        self._fn(*self._args)
-        return None
+            return time.perf_counter() - t0 if wait else None
+        finally:
+            CoreBinding.unpin(mask)

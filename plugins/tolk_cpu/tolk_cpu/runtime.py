@@ -27,6 +27,7 @@ from tolk_core.runtime import (
     remembered_identity,
     run_smoke,
 )
+from tolk_cpu.binding import CoreBinding, device_cores, runs_threads
 
 ALIGN = 64
 
@@ -198,18 +199,21 @@ class CPUProgram(Program):
             raise ValueError(f"kernel {name!r} is not in the compiled library") from None
         self.fxn.restype = None
         self.threads = device.threads  # its device's share of the cores (None: OpenMP's default)
+        # its launches keep the device's team one thread per core (binding.py) when it starts a team at all
+        self.binding = device.binding if device.binding is not None and runs_threads(lib) else None
 
     def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
                  vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
         args = [ctypes.c_void_p(b.ptr) for b in bufs] + [ctypes.c_int32(v) for v in vals]
         if self.threads is not None:
             _set_threads(self.threads)
-        if wait:
+        mask = self.binding.pin() if self.binding is not None else None
+        try:
             t0 = time.perf_counter()
             self.fxn(*args)
-            return time.perf_counter() - t0
-        self.fxn(*args)
-        return None
+            return time.perf_counter() - t0 if wait else None
+        finally:
+            CoreBinding.unpin(mask)
 
 
 SMOKE = """
@@ -260,6 +264,8 @@ class CPUDevice(CompiledDevice):
         # worker threads get room for it whatever the platform's default thread stack is
         os.environ.setdefault("OMP_STACKSIZE", "4M")
         super().__init__(name, CPUAllocator(), CPUCompiler(), CPUProgram)
+        cores = device_cores(name, self.threads)
+        self.binding = CoreBinding(self, cores) if cores is not None else None
 
     def load(self, lib: bytes) -> ctypes.CDLL:
         return load_shared(lib)  # loaded once per distinct binary

@@ -1,0 +1,116 @@
+"""Core binding: a CPU device's OpenMP threads run one per core while its parallel kernels run.
+
+Tolk's OpenMP threads sleep as soon as a parallel loop ends (``OMP_WAIT_POLICY=PASSIVE``, runtime.py), so each
+parallel kernel wakes its team again. Left to the OS, a woken thread may be placed on the core of the thread that
+woke it, even with another core idle: on the 2-vCPU virtual machines Tolk is measured on, after an idle spell of
+a few hundred ms, the worker and the launching thread ran one after the other on one vCPU for call after call
+(a 2-thread 512^3 matmul at one thread's speed; docs/performance.md, "Threads that share a core"). Binding keeps
+them apart:
+
+- each worker thread of a launching thread's team is bound to its own core, once (`bind_team`, a parallel region
+  in which thread t > 0 sets its own affinity to core t; libgomp reuses the same threads for later teams);
+- the launching thread itself is bound to core 0 of the device only for the duration of a parallel launch
+  (`CoreBinding.pin` / `unpin`): it is the user's thread, and threads and processes it starts inherit its
+  affinity, so it gets its own mask back right after.
+
+A device binds only where it owns the cores its threads use (`device_cores`): its team is as large as the cores
+the process may run on (or, with virtual devices, its share of them), so no other team of this process is
+placed on them. A team smaller than the machine (OMP_NUM_THREADS=2 on 16 cores, CPU_THREADS) is left to the OS:
+the cores it would be bound to may be the ones other programs use. `CPU_BIND=0` turns binding off.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Any
+
+from tolk_core import config
+
+BIND_TEAM = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <omp.h>
+/* binds thread t > 0 of a team of n to cores[t]; returns how many threads were bound */
+int tolk_bind_team(const int* cores, int n) {
+  int bound = 0;
+  #pragma omp parallel num_threads(n) reduction(+:bound)
+  {
+    int t = omp_get_thread_num();
+    if (t > 0 && t < n) {
+      cpu_set_t s;
+      CPU_ZERO(&s);
+      CPU_SET(cores[t], &s);
+      bound += pthread_setaffinity_np(pthread_self(), sizeof s, &s) == 0;
+    }
+  }
+  return bound;
+}
+"""
+
+
+def _team_size(threads: int | None, allowed: int) -> int:
+    """The OpenMP team a device's parallel kernels run with: its thread count, else OMP_NUM_THREADS's first
+    value, else libgomp's default (the cores the process may run on)."""
+    if threads is not None:
+        return threads
+    try:
+        return int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0])
+    except ValueError:
+        return allowed
+
+
+def device_cores(name: str, threads: int | None) -> tuple[int, ...] | None:
+    """The cores device `name` (``CPU`` or virtual ``CPU:i``) binds its team to, one per thread, or None where it
+    does not bind (module docstring): CPU_BIND off, no affinity API, a team of one, or a team that does not own
+    its cores (its share of the process's cores is smaller than the team)."""
+    if not config.get("CPU_BIND") or not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    team = _team_size(threads, len(allowed))
+    index = int(name.partition(":")[2] or 0)
+    if team < 2 or team * config.get("CPU_DEVICES") != len(allowed):
+        return None
+    return tuple(allowed[index * team:(index + 1) * team])
+
+
+class CoreBinding:
+    """The binding of one device's teams to `cores` (module docstring): `pin` before a parallel launch, `unpin`
+    with what it returned after."""
+
+    def __init__(self, device: Any, cores: tuple[int, ...]):
+        self.device, self.cores = device, cores
+        self._bound = threading.local()  # per launching thread: its team is bound
+        self._bind_fn: Any = None
+
+    def _bind_team(self) -> None:
+        if self._bind_fn is None:
+            lib = self.device.load(self.device.compiler.compile_cached(BIND_TEAM))
+            self._bind_fn = lib.tolk_bind_team
+            self._bind_fn.restype = ctypes.c_int
+        cores = (ctypes.c_int * len(self.cores))(*self.cores)
+        self._bind_fn(cores, ctypes.c_int(len(self.cores)))
+        self._bound.done = True
+
+    def pin(self) -> set[int] | None:
+        """Bind the calling thread to the device's first core (its team too, the first time); returns the mask to
+        give back, or None where the caller's own mask excludes that core (then nothing changed)."""
+        mine = os.sched_getaffinity(0)
+        if self.cores[0] not in mine:
+            return None
+        if not getattr(self._bound, "done", False):
+            self._bind_team()
+        os.sched_setaffinity(0, (self.cores[0],))
+        return mine
+
+    @staticmethod
+    def unpin(mask: set[int] | None) -> None:
+        if mask is not None:
+            os.sched_setaffinity(0, mask)
+
+
+def runs_threads(lib: bytes) -> bool:
+    """Whether a compiled kernel library starts OpenMP teams: it imports libgomp's (GCC) or libomp's (clang) entry
+    for a parallel region. A library of several kernels counts for each of them (a pin too many costs ~2 us)."""
+    return b"GOMP_parallel" in lib or b"__kmpc_fork_call" in lib
