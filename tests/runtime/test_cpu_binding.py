@@ -22,6 +22,9 @@ needs_two = pytest.mark.skipif(len(CORES) < 2, reason="binding needs a process a
 
 @pytest.fixture
 def fake_cores(monkeypatch):
+    for var in binding._RANKS_HERE:  # this test process is no rank of a job
+        monkeypatch.delenv(var, raising=False)
+
     def use(n: int, omp: str | None = None) -> None:
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4, 4 + n)))
         if omp is None:
@@ -38,6 +41,22 @@ def test_a_device_that_owns_the_cores_binds_one_thread_per_core(fake_cores):
     fake_cores(4, omp="4")
     with config.override(CPU_BIND=1, CPU_DEVICES=1):
         assert binding.device_cores("CPU", None) == (4, 5, 6, 7)
+
+
+@pytest.mark.parametrize("env,binds", [
+    ({"TOLK_WORLD_SIZE": "2"}, False),
+    ({"OMPI_COMM_WORLD_SIZE": "4"}, False),
+    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}, True),  # one rank per host
+    ({"TOLK_WORLD_SIZE": "1"}, True),
+])
+def test_ranks_that_share_the_host_do_not_bind(fake_cores, monkeypatch, env, binds):
+    fake_cores(4)
+    for var in binding._RANKS_HERE:
+        monkeypatch.delenv(var, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with config.override(CPU_BIND=1, CPU_DEVICES=1):
+        assert (binding.device_cores("CPU", None) is not None) == binds
 
 
 def test_virtual_devices_bind_their_share(fake_cores):

@@ -12,8 +12,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import IO
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
@@ -58,7 +60,14 @@ def supervise(n: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
     timeout) before they are killed. Returns the job's exit status (the first failing rank's, 0 when all
     succeed) and a line naming that rank ("" when none failed)."""
     base = rank_env(n, env)
-    procs = [subprocess.Popen(list(argv), env={**base, "TOLK_RANK": str(r)}) for r in range(n)]
+    procs = [subprocess.Popen(list(argv), env={**base, "TOLK_RANK": str(r)}, stderr=subprocess.PIPE, text=True)
+             for r in range(n)]
+    # each rank's stderr is passed on whole lines at a time: ranks that fail together (a dead peer) wrote their
+    # tracebacks into one another mid-line through a shared descriptor
+    lock = threading.Lock()
+    readers = [threading.Thread(target=_pass_lines, args=(p.stderr, lock), daemon=True) for p in procs]
+    for t in readers:
+        t.start()
     start, first, kill_at = time.monotonic(), None, None
     while True:
         codes = [p.poll() for p in procs]
@@ -74,11 +83,23 @@ def supervise(n: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
             if first is None:
                 first = (next(r for r, c in enumerate(codes) if c is None), -9)
         time.sleep(0.05)
+    for t in readers:
+        t.join(timeout=5.0)
     if first is None:
         return 0, ""
     rank, code = first
     how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
     return (code if code > 0 else 128 - code), f"rank {rank} of {n} {how}"
+
+
+def _pass_lines(src: IO[str] | None, lock: threading.Lock) -> None:
+    """Copy `src` to this process's stderr a line at a time, under `lock`."""
+    if src is None:
+        return
+    for line in src:
+        with lock:
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

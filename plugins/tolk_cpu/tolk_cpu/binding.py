@@ -16,7 +16,9 @@ them apart:
 A device binds only where it owns the cores its threads use (`device_cores`): its team is as large as the cores
 the process may run on (or, with virtual devices, its share of them), so no other team of this process is
 placed on them. A team smaller than the machine (OMP_NUM_THREADS=2 on 16 cores, CPU_THREADS) is left to the OS:
-the cores it would be bound to may be the ones other programs use. `CPU_BIND=0` turns binding off.
+the cores it would be bound to may be the ones other programs use; so is a process that is one of several ranks
+of a job on this host (`tolk launch`, mpiexec: `_shares_the_host`), whose teams would all be bound to the same
+cores. `CPU_BIND=0` turns binding off.
 """
 from __future__ import annotations
 
@@ -61,11 +63,24 @@ def _team_size(threads: int | None, allowed: int) -> int:
         return allowed
 
 
+# a launcher's count of the ranks on this host, else of the whole job (Open MPI, MPICH/Hydra, tolk launch's TCP
+# ranks, which are all local); a rank whose launcher names none of these is taken to have the host to itself
+_RANKS_HERE = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "TOLK_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def _shares_the_host() -> bool:
+    """Whether this process is one of several ranks of a job that may run on this host."""
+    for var in _RANKS_HERE:
+        if (n := os.environ.get(var, "")).isdigit():
+            return int(n) > 1
+    return False
+
+
 def device_cores(name: str, threads: int | None) -> tuple[int, ...] | None:
     """The cores device `name` (``CPU`` or virtual ``CPU:i``) binds its team to, one per thread, or None where it
-    does not bind (module docstring): CPU_BIND off, no affinity API, a team of one, or a team that does not own
-    its cores (its share of the process's cores is smaller than the team)."""
-    if not config.get("CPU_BIND") or not hasattr(os, "sched_getaffinity"):
+    does not bind (module docstring): CPU_BIND off, no affinity API, a rank sharing the host, a team of one, or a
+    team that does not own its cores (its share of the process's cores is smaller than the team)."""
+    if not config.get("CPU_BIND") or not hasattr(os, "sched_getaffinity") or _shares_the_host():
         return None
     allowed = sorted(os.sched_getaffinity(0))
     team = _team_size(threads, len(allowed))
