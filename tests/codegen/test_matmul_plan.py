@@ -204,6 +204,25 @@ def test_a_b_that_fits_half_the_l2_cache_is_read_in_place():
     np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
 
 
+def test_a_b_read_in_place_is_shared_out_in_several_column_blocks():
+    """With B read in place past one panel's budget (64 x 256 @ 256 x 1040 floats: 1 MiB of B, half of a fake
+    4 MiB L2, over the 512 KiB a panel may take; AVX2-sized tiles of 16 columns), the threads' loop runs over 8
+    column blocks of 9 micro-panels (65 in all, the last block short) instead of 3: blocks the first thread to
+    start takes more of when the other starts late. Values equal numpy's at shapes that do not fill a block, on
+    this machine's own plan."""
+    r = CRenderer()
+    r.cache_bytes, r.vector_bytes, r.vector_registers = (48 << 10, 4 << 20), 32, 16
+    src, = _kernel_sources(lambda a, b: a @ b, ((64, 256), "float32"), ((256, 1040), "float32"), renderer=r,
+                           pack=False)
+    assert "panel0" not in src
+    loop = re.search(r"#pragma omp parallel for schedule\(dynamic\)\s*for \(int \w+ = 0; \w+ < (\d+);", src)
+    assert loop is not None and int(loop[1]) == 8
+    rng = np.random.default_rng(3)
+    for m, k, n in ((64, 256, 1040), (37, 200, 1000), (7, 33, 530)):
+        a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+        np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_a_row_narrower_than_a_vector_keeps_the_generic_plan():
     src, = _kernel_sources(lambda a, b: a @ b, ((64, 40), "float32"), ((40, 3), "float32"))
     assert "panel0" not in src

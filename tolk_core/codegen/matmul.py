@@ -24,7 +24,8 @@ the standard one of BLAS libraries, built from the IR's own nodes:
   sums the whole K, as for a K within the bound.
 - **Loops**: batch ranges, then panels (jc), then rows of tiles (ir), then blocks of k (pc) and the panel's
   micro-panels (jr), then k. The outermost loop with several iterations runs on threads (panels have private
-  arrays; with one panel the rows share it).
+  arrays; with one panel the rows share it). Read in place, B is cut into at least `DIRECT_PANELS` column
+  blocks, so the threads share out units small enough for one that starts late (`_narrowed`).
 - **Sizes that do not fill a tile**: the last tile of a row or column is moved back to end at the last row or
   column (it overlaps its neighbour, which computes the same values), so every tile is whole and no tail loop
   is needed; a matrix narrower than one vector keeps the generic plan.
@@ -61,6 +62,7 @@ MATMUL_PACK_B = 0      # 1: copy B into panels even when it fits half the L2 cac
 MATMUL_DOT_ROWS = 32   # rows at most for the dot plan (B contiguous along k only); 0: never the dot plan
 PANEL_MOST = 512 << 10  # bytes of a panel at most: it is a stack array of each thread (2 MiB stacks at least)
 MR_MOST = 12           # rows of the tile at most (one broadcast A value per row and step)
+DIRECT_PANELS = 8      # column blocks at least of a plan that reads B in place: units of work for the threads
 _DTYPES = (dtypes.float32, dtypes.float64)
 
 
@@ -187,6 +189,21 @@ def register_tile(registers: int, most_vectors: int) -> tuple[int, int]:
     return v, _rows_for(registers, v)
 
 
+def _narrowed(t: Tile, size_n: int) -> Tile:
+    """`t` with at least `DIRECT_PANELS` column blocks (or one per micro-panel), for a plan reading B in place.
+    Its blocks have no private copy of B, so their width only orders the loops; they are what the threads share
+    out one at a time (the outermost loop with several iterations, `schedule(dynamic)`): two blocks for two
+    threads ran at one thread's speed when one thread started late (a worker woken after Python ran between
+    kernels, ~0.1 ms on the virtual machines measured), where with eight the thread that started takes more. One
+    block stays one: the threads then share the rows of tiles, finer still."""
+    if t.panels == 1:
+        return t
+    micro = -(-size_n // t.nr)
+    panels = min(micro, max(t.panels, DIRECT_PANELS))
+    per_panel = -(-micro // panels)
+    return Tile(t.w, t.mr, t.nr, per_panel * t.nr, -(-micro // per_panel), packed=t.packed, kc=t.kc)
+
+
 def _range(i: int, size: int, kind: AxisType) -> UOp:
     return UOp(Op.RANGE, dtypes.index, (UOp.const(dtypes.index, size),), (i, kind))
 
@@ -208,7 +225,8 @@ def plan(ast: UOp, outs: list[UOp], vector_bytes: int, registers: int, l2: int, 
     b_bytes = mm.k.src[0].arg * mm.n.src[0].arg * mm.red.dtype.itemsize
     if (t := tile_sizes(mm, vector_bytes, registers, l2, l1)) is not None:
         in_l2 = not knob("MATMUL_PACK_B", MATMUL_PACK_B) and b_bytes <= (l2 or DEFAULT.l2) // 2
-        if (mm.rows <= t.mr or not t.packed or in_l2) and (direct := _build(ast, mm, t, packed=False)) is not None:
+        if (mm.rows <= t.mr or not t.packed or in_l2) and \
+                (direct := _build(ast, mm, _narrowed(t, mm.n.src[0].arg), packed=False)) is not None:
             return direct
     # the dot plan where copying B would cost: a B within the L1 cache packs in no time (and a tiny product's
     # dot plan is mostly lane folds, its short k loop unrolled)
