@@ -151,3 +151,18 @@ def test_a_library_with_a_parallel_loop_is_recognised():
     fn = dev.load(par).tolk_p
     fn(x.ctypes.data_as(ctypes.c_void_p), 1000)
     np.testing.assert_array_equal(x, np.ones(1000, np.float32))
+
+
+@pytest.mark.parametrize("running_on,moved", [(0, False), (1, True), (2, True), (5, False)])
+def test_the_launching_thread_is_moved_only_off_a_workers_core(monkeypatch, running_on, moved):
+    """A launch from core 0 (the device's first) or from a core outside the team changes nothing; from a worker's
+    core the thread is bound to core 0 for the launch and given its mask back after."""
+    calls: list[tuple[int, ...]] = []
+    monkeypatch.setattr(binding, "_LIBC", type("FakeLibc", (), {"sched_getcpu": staticmethod(lambda: running_on)}))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 5})
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, mask: calls.append(tuple(sorted(mask))))
+    b = binding.CoreBinding(device=None, cores=(0, 1, 2))
+    b._bound.done = True  # the team's own binding is the fresh-process tests' part
+    mask = b.pin()
+    b.unpin(mask)
+    assert calls == ([(0,), (0, 1, 2, 5)] if moved else [])
