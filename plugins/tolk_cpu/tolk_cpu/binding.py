@@ -12,8 +12,8 @@ them apart:
 - the launching thread is kept off its workers' cores for a parallel launch (`CoreBinding.pin` / `unpin`): where
   it runs on one, it is bound to core 0 of the device for the launch and gets its own mask back right after (it
   is the user's thread, and threads and processes it starts inherit its affinity); elsewhere it is left alone,
-  so most launches pay one `sched_getcpu` and no system call (binding it at every launch cost an eager CNN step
-  ~5%).
+  so most launches pay one `sched_getcpu` and no system call (binding it at every launch measured the same, and
+  asks the OS more).
 
 A device binds only where it owns the cores its threads use (`device_cores`): its team is as large as the cores
 the process may run on (or, with virtual devices, its share of them), so no other team of this process is
@@ -27,9 +27,18 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from tolk_core import config
+
+try:  # glibc's sched_getcpu (a vDSO read): the core the calling thread runs on now
+    _LIBC: Any = ctypes.CDLL(None, use_errno=True)
+    _LIBC.sched_getcpu.restype = ctypes.c_int
+except (OSError, AttributeError):
+    _LIBC = None
+
 
 BIND_TEAM = r"""
 #define _GNU_SOURCE
@@ -132,11 +141,15 @@ class CoreBinding:
             os.sched_setaffinity(0, mask)
 
 
-try:  # glibc's sched_getcpu (a vDSO read): the core the calling thread runs on now
-    _LIBC: Any = ctypes.CDLL(None, use_errno=True)
-    _LIBC.sched_getcpu.restype = ctypes.c_int
-except (OSError, AttributeError):
-    _LIBC = None
+def launch(binding: CoreBinding | None, fn: Any, args: Sequence[Any], wait: bool) -> float | None:
+    """Call native `fn(*args)` with `binding` pinned around it (None: no binding); its seconds when `wait`."""
+    mask = binding.pin() if binding is not None else None
+    try:
+        t0 = time.perf_counter()
+        fn(*args)
+        return time.perf_counter() - t0 if wait else None
+    finally:
+        CoreBinding.unpin(mask)
 
 
 def runs_threads(lib: bytes) -> bool:

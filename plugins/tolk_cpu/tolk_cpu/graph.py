@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.runtime import Graph, Launch
-from tolk_cpu.binding import CoreBinding
+from tolk_cpu.binding import CoreBinding, launch
 from tolk_cpu.runtime import CPUProgram
 
 
@@ -69,10 +68,4 @@ class CPUGraph(Graph):
                 self._vals[at + j] = v
 
     def __call__(self, wait: bool = False) -> float | None:
-        mask = self._binding.pin() if self._binding is not None else None
-        try:
-            t0 = time.perf_counter()
-            self._fn(*self._args)
-            return time.perf_counter() - t0 if wait else None
-        finally:
-            CoreBinding.unpin(mask)
+        return launch(self._binding, self._fn, self._args, wait)

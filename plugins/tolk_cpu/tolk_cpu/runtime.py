@@ -8,7 +8,6 @@ import re
 import shlex
 import shutil
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ from tolk_core.runtime import (
     remembered_identity,
     run_smoke,
 )
-from tolk_cpu.binding import CoreBinding, device_cores, runs_threads
+from tolk_cpu.binding import CoreBinding, device_cores, launch, runs_threads
 
 ALIGN = 64
 
@@ -207,13 +206,7 @@ class CPUProgram(Program):
         args = [ctypes.c_void_p(b.ptr) for b in bufs] + [ctypes.c_int32(v) for v in vals]
         if self.threads is not None:
             _set_threads(self.threads)
-        mask = self.binding.pin() if self.binding is not None else None
-        try:
-            t0 = time.perf_counter()
-            self.fxn(*args)
-            return time.perf_counter() - t0 if wait else None
-        finally:
-            CoreBinding.unpin(mask)
+        return launch(self.binding, self.fxn, args, wait)
 
 
 SMOKE = """
