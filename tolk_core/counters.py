@@ -12,6 +12,7 @@ class _Counters:
     kernels_launched: int = 0   # program launches (one per kernel call, inside a graph replay too)
     graph_replays: int = 0      # JIT replays of a batch through a device's Graph (one per batch per call)
     graph_kernels: int = 0      # the kernel launches those batched replays made (included in kernels_launched)
+    eager_graph_replays: int = 0  # eager realizes (schedule-cache hits) replayed through a device's Graph
     compiles: int = 0           # compiler invocations (a miss in both the memory and the disk cache)
     disk_cache_hits: int = 0    # binaries loaded from the on-disk cache instead of compiled
     kernels_compiled: int = 0   # kernels the engine handed to a device's compiler (not yet loaded in this process)

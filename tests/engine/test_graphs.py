@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+import pytest
 
 import tolk_core
 from tolk_core.frontend.tensor import Tensor
@@ -47,6 +48,40 @@ def test_device_graph_replays_and_patches_inputs_and_values(device) -> None:
     graph.update(0, bufs=[mid.handle, a2.handle], vals=[16, 5])
     graph(wait=True)
     np.testing.assert_array_equal(result(), np.full(16, (10 * 5 + 1) * 2))
+    # every launch's buffers at once (what an eager realize does before each replay): back to `a`, into `a2`
+    graph.rebind([[mid.handle, a.handle], [a2.handle, mid.handle]])
+    graph(wait=True)
+    host = np.empty(16, np.float32)
+    a2.copyout(memoryview(host))
+    np.testing.assert_array_equal(host, (np.arange(16) * 5 + 1) * 2)
+    with pytest.raises(ValueError, match="launch 1 takes 2 buffers, got 1"):
+        graph.rebind([[mid.handle, a.handle], [a2.handle]])
+    with pytest.raises(ValueError, match="rebind of 1 launches"):
+        graph.rebind([[mid.handle, a.handle]])
+
+
+def test_base_graph_rebinds_through_update() -> None:
+    """The base Graph's `rebind` (what a plugin's Graph that does not override it gets): each launch whose
+    buffers changed is updated, in Python."""
+    from tolk_core.plugins import Device
+    from tolk_core.runtime import Graph
+    dev = Device["CPU"]
+    lib = dev.compiler.compile_cached(C_KERNELS["CPU"][1] + "\n")
+    twice = dev.runtime(dev, "twice", lib)
+    a, b, c = (Buffer(dev.name, 16, dtypes.float32) for _ in range(3))
+    a.copyin(memoryview(np.arange(16, dtype=np.float32)))
+    graph = Graph(dev, [Launch(twice, [b.handle, a.handle]), Launch(twice, [c.handle, b.handle])])
+    updated: list[int] = []
+    real = graph.update
+    graph.update = lambda i, **kw: updated.append(i) or real(i, **kw)  # type: ignore[method-assign]
+    graph.rebind([[b.handle, a.handle], [a.handle, b.handle]])  # the first launch's buffers are unchanged
+    graph()
+    host = np.empty(16, np.float32)
+    a.copyout(memoryview(host))
+    np.testing.assert_array_equal(host, np.arange(16) * 4)
+    assert updated == [1]
+    with pytest.raises(ValueError, match="launch 0 takes 2 buffers, got 3"):
+        graph.rebind([[b.handle, a.handle, c.handle], [a.handle, b.handle]])
 
 
 def test_cpu_replay_is_one_native_call() -> None:

@@ -7,6 +7,9 @@ or transformer train step, more than its kernels. Here the entry's launches are 
 loaded program, launch sizes and scalar arguments, and the slot of each of its buffers; the Variables' values
 are part of the entry's key), and a hit allocates its storage and queues the launches on them: BUFFER nodes only
 for the values it returns, plain runtime Buffers for the intermediates, kept alive by the queued launches.
+From its second launch, an entry of at least GRAPH_MIN_KERNELS kernels is replayed through the device's Graph
+(the JIT's batched replay, docs/plugins.md), rebound to each hit's buffers (`Graph.rebind`) when it runs: one
+native call instead of a Python launch per kernel (~2-3 us each on CPU, a recurrent train step launches 126).
 
 Where a LINEAR must exist this is not used (`allowed`): inside a JIT capture (which records LINEARs), while
 profiling or at DEBUG>=2 (launches timed one by one), with BEAM (kernels tuned on first launch).
@@ -21,8 +24,11 @@ from tolk_core.engine import buffers, compile, concurrent, profile, run
 from tolk_core.engine.schedule import Hit, count_hit
 from tolk_core.ir.uop import UOp
 from tolk_core.plugins import Device
-from tolk_core.runtime import Buffer
+from tolk_core.runtime import Buffer, Launch
 from tolk_core.schedule.merge import reads_precede_stores
+
+# the fewest kernels a hit must launch to be replayed through the device's Graph (fewer: launched one by one)
+GRAPH_MIN_KERNELS = 4
 
 
 def allowed() -> bool:
@@ -74,9 +80,39 @@ def launch(device: str, hit: Hit) -> list[UOp] | None:
     bufs = [buffers.runtime_buffer(b, alloc).allocate() for b in (*hit.inputs, *outs)]
     bufs += [Buffer(device, size, dt, allocator=alloc).allocate() for size, dt in entry.fresh[entry.n_out:]]
     handles = [b.handle for b in bufs]
-    launches = [(prg, [handles[i] for i in slots], gsize, lsize, vals) for prg, slots, gsize, lsize, vals in plan]
+    args = [[handles[i] for i in slots] for _, slots, _, _, _ in plan]
     count_hit()
-    GlobalCounters.kernels_launched += len(launches)
+    GlobalCounters.kernels_launched += len(plan)
     # the buffers stay referenced until the launches ran (queued on the device inside together())
+    if (graph := _graph(handle, entry, plan, args)) is not None:
+        GlobalCounters.eager_graph_replays += 1
+        concurrent.defer(device, lambda: _replay(graph, args, bufs))
+        return outs
+    launches = [(prg, a, gsize, lsize, vals) for (prg, _, gsize, lsize, vals), a in zip(plan, args, strict=True)]
     concurrent.defer(device, lambda: run.launch_all(launches, bufs))
     return outs
+
+
+def _graph(handle: Any, entry: Any, plan: list, args: list[list[Any]]) -> Any:
+    """The device Graph replaying `entry`'s launches, or None: only for a schedule of at least GRAPH_MIN_KERNELS
+    launched a second time (a graph costs a compile of its driver on some devices, which a realize seen once
+    does not repay), on a device with a Graph capability. Built on these buffers; a replay rebinds them."""
+    if len(plan) < GRAPH_MIN_KERNELS or handle.graph is None:
+        return None
+    got = entry.derived.get("graph")
+    if got is not None and got[0] is plan:
+        return got[1]
+    if got is None:  # the first launch of this plan
+        entry.derived["graph"] = (None, None)
+        return None
+    graph = handle.graph(handle, [Launch(prg, a, list(vals), gsize, lsize)
+                                  for (prg, _, gsize, lsize, vals), a in zip(plan, args, strict=True)])
+    entry.derived["graph"] = (plan, graph)
+    return graph
+
+
+def _replay(graph: Any, args: list[list[Any]], keep: list[Buffer]) -> None:
+    """Rebind `graph` to this hit's buffers and run it (at the launch's place in the device's queue: two hits
+    of one entry queued together each bind their own); `keep` holds the Buffers until it ran."""
+    graph.rebind(args)
+    graph()

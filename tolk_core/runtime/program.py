@@ -71,7 +71,8 @@ class Graph:
     """A batch of launches on one device, built once and replayed with one call.
 
     Contract: ``Graph(device, launches)`` captures the launches; ``update(i, bufs=, vals=)`` rebinds the
-    buffers and/or values of launch `i` (a backend without in-place update may rebuild); ``graph(wait=)``
+    buffers and/or values of launch `i` (a backend without in-place update may rebuild), ``rebind(bufs)`` the
+    buffers of every launch at once; ``graph(wait=)``
     runs every launch in order, returning seconds when `wait`. Replay must give exactly the results of
     launching the programs one by one. This base replays them one by one; backends override it.
     """
@@ -92,6 +93,23 @@ class Graph:
             if len(vals) != len(ln.vals):
                 raise ValueError(f"launch {index} takes {len(ln.vals)} values, got {len(vals)}")
             ln.vals = list(vals)
+
+    def rebind(self, bufs: Sequence[Sequence[Any]]) -> None:
+        """Rebind every launch's buffers at once: `bufs[i]` for launch `i` (the counts `update` checks). What an
+        eager step's realize does before each replay (every intermediate is new storage there); this base calls
+        `update` per launch whose buffers changed, and a backend overrides it where one bulk write is cheaper."""
+        self.check_rebind(bufs)
+        for i, (ln, new) in enumerate(zip(self.launches, bufs, strict=True)):
+            if any(a is not b for a, b in zip(ln.bufs, new, strict=True)):
+                self.update(i, bufs=new)
+
+    def check_rebind(self, bufs: Sequence[Sequence[Any]]) -> None:
+        """ValueError unless `bufs` holds a buffer list per launch, each of the launch's count (`rebind`'s)."""
+        if len(bufs) != len(self.launches):
+            raise ValueError(f"rebind of {len(bufs)} launches' buffers on a graph of {len(self.launches)}")
+        for i, (ln, new) in enumerate(zip(self.launches, bufs, strict=True)):
+            if len(new) != len(ln.bufs):
+                raise ValueError(f"launch {i} takes {len(ln.bufs)} buffers, got {len(new)}")
 
     def __call__(self, wait: bool = False) -> float | None:
         total = 0.0

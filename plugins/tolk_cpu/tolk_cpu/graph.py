@@ -67,5 +67,14 @@ class CPUGraph(Graph):
             for j, v in enumerate(vals):
                 self._vals[at + j] = v
 
+    def rebind(self, bufs: Sequence[Sequence[Any]]) -> None:
+        """Every launch's buffers at once, the pointer table written in one slice assignment (an eager realize
+        rebinds all of them before each replay); `self.launches` keeps the handles, as `update` does."""
+        self.check_rebind(bufs)
+        for ln, bs in zip(self.launches, bufs, strict=True):
+            ln.bufs = list(bs)
+        if ptrs := [b.ptr for bs in bufs for b in bs]:  # (a table of no buffers still has one slot)
+            self._bufs[:len(ptrs)] = ptrs
+
     def __call__(self, wait: bool = False) -> float | None:
         return launch(self._binding, self._fn, self._args, wait)
