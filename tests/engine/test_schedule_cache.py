@@ -96,3 +96,38 @@ def test_a_store_that_reads_its_own_destination_does_not_share_a_schedule_with_o
     close(a.numpy(), (x * 10)[::-1])
     close(c.numpy(), x[::-1])
     close(d.numpy(), (x * 10)[::-1])
+
+
+# ---------------------------------------------------------------------------------------------- the survey
+def _by_walks(sink, device):
+    """What `survey` reports, worked out by separate plain walks over the graph (the reference)."""
+    from tolk_core.ir.ops import Op
+    nodes = sink.toposort()
+    inputs = [u for u in nodes if u.op is Op.BUFFER]
+    reads = {u for u in nodes if any(s.op is Op.BUFFER for s in u.toposort())}
+    crosses = any(u.op is Op.COPY or (u.op is Op.BUFFER and u.src[1].arg != device) for u in nodes)
+    return inputs, reads, crosses
+
+
+def test_the_survey_agrees_with_separate_walks():
+    """One walk gives a realize its graph's inputs, its storage reads and whether it crosses devices: equal to
+    separate walks, on graphs reading storage and constants, on two devices, and over a bound Variable."""
+    from tolk_core.engine.schedule import structure, survey
+    from tolk_core.ir.dtype import dtypes
+    from tolk_core.ir.ops import Op
+    from tolk_core.ir.uop import UOp, Variable
+    a, b = Tensor(np.arange(6, dtype=np.float32)).realize(), Tensor(np.ones(6, np.float32)).realize()
+    n = Variable("n", 1, 6)
+    graphs = {
+        "storage and constants": [(a * 2 + b).sum(), Tensor.full((3,), 2.0) + 1],
+        "another device": [a + Tensor(np.ones(6, np.float32), device="OPENCL").realize().to("CPU")],
+        "a bound variable": [a.shrink(((0, n.bind(4)),)) * 3],
+    }
+    for what, values in graphs.items():
+        sink = UOp(Op.SINK, dtypes.void, tuple(t.uop for t in values))
+        seen = survey(sink, "CPU")
+        inputs, reads, crosses = _by_walks(sink, "CPU")
+        assert seen.nodes == sink.toposort() and seen.inputs == inputs and seen.reads == reads, what
+        assert seen.crosses == crosses and seen.crosses == (what == "another device"), what
+        assert seen.binds == (what == "a bound variable"), what
+        assert seen.positions == {u: i for i, u in enumerate(seen.nodes)} and seen.shape == structure(sink), what

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections import Counter
 from collections.abc import Sequence
-from operator import attrgetter
 
 import numpy as np
 
 from tolk_core.engine import buffers, collective, concurrent, hits
 from tolk_core.engine.run import capturing, run_linear
-from tolk_core.engine.schedule import concrete, lookup, schedule, schedule_stores
+from tolk_core.engine.schedule import concrete, lookup, schedule, schedule_stores, survey
 from tolk_core.engine.target import is_disk, reading, target_for
 from tolk_core.errors import DeviceMismatchError, DiskError, JitError, ShardingError
 from tolk_core.ir.dtype import DType, dtypes
@@ -69,18 +67,17 @@ def realize(device: str, values: Sequence[UOp]) -> list[UOp]:
         return [copied.get(v, v) for v in out]
     # reuse values computed by earlier realizes that these graphs still read
     sink = UOp(Op.SINK, dtypes.void, tuple(todo))
-    nodes = sink.toposort()
-    reads = _reading_storage(nodes)
-    if known := _known_in(nodes, device):
-        sink = sink.substitute(known, placements.carry_intent)
+    first = survey(sink, device)  # one walk: what this realize and the schedule cache ask of the graph
+    reads, seen = first.reads, first if not first.crosses else None
     # the values substituted are storage on this device: a graph that crossed no device before does not now
-    # (asked of the graph before the substitution, whose walk is done: a second walk was a tenth of a realize)
-    if _crosses_devices(device, nodes):
+    if known := _known_in(first.nodes, device):
+        sink, seen = sink.substitute(known, placements.carry_intent), None
+    if first.crosses:
         sink = _copy_across_devices(device, sink)
     for u in sink.src:
         _refuse_disk(device, u)
     target = target_for(device)
-    if hits.allowed() and (hit := lookup("values", target, sink)) is not None and \
+    if hits.allowed() and (hit := lookup("values", target, sink, seen)) is not None and \
             (launched := hits.launch(device, hit)) is not None:  # an eager step's realizes: docs/performance.md
         outs, var_vals = launched, hit.var_vals
     else:
@@ -150,17 +147,6 @@ def _placeholder(device: str, v: UOp) -> UOp:
     return buffers.view_as(buffers.new_buffer(device, math.prod(shape), v.dtype), shape)
 
 
-def _reading_storage(nodes: list[UOp]) -> set[UOp]:
-    """The nodes of `nodes` (a toposort: sources first) whose graph reads a BUFFER, in one pass over the graph
-    (asking each value's own toposort walked the shared graph once per value: a train step's gradients share
-    one backward graph)."""
-    reads: set[UOp] = set()
-    for u in nodes:
-        if u.op is Op.BUFFER or not reads.isdisjoint(u.src):
-            reads.add(u)
-    return reads
-
-
 def _copy_across_devices(device: str, sink: UOp) -> UOp:
     """Every COPY of a value living on another device, done: the value is computed on its own device and its
     bytes copied into new storage on the COPY's device (see docs/prepare.md, copies). A COPY to the value's
@@ -168,9 +154,9 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
     its views are applied on the target, and a store across devices stores a copy of its value (prepare's
     rules, applied here first). A graph without COPYs whose storage is all on `device` (almost every graph)
     has none of these and is returned as it is."""
-    nodes = sink.toposort()
-    if not _crosses_devices(device, nodes):
+    if not survey(sink, device).crosses:
         return sink
+    nodes = sink.toposort()
     if any(u.op is Op.MULTI for u in nodes):  # a gather of sharded values (docs/multi-device.md)
         sink = lower_multi(sink)
         nodes = sink.toposort()
@@ -206,25 +192,6 @@ def _copy_across_devices(device: str, sink: UOp) -> UOp:
             buffers.runtime_buffer(copied).copyin(host.data)
         done[u] = buffers.view_as(copied, tuple(concrete(s, var_vals) for s in shape))
     return sink.substitute(done) if done else sink
-
-
-_op_of = attrgetter("op")
-
-
-def _crosses_devices(device: str, nodes: list[UOp]) -> bool:
-    """Whether a graph (its `nodes`) copies or reads storage on a device other than `device`. Storage names
-    its device by a DEVICE node, one per name (interned): a graph whose only DEVICE node is this device's
-    reads no other device's storage, which the op counts tell without a Python step per node."""
-    counts = Counter(map(_op_of, nodes))
-    if counts[Op.COPY]:
-        return True
-    if counts[Op.DEVICE] == 0 or (counts[Op.DEVICE] == 1 and UOp(Op.DEVICE, dtypes.void, (), device) in set(nodes)):
-        return False
-    for u in nodes:
-        op = u.op
-        if op is Op.COPY or (op is Op.BUFFER and buffers.buffer_device(u) != device):
-            return True
-    return False
 
 
 def _stored_on(src: UOp, home: str) -> tuple[UOp, dict[str, int]]:
@@ -339,10 +306,13 @@ def assign_all(device: str, pairs: Sequence[tuple[UOp, UOp]], cross_reads: bool 
         return True
     for _, value in pairs:
         _refuse_disk(device, value)
-    stores = tuple(UOp(Op.STORE, dtypes.void, (target, value)) for target, value in pairs)
-    sink = _copy_across_devices(device, UOp(Op.SINK, dtypes.void, stores))
+    sink = UOp(Op.SINK, dtypes.void, tuple(UOp(Op.STORE, dtypes.void, (target, value)) for target, value in pairs))
+    first = survey(sink, device)
+    seen = first if not first.crosses else None
+    if first.crosses:
+        sink = _copy_across_devices(device, sink)
     written = {storage_base(target) for target, _ in pairs}
-    if hits.allowed() and (hit := lookup("stores", target_for(device), sink)) is not None:
+    if hits.allowed() and (hit := lookup("stores", target_for(device), sink, seen)) is not None:
         if cross_reads and not hits.reads_precede_stores_at(hit, written):
             return False
         if hits.launch(device, hit) is not None:

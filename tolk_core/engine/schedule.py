@@ -28,7 +28,7 @@ from tolk_core.ir.target import Target
 from tolk_core.ir.uop import UOp, sint
 from tolk_core.schedule import placements
 from tolk_core.schedule.linear import create_linear
-from tolk_core.schedule.prepare import prepare_rangeify, unbind
+from tolk_core.schedule.prepare import SIZED_MOVEMENTS, prepare_rangeify, unbind
 
 SCHEDULE_CACHE_SIZE = 512
 # the settings scheduling reads: part of the schedule cache's key
@@ -103,16 +103,16 @@ def lower(target: Target, sink: UOp, new_buffer: Callable[[UOp], UOp], nodes: Se
     return create_linear(prepare_rangeify(sink, target), new_buffer, target, merge)
 
 
-def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int],
-               shape: tuple) -> tuple | None:
-    """The schedule cache's key of `sink`, whose `structure` is `shape` (None: this call is not cached, see
-    the module docstring)."""
+def _cache_key(kind: str, target: Target, sink: UOp, var_vals: dict[str, int], shape: tuple,
+               positions: dict[UOp, int]) -> tuple | None:
+    """The schedule cache's key of `sink`, whose `structure` is `shape` and `positions` its nodes' positions in
+    it (None: this call is not cached, see the module docstring)."""
     debug, *settings = config.get_many(("DEBUG", *_SCHEDULE_SETTINGS))  # one look at the config files
     if debug >= 3 or viz.active():
         return None
     lineage = placements.current()
     return (kind, target.device, shape, tuple(sorted(var_vals.items())), tuple(settings),
-            placements.digest(sink, lineage.placements, lineage.inline_preferences))
+            placements.digest(sink, lineage.placements, lineage.inline_preferences, positions))
 
 
 def _from_cache(key: tuple | None, target: Target, nodes: list[UOp],
@@ -136,24 +136,28 @@ def count_hit() -> None:
     GlobalCounters.schedule_cache_hits += 1
 
 
-def lookup(kind: str, target: Target, sink: UOp) -> Hit | None:
+def lookup(kind: str, target: Target, sink: UOp, seen: Survey | None = None) -> Hit | None:
     """The entry `schedule` (`kind` "values": `sink`'s sources are values) or `schedule_stores` ("stores")
     would reuse for `sink`, when its calls take slots only, with the entry's placement decisions replayed onto
     `sink`'s nodes (as a hit replays them); None otherwise. Nothing is counted: the caller that launches the
-    hit counts it (`count_hit`), one that does not schedules as usual."""
-    k = _keyed(kind, target, sink)
+    hit counts it (`count_hit`), one that does not schedules as usual. `seen`: the caller's survey of `sink`."""
+    k = _keyed(kind, target, sink, seen)
     if k.key is None or (entry := _schedules.get(k.key)) is None or entry.calls is None:
         return None
     placements.replay(k.nodes, entry.decisions)
     return Hit(entry, k.inputs, k.var_vals)
 
 
-def _keyed(kind: str, target: Target, sink: UOp) -> _Keyed:
-    """`sink` unbound and keyed for the cache (one walk for its structure and inputs: see `_structure`)."""
-    sink, var_vals = unbind(sink)
-    nodes = sink.toposort()
-    shape, inputs = _structure(nodes)
-    return _Keyed(sink, var_vals, nodes, inputs, _cache_key(kind, target, sink, var_vals, shape))
+def _keyed(kind: str, target: Target, sink: UOp, seen: Survey | None = None) -> _Keyed:
+    """`sink` unbound and keyed for the cache, from one walk (`survey`; `seen`, the caller's survey of
+    `sink`, spares it)."""
+    seen = seen or survey(sink)
+    var_vals: dict[str, int] = {}
+    if seen.binds and (unbound := unbind(sink))[0] is not sink:
+        sink, var_vals = unbound
+        seen = survey(sink)
+    return _Keyed(sink, var_vals, seen.nodes, seen.inputs,
+                  _cache_key(kind, target, sink, var_vals, seen.shape, seen.positions))
 
 
 def _call_slots(template: UOp) -> _Calls | None:
@@ -239,31 +243,63 @@ def structure(sink: UOp) -> tuple:
     """`sink`'s graph as plain data, BUFFERs numbered in order of appearance: equal for structurally equal
     graphs, and holding no node of the graph (a key that held the user's nodes would keep their computed
     results alive in the value cache)."""
-    return _structure(sink.toposort())[0]
+    return survey(sink).shape
 
 
-def _structure(nodes: list[UOp]) -> tuple[tuple, list[UOp]]:
-    """`structure` of the graph whose toposort is `nodes`, and its BUFFERs in that order (a cache hit's
-    inputs), from one walk: the schedule cache makes this key on every realize."""
+class Survey(NamedTuple):
+    """One walk of a graph (`survey`), what a realize and the schedule cache ask of it: its nodes (toposort)
+    and each one's position, its `structure`, its BUFFERs in that order (a cache hit's inputs), the nodes
+    whose value reads storage, whether it may hold a bound Variable (a BIND, or a movement with a symbolic
+    argument: `unbind` decides) and whether it copies or reads storage on a device other than the one asked."""
+    nodes: list[UOp]
+    positions: dict[UOp, int]
+    shape: tuple
+    inputs: list[UOp]
+    reads: set[UOp]
+    binds: bool
+    crosses: bool
+
+
+_FLAGGED = frozenset({Op.BIND, Op.COPY, *SIZED_MOVEMENTS})
+
+
+def survey(sink: UOp, device: str | None = None) -> Survey:
+    """Everything `Survey` holds about `sink`'s graph, from its toposort and one pass over it: every realize
+    asks all of it, and separate passes (structure, storage reads, bound Variables, devices) were a fifth of
+    an eager train step's Python. `device`: the device asked (None: no BUFFER counts as another device's)."""
+    nodes = sink.toposort()
     index: dict[UOp, int] = {}
     inputs: list[UOp] = []
     out: list[tuple] = []
-    append, at = out.append, index.__getitem__
+    reads: set[UOp] = set()
+    binds = crosses = False
+    append, at, disjoint = out.append, index.__getitem__, reads.isdisjoint
     for i, u in enumerate(nodes):
         op, src = u.op, u.src
         if op is Op.BUFFER:
             append(("buffer", u.dtype, u.arg, len(inputs)))
             inputs.append(u)
+            reads.add(u)
+            crosses = crosses or (device is not None and src[1].arg != device)
         elif op is Op.UNIQUE:  # a buffer's identity: what the slots abstract away
             append(("unique",))
-        elif len(src) == 1:  # most nodes: one or two sources, indexed without a map object
-            append((op, u.dtype, u.arg, at(src[0])))
-        elif len(src) == 2:
-            append((op, u.dtype, u.arg, at(src[0]), at(src[1])))
         else:
-            append((op, u.dtype, u.arg, *map(at, src)))
+            if len(src) == 1:  # most nodes: one or two sources, indexed without a map object
+                append((op, u.dtype, u.arg, at(src[0])))
+            elif len(src) == 2:
+                append((op, u.dtype, u.arg, at(src[0]), at(src[1])))
+            else:
+                append((op, u.dtype, u.arg, *map(at, src)))
+            if src and not disjoint(src):
+                reads.add(u)
+            if op in _FLAGGED:
+                if op is Op.COPY:
+                    crosses = True
+                elif op is Op.BIND or not all(type(a) is int or (type(a) is tuple and type(a[0]) is int and
+                                                                  type(a[1]) is int) for a in u.arg):
+                    binds = True
         index[u] = i
-    return tuple(out), inputs
+    return Survey(nodes, index, tuple(out), inputs, reads, binds, crosses)
 
 
 def _slot(i: int, dtype: Any) -> UOp:

@@ -484,7 +484,7 @@ def undo_promotions(p: Placements, undo: dict[UOp, Placement | None], touched: d
 
 
 # ---------------------------------------------------------------- schedule-cache digest
-def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = ()) -> tuple:
+def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = (), positions: dict[UOp, int] | None = None) -> tuple:
     """What placements tell scheduling about `sink`'s graph, by graph position (toposort index), as plain data:
     for each node with a lineage decision or an intent, or whose inlining is preferred (`inline`: a lineage's
     `decide_inline` nodes), (position, placement class, observable, inlining preferred); the placement class is
@@ -492,14 +492,15 @@ def digest(sink: UOp, p: Placements, inline: Iterable[UOp] = ()) -> tuple:
     process; provenances are left out (they do not steer scheduling), and Effectively_constant counts as
     Virtual, which forcing folds it to (so a constant that an earlier compile of the lineage settled Virtual
     does not change the digest). Nodes with nothing to say are left out: the schedule cache computes this on
-    every realize, and most nodes of a graph have no entry."""
+    every realize, and most nodes of a graph have no entry. `positions`: each node's position in the toposort,
+    where the caller has it (the schedule cache's survey)."""
     prefer = set(inline)
     table_get, intent_get = p._table.get, _intents.get
     nodes = sink.toposort()
     if len(p._table) + len(_intents) + len(prefer) < len(nodes):
         # the tables are the smaller side (tens of entries against a graph's hundreds or thousands of nodes): a
         # weak table's lookup costs a Python call and a weak reference, the positions one dict built in C
-        at = dict(zip(nodes, range(len(nodes)), strict=True)).get
+        at = (positions if positions is not None else dict(zip(nodes, range(len(nodes)), strict=True))).get
         found = {i: u for u in (*p._table.keys(), *_intents.keys(), *prefer) if (i := at(u)) is not None}
         candidates = sorted(found.items())
     else:

@@ -784,7 +784,7 @@ def prepare_rangeify(sink: UOp, target: Target | None = None) -> UOp:
 
 
 # ---------------------------------------------------------------- unbind
-_SIZED_MOVEMENTS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PAD, Op.SHRINK})
+SIZED_MOVEMENTS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PAD, Op.SHRINK})
 
 
 def _binds_in(arg: Any, out: list[UOp]) -> None:
@@ -818,7 +818,7 @@ def unbind(sink: UOp) -> tuple[UOp, dict[str, int]]:
         op = u.op
         if op is Op.BIND:
             binds.append(u)
-        elif op in _SIZED_MOVEMENTS:
+        elif op in SIZED_MOVEMENTS:
             for a in u.arg:
                 if type(a) is not int and not (type(a) is tuple and type(a[0]) is int and type(a[1]) is int):
                     _binds_in(a, binds)
