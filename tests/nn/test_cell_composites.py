@@ -1,8 +1,7 @@
-"""Recurrent cell steps kept as composite nodes where no gradient is expected: a GRU step one CALL
-(`nn.rnn.GRU_CELL`), an LSTM step two (`LSTM_H`, `LSTM_C`, one per output). prepare_rangeify expands them into the
-nodes the cell's formula builds (the same kernels), and values and gradients (asked of such a node after all,
-through `autograd.gradient`) are torch's. A training graph, a cell without biases or operands of mixed dtypes keep
-the formula."""
+"""Recurrent cell steps kept as composite nodes: a GRU step one CALL (`nn.rnn.GRU_CELL`), an LSTM step two
+(`LSTM_H`, `LSTM_C`, one per output), in inference and in training, where each source's gradient is one node too
+(`autograd.node_slope`). prepare_rangeify expands them into the nodes the cell's formula builds (the same kernels),
+and values and gradients are torch's. A cell without biases or operands of mixed dtypes keep the formula."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,6 +13,8 @@ import tolk_core
 from tolk_core import Tensor, nn
 from tolk_core.frontend.autograd import gradient, no_grad
 from tolk_core.ir.calls import is_composite
+from tolk_core.ir.pattern import graph_rewrite
+from tolk_core.ir.uop import UOp
 from tolk_core.nn.rnn import GRU_CELL, LSTM_C, LSTM_H, _gru_math, _lstm_math
 from tolk_core.schedule import prepare
 
@@ -32,6 +33,11 @@ def _cell(inp: int, hidden: int, seed: int = 0, bias: bool = True, kind: str = "
     return ours, theirs
 
 
+def _expanded(u: UOp) -> UOp:
+    """`u` with every composite replaced by its formula, as prepare_rangeify does (its step 2)."""
+    return graph_rewrite(u, prepare.pm_calls, name="composites expanded (test)")
+
+
 def _data(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
@@ -44,7 +50,7 @@ def test_one_node_per_step_and_its_expansion_is_the_formula() -> None:
         by_ops = _gru_math(x, h, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
     assert is_composite(y.uop) and y.uop.arg is GRU_CELL and y.shape == (3, 6) and y.dtype == x.dtype
     assert y.uop.src[:2] == (x.uop, h.uop)
-    assert prepare.expand_composite(y.uop) is by_ops.uop  # the same interned nodes
+    assert _expanded(y.uop) is _expanded(by_ops.uop)  # the same interned nodes
 
 
 def test_same_kernels_and_values_as_the_formula() -> None:
@@ -100,17 +106,74 @@ def test_gradients_through_the_node_are_torchs() -> None:
     np.testing.assert_allclose(Tensor(g).numpy(), rx2.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
-def test_training_graphs_and_other_cells_keep_the_formula() -> None:
+def test_cells_without_biases_or_of_mixed_dtypes_keep_the_formula() -> None:
     cell, _ = _cell(4, 4)
     x, h = Tensor(_data((2, 4), 0)), Tensor(_data((2, 4), 1))
     cell.weight_ih.requires_grad_(True)
-    assert not is_composite(cell(x, h).uop)  # a gradient is expected
+    assert is_composite(cell(x, h).uop)  # a gradient is expected: each source's gradient is a node too
     cell.weight_ih.requires_grad_(False)
     nobias, _ = _cell(4, 4, bias=False)
     with no_grad():
         assert is_composite(cell(x, h).uop)
         assert not is_composite(nobias(x, h).uop)
         assert not is_composite(cell(x.cast("float64"), h).uop) and not is_composite(cell(x, h.cast("float64")).uop)
+
+
+def test_a_training_step_through_the_nodes_is_torchs_with_the_formulas_kernels() -> None:
+    """An unrolled GRU trained: the backward pass builds one gradient node per source and step (no formula),
+    the gradients of every parameter and of the input are torch's, and the kernels that compute them are the
+    ones the formula's graph gives (the weights' gradients of all steps summed before one reduction), up to
+    the order a kernel adds the steps' terms in (its name's hash)."""
+    kind = "GRUCell"
+    cell, ref = _cell(5, 6, seed=11, kind=kind)
+    for p in cell.parameters():
+        p.requires_grad_(True)
+    xs = _data((4, 3, 5), 12)
+    lstm = kind == "LSTMCell"
+
+    def unrolled(step: Any, x: Any, zeros: Any) -> Any:
+        h = c = zeros
+        for t in range(4):
+            h, c = step(x[t], (h, c)) if lstm else (step(x[t], h), None)
+        return h
+    tx = Tensor(xs).requires_grad_()
+    leaves = [tx, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+
+    def backward(loss: Tensor) -> tuple[dict, int]:
+        """The gradients of `leaves` and how many nodes the backward pass added to the forward graph."""
+        grads = gradient(loss.uop, Tensor.ones(()).uop, {t.uop for t in leaves})
+        forward = set(loss.uop.toposort())
+        return grads, len({u for g in grads.values() for u in g.toposort()} - forward)
+    grads, added = backward((unrolled(cell, tx, Tensor.zeros(3, 6)).tanh() * 2).sum())
+    # the formula's graph, built by the Tensor ops (what a cell without the node runs)
+    math = (lambda x, s, *p: _lstm_math(x, *s, *p)) if lstm else _gru_math
+    params = (cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh)
+    f_loss = (unrolled(lambda x, s: math(x, s, *params), tx, Tensor.zeros(3, 6)).tanh() * 2).sum()
+    assert not any(is_composite(u) and u.arg in (GRU_CELL, LSTM_H, LSTM_C) for u in f_loss.uop.toposort())
+    f_grads, f_added = backward(f_loss)
+    assert added * 2 < f_added, (added, f_added)
+    rx = torch.tensor(xs, requires_grad=True)
+    (unrolled(ref, rx, torch.zeros(3, 6)).tanh() * 2).sum().backward()
+    want = [rx.grad, ref.weight_ih.grad, ref.weight_hh.grad, ref.bias_ih.grad, ref.bias_hh.grad]
+    with tolk_core.profile() as through_nodes:
+        got = [Tensor(grads[t.uop]).numpy() for t in leaves]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
+    with tolk_core.profile() as by_formula:
+        for t in leaves:
+            Tensor(f_grads[t.uop]).numpy()
+    def kinds(rows: Any) -> list[str]:
+        return sorted(r.name.rsplit("_", 1)[0] for r in rows)
+    assert kinds(through_nodes.rows) == kinds(by_formula.rows)
+
+
+def test_an_lstm_in_training_keeps_the_formula() -> None:
+    """An LSTM step's two nodes would each carry its own gradient through the step (the new cell state feeds the
+    output): two backward paths and more kernels where the formula has one, so a training graph keeps it."""
+    cell, _ = _cell(4, 4, kind="LSTMCell")
+    cell.weight_ih.requires_grad_(True)
+    h2, c2 = cell(Tensor(_data((2, 4), 0)), (Tensor(_data((2, 4), 1)), Tensor(_data((2, 4), 2))))
+    assert not is_composite(h2.uop) and not is_composite(c2.uop)
 
 
 def test_jitted_recurrence_matches_eager() -> None:
@@ -137,7 +200,7 @@ def test_an_lstm_step_is_two_nodes_with_torchs_values_and_gradients() -> None:
         h2, c2 = cell(tx, (th, tc))
         by_ops = _lstm_math(tx, th, tc, *params)
     assert h2.uop.arg is LSTM_H and c2.uop.arg is LSTM_C and h2.uop.src == c2.uop.src
-    assert prepare.expand_composite(h2.uop) is by_ops[0].uop and prepare.expand_composite(c2.uop) is by_ops[1].uop
+    assert _expanded(h2.uop) is _expanded(by_ops[0].uop) and _expanded(c2.uop) is _expanded(by_ops[1].uop)
     leaves = [tx, th, tc, *params]  # the gradient graph first: realizing h2 and c2 makes them their storage
     grads = gradient((h2 * 2 + c2.tanh()).sum().uop, Tensor.ones(()).uop, {t.uop for t in leaves})
     with tolk_core.profile() as whole:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from tolk_core.errors import TolkError
 from tolk_core.frontend.arguments import check_devices
-from tolk_core.ir.calls import is_composite, is_inline_call
+from tolk_core.ir.calls import Composite, is_composite, is_inline_call
 from tolk_core.ir.dtype import DType, dtypes
 from tolk_core.ir.ops import GroupOp, Op
 from tolk_core.ir.pattern import graph_rewrite
@@ -248,6 +248,37 @@ def formula_slope(formula: Callable[..., UOp], y: UOp, g: UOp) -> tuple[UOp | No
         out.append(None if s in seen else grads.get(s))
         seen.add(s)
     return tuple(out)
+
+
+def node_slope(name: str, formula: Callable[..., UOp]) -> Callable[[UOp, UOp], tuple[UOp | None, ...]]:
+    """A composite's slope whose gradients are composite nodes too: for y = CALL(*xs) of formula `formula`
+    reached by g, the gradient of each float source xs[i] is one node CALL(*xs, g), of xs[i]'s shape and
+    dtype, which prepare_rangeify expands into the formula's gradient (`formula_gradient` over `formula(*xs)`,
+    the nodes `formula_slope` builds now; zeros where none reaches xs[i]). An eager training step then builds,
+    walks and keys one node per source instead of the formula and its gradient (a GRU cell: ~70 nodes);
+    scheduling (a cache miss only) expands them into the same graph, so the kernels are the formula's. A node
+    that is several sources gets its whole derivative at its first position. The gradient nodes differentiate
+    by their own expansion (second order, `formula_slope`)."""
+    made: dict[int, Composite] = {}
+
+    def grad_of(i: int) -> Composite:
+        if (c := made.get(i)) is None:
+            def expand(*src: UOp) -> UOp:
+                xs, g = src[:-1], src[-1]
+                got = formula_gradient(formula(*xs), g, xs).get(xs[i])
+                return got if got is not None else _full(xs[i], 0.0)
+            c = made[i] = Composite(f"{name} gradient {i}", expand, lambda y, g: formula_slope(expand, y, g),
+                                    lambda src: src[i]._shape)
+        return c
+
+    def slope(y: UOp, g: UOp) -> tuple[UOp | None, ...]:
+        out: list[UOp | None] = []
+        for i, s in enumerate(y.src):
+            first = y.src.index(s) == i
+            out.append(_node(Op.CALL, s.dtype, (*y.src, g), grad_of(i), s.tensor_shape)
+                       if first and _differentiable(s) else None)
+        return tuple(out)
+    return slope
 
 
 def _accumulate(order: list[UOp], root: UOp, root_grad: UOp, targets: set[UOp],

@@ -24,6 +24,7 @@ from tolk_core.errors import ArgumentTypeError, ShapeError
 from tolk_core.frontend import autograd, strided_conv
 from tolk_core.frontend import softmax as softmax_op
 from tolk_core.frontend.arguments import as_operand, check_devices
+from tolk_core.frontend.composite import as_node
 from tolk_core.frontend.products import batch_shape, matmul_formula, matmul_node, product_nodes
 from tolk_core.frontend.reductions import is_half
 from tolk_core.ir.dtype import dtypes, promote_types
@@ -95,6 +96,39 @@ def _conv_weight_grad(win: Tensor, g: Tensor, wshape: tuple[int, ...], groups: i
     b = b.reshape((groups,) + (1,) * (nd + 1) + (cout_g, n) + out_sp)
     dw = (a * b).sum(axis=tuple(range(-(nd + 1), 0))).contiguous()  # (groups, *kernel, ci, co)
     return dw.permute((0, nd + 2, nd + 1, *range(1, 1 + nd))).reshape(wshape)
+
+
+def _conv_formula(x: Tensor, weight: Tensor, groups: int, st: tuple[int, ...], dl: tuple[int, ...],
+                  pads: tuple[tuple[int, int], ...]) -> Tensor:
+    """The cross-correlation `Tensor.conv2d` computes, without the bias, its arguments checked: the formula of a
+    conv node (`composite.as_node`)."""
+    nd = weight.ndim - 2
+    n, (cout, cin_g), kernel = x.shape[0], weight.shape[:2], weight.shape[2:]
+    src, xp = x, x.pad(pads)
+    by_phase = strided_conv.splits_by_phase(kernel, st, dl)
+    if any(isinstance(v, int) and v > 0 for pair in pads for v in pair):
+        # the input is stored first: a producing convolution would otherwise be computed inside the PAD's
+        # gates, in scalar code. A CPU-style device reads it through the PAD (the plan hoists the gates to
+        # the bounds of the row's pieces); the GPU plans keep gated loads lane by lane, so there the padded
+        # input is stored, one O(input) copy (docs/performance.md, "Convolutions"); the phase copy of a
+        # strided convolution is that copy already
+        src = x.contiguous()
+        stored = by_phase or _hoists_pad_gates(x.device)
+        xp = src.pad(pads) if stored else src.pad(pads).contiguous()
+    if any(s < d * (k - 1) + 1 for s, k, d in zip(xp.shape[2:], kernel, dl, strict=True)):
+        raise ShapeError(f"conv{nd}d kernel {kernel} (dilation {dl}) is larger than the padded input "
+                         f"{xp.shape[2:]}")
+    if by_phase:
+        out_sp = tuple((s - k) // t + 1 for s, k, t in zip(xp.shape[2:], kernel, st, strict=True))
+        return strided_conv.phase_conv(xp, weight, groups, st, out_sp)
+    win = xp._windows(kernel, st, dl)  # (N, C_in, *out, *kernel)
+    out_sp = win.shape[2:2 + nd]
+    win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
+    w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
+    red = (win * w).sum(axis=(3,) + tuple(range(4 + nd, 4 + 2 * nd)), keepdim=True)
+    if all(v == 1 for v in st):
+        autograd.define_gradient(red.uop, _conv_vjp(src, pads[2:], weight, win, groups, dl))
+    return red.reshape((n, cout) + out_sp)
 
 
 def _hoists_pad_gates(device: str | tuple[str, ...]) -> bool:
@@ -236,43 +270,18 @@ class NNMixin:
                              f"{weight.ndim}-d weight, got {self.shape} and {weight.shape}")
         if self.ndim == nd + 1:
             return self.unsqueeze(0).conv2d(weight, bias, groups, stride, dilation, padding).squeeze(0)
-        (n, cin), (cout, cin_g), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+        cin, (cout, cin_g) = self.shape[1], weight.shape[:2]
         if cin != cin_g * groups or cout % groups:
             raise ShapeError(f"conv{nd}d of input {self.shape} with weight {weight.shape} and groups={groups}: "
                              f"input channels {cin} must be {groups} x {cin_g} and {cout} output channels divisible "
                              f"by {groups}")
         st, dl = spatial_arg(stride, nd, "stride"), spatial_arg(dilation, nd, "dilation")
         pads = ((0, 0), (0, 0)) + spatial_pads(padding, nd)
-        src = self
-        x = self.pad(pads)
-        by_phase = strided_conv.splits_by_phase(kernel, st, dl)
-        if any(isinstance(v, int) and v > 0 for pair in pads for v in pair):
-            # `self` is stored first: a producing convolution would otherwise be computed inside the PAD's
-            # gates, in scalar code. A CPU-style device reads it through the PAD (the plan hoists the gates to
-            # the bounds of the row's pieces); the GPU plans keep gated loads lane by lane, so there the padded
-            # input is stored, one O(input) copy (docs/performance.md, "Convolutions"); the phase copy of a
-            # strided convolution is that copy already
-            src = self.contiguous()
-            stored = by_phase or _hoists_pad_gates(self.device)
-            x = src.pad(pads) if stored else src.pad(pads).contiguous()
         if min(*st, *dl) < 1:
             raise ShapeError(f"conv{nd}d stride {st} and dilation {dl} must be positive")
-        if any(s < d * (k - 1) + 1 for s, k, d in zip(x.shape[2:], kernel, dl, strict=True)):
-            raise ShapeError(f"conv{nd}d kernel {kernel} (dilation {dl}) is larger than the padded input "
-                             f"{x.shape[2:]}")
-        if by_phase:
-            out_sp = tuple((s - k) // t + 1 for s, k, t in zip(x.shape[2:], kernel, st, strict=True))
-            out = strided_conv.phase_conv(x, weight, groups, st, out_sp)
-            return out if bias is None else out + bias.reshape((1, cout) + (1,) * nd)
-        win = x._windows(kernel, st, dl)  # (N, C_in, *out, *kernel)
-        out_sp = win.shape[2:2 + nd]
-        win = win.reshape((n, groups, 1, cin_g) + out_sp + kernel)
-        w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * nd + kernel)
-        red = (win * w).sum(axis=(3,) + tuple(range(4 + nd, 4 + 2 * nd)), keepdim=True)
-        if all(v == 1 for v in st):
-            from tolk_core.frontend import autograd  # deferred, as Tensor.backward does
-            autograd.define_gradient(red.uop, _conv_vjp(src, pads[2:], weight, win, groups, dl))
-        out = red.reshape((n, cout) + out_sp)
+        static = (groups, st, dl, pads)
+        out = as_node("conv", _conv_formula, (self, weight), static) if self.dtype == weight.dtype else None
+        out = out if out is not None else _conv_formula(self, weight, *static)
         return out if bias is None else out + bias.reshape((1, cout) + (1,) * nd)
 
     def _pool_windows(self: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,

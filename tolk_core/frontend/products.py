@@ -36,23 +36,40 @@ def product_nodes(au: UOp, bu: UOp, sa: tuple[sint, ...], sb: tuple[sint, ...]) 
     """The elementwise product (batch..., n, m, k) of `au` (shape `sa`, (..., n, k)) and `bu` (shape `sb`,
     (..., k, m)), one dtype, shapes checked by the caller: the movements are built on the nodes directly, with
     their shapes (the public reshape/expand would validate each again and make a Tensor of each)."""
-    batch, dt = batch_shape(sa, sb), au.dtype
-    (n, k), m = sa[-2:], sb[-1]
-    nb, full = len(batch), batch + (n, m, k)
-    a_rows, b_rows = batch + (n, 1, k), batch + (1, m, k)
-    au = broadcast_uop(au, sa, batch + (n, k))
-    au = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (au,), a_rows, a_rows), a_rows, full)
+    return _product(au, operand_b(bu, sa, sb), sa, sb)
+
+
+def operand_b(bu: UOp, sa: tuple[sint, ...], sb: tuple[sint, ...]) -> UOp:
+    """b (shape `sb`, (..., k, m)) as its product with an a of shape `sa` reads it: transposed and broadcast
+    to (batch..., n, m, k). One node for every product of that b with an a of that shape (interned): a
+    recurrent step's weight, which is where the gradients of all its steps meet."""
+    batch, dt = batch_shape(sa, sb), bu.dtype
+    nb, n, (k, m) = len(batch), sa[-2], sb[-2:]
+    b_rows = batch + (1, m, k)
     bu = broadcast_uop(bu, sb, batch + (k, m))
     bu = UOp.shaped(Op.PERMUTE, dt, (bu,), tuple(range(nb)) + (nb + 1, nb), batch + (m, k))
-    bu = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (bu,), b_rows, b_rows), b_rows, full)
-    return UOp.shaped(Op.MUL, dt, (au, bu), None, full)
+    return broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (bu,), b_rows, b_rows), b_rows, batch + (n, m, k))
+
+
+def _product(au: UOp, b_read: UOp, sa: tuple[sint, ...], sb: tuple[sint, ...]) -> UOp:
+    """`product_nodes` of `au` and b as `operand_b` reads it (`b_read`)."""
+    batch, dt = batch_shape(sa, sb), au.dtype
+    n, k = sa[-2:]
+    full, a_rows = batch + (n, sb[-1], k), batch + (n, 1, k)
+    au = broadcast_uop(au, sa, batch + (n, k))
+    au = broadcast_uop(UOp.shaped(Op.RESHAPE, dt, (au,), a_rows, a_rows), a_rows, full)
+    return UOp.shaped(Op.MUL, dt, (au, b_read), None, full)
 
 
 def matmul_formula(au: UOp, bu: UOp) -> UOp:
     """a @ b as the formula's nodes (what `sum(axis=-1)` of the product builds, in the operands' dtype: the
     reduce, then a reshape dropping the summed axis)."""
-    sa, sb = au.tensor_shape, bu.tensor_shape
-    product, dt = product_nodes(au, bu, sa, sb), au.dtype
+    return matmul_read(au, operand_b(bu, au.tensor_shape, bu.tensor_shape), au.tensor_shape, bu.tensor_shape)
+
+
+def matmul_read(au: UOp, b_read: UOp, sa: tuple[sint, ...], sb: tuple[sint, ...]) -> UOp:
+    """`matmul_formula` of `au` (shape `sa`) and a b of shape `sb` given as `operand_b` reads it."""
+    product, dt = _product(au, b_read, sa, sb), au.dtype
     out = batch_shape(sa, sb) + (sa[-2], sb[-1])
     summed = UOp.shaped(Op.REDUCE_AXIS, dt, (product,), (Op.ADD, (len(out),)), out + (1,))
     return UOp.shaped(Op.RESHAPE, dt, (summed,), out, out)

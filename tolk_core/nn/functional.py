@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.errors import ArgumentError, ShapeError
+from tolk_core.frontend.composite import as_node
 from tolk_core.frontend.padding import pad  # noqa: F401  (torch's F.pad)
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
@@ -91,6 +92,13 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean", label
         raise ShapeError(f"cross_entropy needs (N, C) logits and (N,) labels, got {logits.shape} and {labels.shape}")
     if reduction not in ("mean", "sum", "none"):
         raise ArgumentError(f"cross_entropy reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    static = (reduction, label_smoothing)
+    node = as_node("cross_entropy", _cross_entropy, (logits, labels), static)
+    return node if node is not None else _cross_entropy(logits, labels, *static)
+
+
+def _cross_entropy(logits: Tensor, labels: Tensor, reduction: str, label_smoothing: float) -> Tensor:
+    """`cross_entropy`'s formula (arguments checked), of one node where it can be (`composite.as_node`)."""
     classes = logits.shape[1]
     target = one_hot(labels, classes).cast(logits.dtype)
     if label_smoothing:

@@ -9,9 +9,12 @@ running statistics the batch's are used in both modes (torch's rules).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tolk_core.errors import ArgumentError, ShapeError
+from tolk_core.frontend.composite import as_node
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.dtype import dtypes
 from tolk_core.nn import functional as F
@@ -58,11 +61,15 @@ class _BatchNorm(RunningNorm):
         shape = (1, self.num_features) + (1,) * (x.ndim - 2)
         use_batch = self.training or self.running_mean is None
         if use_batch:
-            mean = x.mean(axes, keepdim=True)
-            var = (x - mean).square().mean(axes, keepdim=True)
             if self.training and self.running_mean is not None:
+                mean, var = _batch_stats(x, axes)  # (the node's expansion builds the same nodes)
                 self._update_running(mean.reshape(self.num_features), var.reshape(self.num_features),
                                      x.numel() // self.num_features)
+            affine = () if self.weight is None or self.bias is None else \
+                (self.weight.reshape(shape), self.bias.reshape(shape))
+            if (y := as_node("batch_norm", _batch_norm, (x, *affine), (axes, self.eps))) is not None:
+                return y
+            mean, var = _batch_stats(x, axes)
         else:
             assert self.running_var is not None
             mean, var = self.running_mean.reshape(shape), self.running_var.reshape(shape)
@@ -83,6 +90,21 @@ class _BatchNorm(RunningNorm):
         unbiased = var * (n / max(n - 1, 1))
         self.running_mean.assign(self.running_mean * (1 - factor) + mean * factor)
         self.running_var.assign(self.running_var * (1 - factor) + unbiased * factor)
+
+
+def _batch_stats(x: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """The batch's mean and biased variance over `axes`, kept."""
+    mean = x.mean(axes, keepdim=True)
+    return mean, (x - mean).square().mean(axes, keepdim=True)
+
+
+def _batch_norm(x: Tensor, *rest: Any) -> Tensor:
+    """Batch norm by the batch's statistics, the formula of a batch_norm node: `rest` is (weight, bias)
+    reshaped to broadcast, or nothing, then axes and eps."""
+    *affine, axes, eps = rest
+    mean, var = _batch_stats(x, axes)
+    y = (x - mean) * (var + eps).rsqrt()
+    return y * affine[0] + affine[1] if affine else y
 
 
 class BatchNorm1d(_BatchNorm):

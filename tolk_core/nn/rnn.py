@@ -6,12 +6,14 @@ bias_ih, bias_hh (G*hidden), so torch's state dicts load unchanged. Every parame
 U(-1/sqrt(hidden), 1/sqrt(hidden)) (torch's initialisation). An unbatched (1-d) input gives an unbatched
 state; a missing state is zeros.
 
-Where no gradient is expected (inference: under `no_grad`, or while no tensor requires grad), a GRU cell step is
-one node, `CALL(x, h, W_ih, W_hh, b_ih, b_hh)` with the `GRU_CELL` composite, which prepare_rangeify expands into
-the nodes the cell's formula builds (`_gru_math`, the same code the step runs otherwise): the kernels are the
-formula's, and an eager recurrent forward builds and walks one node per step instead of ~30 (as torch's GRUCell
-is one operator). An LSTM step is two such nodes over (x, h, c, W_ih, W_hh, b_ih, b_hh), `LSTM_H` and `LSTM_C`,
-one per output. A training graph keeps the formula's nodes (its backward reads them: frontend/products.py).
+A GRU cell step is one node, `CALL(x, h, W_ih, W_hh, b_ih, b_hh)` with the `GRU_CELL` composite (the weights and
+biases as the formula's products and sums read them: `_sources`), which prepare_rangeify expands into the nodes
+the cell's formula builds (`_gru_math`, the same code the step runs otherwise): the kernels are the formula's,
+and an eager recurrent step builds and walks one node per step instead of ~30 (as torch's GRUCell is one
+operator). In training each source's gradient is one node too (`autograd.node_slope`), expanded into the
+formula's gradient only when scheduled: an eager GRU train step builds ~70 nodes fewer per cell step. An LSTM step
+is two such nodes over (x, h, c, W_ih, W_hh, b_ih, b_hh), `LSTM_H` and `LSTM_C`, one per output, where no
+gradient is expected (inference); a training graph keeps its formula (`_one_node` says why).
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from typing import Any
 
 from tolk_core.errors import ShapeError
 from tolk_core.frontend import autograd
+from tolk_core.frontend.movement import broadcast_uop
+from tolk_core.frontend.products import matmul_read, operand_b
 from tolk_core.frontend.tensor import Tensor
 from tolk_core.ir.calls import Composite
 from tolk_core.ir.dtype import dtypes
@@ -67,17 +71,16 @@ class GRUCell(_Cell):
         x, (h,), single = self._batched(x, hx)
         params = (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         if _one_node(x, h, params):
-            srcs = (x.uop, h.uop, *(p.uop for p in params if p is not None))
-            out = x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, srcs, GRU_CELL, h.shape))
+            out = x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, _sources((x, h), params), GRU_CELL, h.shape))
         else:
             out = _gru_math(x, h, *params)
         return out.reshape(-1) if single else out
 
 
-def _projections(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None,
+def _projections(x: Tensor, h: Tensor, wt_ih: Tensor, wt_hh: Tensor, b_ih: Tensor | None,
                  b_hh: Tensor | None) -> tuple[Tensor, Tensor]:
-    """(x W_ih^T + b_ih, h W_hh^T + b_hh), each (batch, gates * hidden)."""
-    gi, gh = x @ w_ih.T, h @ w_hh.T
+    """(x W_ih^T + b_ih, h W_hh^T + b_hh), each (batch, gates * hidden), from the transposed weights."""
+    gi, gh = x @ wt_ih, h @ wt_hh
     if b_ih is not None and b_hh is not None:
         gi, gh = gi + b_ih, gh + b_hh
     return gi, gh
@@ -85,7 +88,10 @@ def _projections(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor 
 
 def _gru_math(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None, b_hh: Tensor | None) -> Tensor:
     """One GRU step of x (batch, input) and h (batch, hidden), as Tensor ops (GRUCell's formula)."""
-    gi, gh = _projections(x, h, w_ih, w_hh, b_ih, b_hh)
+    return _gru_gates(*_projections(x, h, w_ih.T, w_hh.T, b_ih, b_hh), h)
+
+
+def _gru_gates(gi: Tensor, gh: Tensor, h: Tensor) -> Tensor:
     (ir, iz, inew), (hr, hz, hnew) = gi.chunk(3, 1), gh.chunk(3, 1)
     r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
     return (1 - z) * (inew + r * hnew).tanh() + z * h
@@ -94,16 +100,56 @@ def _gru_math(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | N
 def _lstm_math(x: Tensor, h: Tensor, c: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None,
                b_hh: Tensor | None) -> tuple[Tensor, Tensor]:
     """One LSTM step of x (batch, input) and the state h, c (batch, hidden): (h', c') as Tensor ops."""
-    gi, gh = _projections(x, h, w_ih, w_hh, b_ih, b_hh)
+    return _lstm_gates(*_projections(x, h, w_ih.T, w_hh.T, b_ih, b_hh), c)
+
+
+def _lstm_gates(gi: Tensor, gh: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
     i, f, g, o = (gi + gh).chunk(4, 1)
     c2 = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c2.tanh(), c2
 
 
+# ---------------------------------------------------------------- the composites
+def _sources(state: tuple[Tensor, ...], params: tuple[Tensor | None, ...]) -> tuple[UOp, ...]:
+    """A cell composite's sources: the input and state, then each weight and bias as the formula's products and
+    sums read it, broadcast over the batch (`products.operand_b`, the bias's broadcast). Those nodes are the
+    same for every step of a recurrence (interned), and a training step's gradients of all its steps meet there
+    before the one reduction over the batch and the steps that the formula's graph has (a weight given plain
+    would take one reduction per step: 14 more kernels in an 8-step GRU step)."""
+    w_ih, w_hh, b_ih, b_hh = params
+    assert w_ih is not None and w_hh is not None and b_ih is not None and b_hh is not None
+    x, h = state[0], state[1]
+    wt_ih, wt_hh = w_ih.T, w_hh.T
+    rows = (x.shape[0], wt_ih.shape[1])
+    return (*(t.uop for t in state), operand_b(wt_ih.uop, x.shape, wt_ih.shape),
+            operand_b(wt_hh.uop, h.shape, wt_hh.shape), broadcast_uop(b_ih.uop, b_ih.shape, rows),
+            broadcast_uop(b_hh.uop, b_hh.shape, rows))
+
+
+def _read_projections(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor,
+                      b_hh: Tensor) -> tuple[Tensor, Tensor]:
+    """`_projections` over the sources `_sources` gives (weights and biases as the formula reads them): the
+    same nodes."""
+    def product(a: Tensor, w: Tensor) -> Tensor:
+        n, m, k = w.shape
+        return a._wrap(matmul_read(a.uop, w.uop, a.shape, (k, m)))
+    return product(x, w_ih) + b_ih, product(h, w_hh) + b_hh
+
+
+def _gru_read(x: Tensor, h: Tensor, *params: Tensor) -> Tensor:
+    return _gru_gates(*_read_projections(x, h, *params), h)
+
+
+def _lstm_read(x: Tensor, h: Tensor, c: Tensor, *params: Tensor) -> tuple[Tensor, Tensor]:
+    return _lstm_gates(*_read_projections(x, h, *params), c)
+
+
 def _one_node(x: Tensor, h: Tensor, params: tuple[Tensor | None, ...], *state: Tensor) -> bool:
-    """Whether this step may be a cell composite: no gradient expected, biases present, every operand of one
-    float dtype on one device, shapes of plain ints (the sharding pass maps only the IR's own ops)."""
-    if autograd.gradients_expected() or any(p is None for p in params) or type(x.device) is not str:
+    """Whether this step may be a cell composite: biases present, every operand of one float dtype on one
+    device, shapes of plain ints (the sharding pass maps only the IR's own ops); an LSTM step (given its cell
+    state) only where no gradient is expected: its two nodes would each carry their own gradient through the
+    step (the new cell state feeds the output), two backward paths and more kernels where the formula has one."""
+    if any(p is None for p in params) or type(x.device) is not str or (state and autograd.gradients_expected()):
         return False
     operands = (x, h, *state, *params)
     dt = x.uop.dtype
@@ -124,13 +170,14 @@ def _expansion(math: Callable[..., Any], which: int | None = None) -> Callable[.
 
 
 def _composite(name: str, expand: Callable[..., UOp]) -> Composite:
-    """A cell composite of h's shape, differentiated by its formula (`autograd.formula_slope`)."""
-    return Composite(name, expand, lambda y, g: autograd.formula_slope(expand, y, g), lambda src: src[1]._shape)
+    """A cell composite of h's shape, differentiated by its formula, each source's gradient one node
+    (`autograd.node_slope`)."""
+    return Composite(name, expand, autograd.node_slope(name, expand), lambda src: src[1]._shape)
 
 
-GRU_CELL = _composite("gru_cell", _expansion(_gru_math))
-LSTM_H = _composite("lstm_h", _expansion(_lstm_math, 0))
-LSTM_C = _composite("lstm_c", _expansion(_lstm_math, 1))
+GRU_CELL = _composite("gru_cell", _expansion(_gru_read))
+LSTM_H = _composite("lstm_h", _expansion(_lstm_read, 0))
+LSTM_C = _composite("lstm_c", _expansion(_lstm_read, 1))
 
 
 class LSTMCell(_Cell):
@@ -144,7 +191,7 @@ class LSTMCell(_Cell):
         x, (h, c), single = self._batched(x, h0, c0)
         params = (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         if _one_node(x, h, params, c):
-            srcs = (x.uop, h.uop, c.uop, *(p.uop for p in params if p is not None))
+            srcs = _sources((x, h, c), params)
             h2, c2 = (x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, srcs, fn, h.shape)) for fn in (LSTM_H, LSTM_C))
         else:
             h2, c2 = _lstm_math(x, h, c, *params)
