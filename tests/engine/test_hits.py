@@ -146,3 +146,24 @@ def test_graph_replays_queued_together_each_read_their_own_buffers() -> None:
     assert GlobalCounters.eager_graph_replays - before == 2
     for out, x in zip(outs, xs[2:], strict=True):
         close(out.numpy(), _chain_ref(x), rtol=1e-5)
+
+
+def test_intermediates_are_reused_by_the_next_hit_within_the_limit(monkeypatch) -> None:
+    """A hit keeps its intermediates for its entry's next hit (the same storage, the results still numpy's),
+    and all entries together keep at most SCRATCH_BYTES (the least recently hit give theirs back)."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 9)).astype(np.float32)
+    for _ in range(3):
+        _chain(Tensor(x)).realize()
+    kept = [e.derived["scratch"][1] for e in engine_schedule._schedules.values() if "scratch" in e.derived]
+    handles = {id(b.handle) for bs in kept for b in bs}
+    close(_chain(Tensor(x)).numpy(), _chain_ref(x), rtol=1e-5)
+    again = [e.derived["scratch"][1] for e in engine_schedule._schedules.values() if "scratch" in e.derived]
+    assert handles and {id(b.handle) for bs in again for b in bs} >= handles
+    monkeypatch.setattr(hits, "SCRATCH_BYTES", 200)  # room for one of the shapes below at most
+    for n in (4, 5, 6, 7):
+        y = rng.standard_normal((2, n)).astype(np.float32)
+        for _ in range(2):
+            close(_chain(Tensor(y)).numpy(), _chain_ref(y), rtol=1e-5)
+        assert hits._kept_bytes[0] <= 200
+    assert hits._kept_bytes[0] == sum(n for _, n in hits._kept.values())

@@ -136,3 +136,30 @@ def test_where_a_node_cannot_be_the_formula_is_built() -> None:
     rows = Tensor(_data((8, 5), 11)).shrink(((0, n.bind(6)), None))
     ce = F.cross_entropy(rows, Tensor(np.zeros(8, np.int32)).shrink(((0, n.bind(6)),)), "sum")
     assert _composites(ce.uop) == []
+
+
+def test_an_adam_update_is_three_nodes_per_parameter_expanding_into_its_formula() -> None:
+    """The new parameter, m and v are one node each over the same sources; each expands into exactly the node the
+    formula builds (so the update's kernels are the formula's), and two steps give torch's parameters."""
+    from tolk_core.ir.pattern import graph_rewrite
+    from tolk_core.nn import optim
+    from tolk_core.nn.optim import _adam
+    from tolk_core.schedule import prepare
+    w0, g = _data((4, 3), 12), _data((4, 3), 13)
+    w = Tensor(w0).requires_grad_()
+    opt = optim.Adam([w], lr=0.1, weight_decay=0.01)
+    w.grad = Tensor(g)
+    (p_new,), (m_new, v_new) = ([v for _, v in stage] for stage in opt._update(0, w, w.grad))
+    assert [u.uop.arg.name for u in (p_new, m_new, v_new)] == ["adam"] * 3
+    assert p_new.uop.src == m_new.uop.src == v_new.uop.src
+    formula = _adam(*(Tensor(u) for u in p_new.uop.src), 0.9, 0.999, 1e-8, 0.01, False)
+    for node, want in zip((p_new, m_new, v_new), formula, strict=True):
+        assert graph_rewrite(node.uop, prepare.pm_calls) is want.uop
+    opt._step_values.clear()
+    tw = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.1, weight_decay=0.01)
+    for _ in range(2):
+        w.grad, tw.grad = Tensor(g), torch.from_numpy(g)
+        opt.step()
+        topt.step()
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -7,6 +7,9 @@ or transformer train step, more than its kernels. Here the entry's launches are 
 loaded program, launch sizes and scalar arguments, and the slot of each of its buffers; the Variables' values
 are part of the entry's key), and a hit allocates its storage and queues the launches on them: BUFFER nodes only
 for the values it returns, plain runtime Buffers for the intermediates, kept alive by the queued launches.
+A hit's intermediates are kept for the entry's next hit (its launches queue after this hit's on the device, so
+they may reuse the storage), up to SCRATCH_BYTES over all entries: a Buffer made, allocated and given back per
+intermediate was ~2 us each, 126 of them in a recurrent train step.
 From its second launch, an entry of at least GRAPH_MIN_KERNELS kernels is replayed through the device's Graph
 (the JIT's batched replay, docs/plugins.md), rebound to each hit's buffers (`Graph.rebind`) when it runs: one
 native call instead of a Python launch per kernel (~2-3 us each on CPU, a recurrent train step launches 126).
@@ -16,6 +19,7 @@ profiling or at DEBUG>=2 (launches timed one by one), with BEAM (kernels tuned o
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from tolk_core import config
@@ -29,6 +33,11 @@ from tolk_core.schedule.merge import reads_precede_stores
 
 # the fewest kernels a hit must launch to be replayed through the device's Graph (fewer: launched one by one)
 GRAPH_MIN_KERNELS = 4
+# the bytes of intermediates kept for their schedules' next hits, over all schedules (`_keep`)
+SCRATCH_BYTES = 64 << 20
+# schedule entries keeping intermediates, least recently hit first: id -> (entry, bytes)
+_kept: OrderedDict[int, tuple[Any, int]] = OrderedDict()
+_kept_bytes = [0]
 
 
 def allowed() -> bool:
@@ -78,7 +87,8 @@ def launch(device: str, hit: Hit) -> list[UOp] | None:
     entry, alloc = hit.entry, handle.allocator
     outs = [buffers.new_buffer(device, size, dt) for size, dt in entry.fresh[:entry.n_out]]
     bufs = [buffers.runtime_buffer(b, alloc).allocate() for b in (*hit.inputs, *outs)]
-    bufs += [Buffer(device, size, dt, allocator=alloc).allocate() for size, dt in entry.fresh[entry.n_out:]]
+    scratch = _scratch(entry, plan, device, alloc)
+    bufs += scratch
     handles = [b.handle for b in bufs]
     args = [[handles[i] for i in slots] for _, slots, _, _, _ in plan]
     count_hit()
@@ -87,10 +97,35 @@ def launch(device: str, hit: Hit) -> list[UOp] | None:
     if (graph := _graph(handle, entry, plan, args)) is not None:
         GlobalCounters.eager_graph_replays += 1
         concurrent.defer(device, lambda: _replay(graph, args, bufs))
-        return outs
-    launches = [(prg, a, gsize, lsize, vals) for (prg, _, gsize, lsize, vals), a in zip(plan, args, strict=True)]
-    concurrent.defer(device, lambda: run.launch_all(launches, bufs))
+    else:
+        launches = [(prg, a, gsize, lsize, vals) for (prg, _, gsize, lsize, vals), a in zip(plan, args, strict=True)]
+        concurrent.defer(device, lambda: run.launch_all(launches, bufs))
+    _keep(entry, plan, scratch)  # the next hit's launches queue after these on the device: it may reuse them
     return outs
+
+
+def _scratch(entry: Any, plan: list, device: str, alloc: Any) -> list[Buffer]:
+    """The storage of `entry`'s intermediates: what its last hit kept (`_keep`), else new."""
+    if (got := entry.derived.pop("scratch", None)) is not None:
+        _kept_bytes[0] -= _kept.pop(id(entry))[1]
+        if got[0] is plan:  # (kept for the same opened device and programs)
+            return got[1]
+    return [Buffer(device, size, dt, allocator=alloc).allocate() for size, dt in entry.fresh[entry.n_out:]]
+
+
+def _keep(entry: Any, plan: list, scratch: list[Buffer]) -> None:
+    """Keep `scratch` for `entry`'s next hit, within SCRATCH_BYTES for all entries (the least recently hit give
+    theirs back first)."""
+    nbytes = sum(b.nbytes for b in scratch)
+    if not scratch or nbytes > SCRATCH_BYTES:
+        return
+    entry.derived["scratch"] = (plan, scratch)
+    _kept[id(entry)] = (entry, nbytes)
+    _kept_bytes[0] += nbytes
+    while _kept_bytes[0] > SCRATCH_BYTES:
+        _, (old, n) = _kept.popitem(last=False)
+        old.derived.pop("scratch", None)
+        _kept_bytes[0] -= n
 
 
 def _graph(handle: Any, entry: Any, plan: list, args: list[list[Any]]) -> Any:

@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from tolk_core.errors import TolkError
+from tolk_core.frontend.composite import as_node
 from tolk_core.frontend.nodes import Nodes
 from tolk_core.frontend.tensor import Tensor, assign_stages
 from tolk_core.nn.state import StateDictError, load_state_dict
@@ -182,28 +183,45 @@ class Adam(Optimizer):
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
         m, v = self.m[i], self.v[i]
-        # the formula as nodes (see the module docstring): every operand has the parameter's shape and dtype
-        shape = p.shape
-        pn, gn, mn, vn = (Nodes(t.uop, shape) for t in (p, g, m, v))
-        if self.weight_decay and not self.decoupled:
-            gn = gn + self.weight_decay * pn
-        m_new = self.b1 * mn + (1 - self.b1) * gn
-        v_new = self.b2 * vn + (1 - self.b2) * (gn * gn)
-        c1, c2 = (Nodes.of(self._per_step((k, p.device, p.dtype, p.ndim), functools.partial(self._correction, b, p)),
-                           shape) for k, b in (("c1", self.b1), ("c2", self.b2)))
-        update = (m_new / c1) / ((v_new / c2).sqrt() + self.eps)
-        lr = Nodes.of(self._lr_for(p), shape)
-        if self.weight_decay and self.decoupled:
-            p_new = pn * (1 - lr * self.weight_decay) - lr * update
-        else:
-            p_new = pn - lr * update
-        return [[(p, p._wrap(p_new.u))], [(m, p._wrap(m_new.u)), (v, p._wrap(v_new.u))]]
+        c1, c2 = (self._per_step((k, p.device, p.dtype, p.ndim), functools.partial(self._correction, b, p))
+                  for k, b in (("c1", self.b1), ("c2", self.b2)))
+        operands = (p, g.cast(p.dtype), m, v, c1, c2, self._lr_for(p))
+        static = (self.b1, self.b2, self.eps, self.weight_decay, self.decoupled)
+        # three nodes (the new parameter, m and v) over the same sources, whose expansions share every node: an
+        # eager step builds and keys 3 nodes per parameter instead of ~20 (frontend/composite.py)
+        new = [as_node("adam", _adam_one, operands, (*static, k)) for k in range(3)]
+        p_new, m_new, v_new = new if all(t is not None for t in new) else _adam(*operands, *static)
+        assert p_new is not None and m_new is not None and v_new is not None
+        return [[(p, p_new)], [(m, m_new), (v, v_new)]]
 
     def _correction(self, beta: float, p: Tensor) -> Tensor:
         """The bias correction 1 - beta^t from the device-side step count (b^t = 2^(t log2 b)), broadcastable
         against `p` in its dtype."""
         c = 1 - (self.t * math.log(beta)).exp() if beta > 0 else Tensor.ones(1, device=self.device)
         return c.cast(p.dtype).reshape((1,) * p.ndim)
+
+
+def _adam(p: Tensor, g: Tensor, m: Tensor, v: Tensor, c1: Tensor, c2: Tensor, lr: Tensor, b1: float, b2: float,
+          eps: float, weight_decay: float, decoupled: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Adam's new parameter, m and v from the storage before the step (`c1`, `c2`: the bias corrections and `lr`
+    broadcastable against `p`), the formula as nodes (see the module docstring): every operand has the
+    parameter's shape and dtype."""
+    shape = p.shape
+    pn, gn, mn, vn = (Nodes(t.uop, shape) for t in (p, g, m, v))
+    if weight_decay and not decoupled:
+        gn = gn + weight_decay * pn
+    m_new = b1 * mn + (1 - b1) * gn
+    v_new = b2 * vn + (1 - b2) * (gn * gn)
+    update = (m_new / Nodes.of(c1, shape)) / ((v_new / Nodes.of(c2, shape)).sqrt() + eps)
+    lrn = Nodes.of(lr, shape)
+    p_new = pn * (1 - lrn * weight_decay) - lrn * update if weight_decay and decoupled else pn - lrn * update
+    return p._wrap(p_new.u), p._wrap(m_new.u), p._wrap(v_new.u)
+
+
+def _adam_one(p: Tensor, g: Tensor, m: Tensor, v: Tensor, c1: Tensor, c2: Tensor, lr: Tensor, b1: float, b2: float,
+              eps: float, weight_decay: float, decoupled: bool, which: int) -> Tensor:
+    """Output `which` (0: the parameter, 1: m, 2: v) of `_adam`: the formula of one of an update's three nodes."""
+    return _adam(p, g, m, v, c1, c2, lr, b1, b2, eps, weight_decay, decoupled)[which]
 
 
 class AdamW(Adam):

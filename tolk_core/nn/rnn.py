@@ -44,6 +44,26 @@ class _Cell(Module):
         self.bias_ih = param(uniform_init(bound, g), device) if bias else None
         self.bias_hh = param(uniform_init(bound, g), device) if bias else None
 
+    def _sources(self, state: tuple[Tensor, ...], params: tuple[Tensor | None, ...]) -> tuple[UOp, ...]:
+        """A cell composite's sources: the input and state, then each weight and bias as the formula's products
+        and sums read it, broadcast over the batch (`products.operand_b`, the bias's broadcast). Those nodes are
+        the same for every step of a recurrence (interned), and a training step's gradients of all its steps
+        meet there before the one reduction over the batch and the steps that the formula's graph has (a weight
+        given plain would take one reduction per step: 14 more kernels in an 8-step GRU step). Kept on the cell
+        for the next step while the parameters are updated in place (most of a cell step's Python otherwise)."""
+        w_ih, w_hh, b_ih, b_hh = params
+        assert w_ih is not None and w_hh is not None and b_ih is not None and b_hh is not None
+        xs, hs = state[0].shape, state[1].shape
+        key = (w_ih.uop, w_hh.uop, b_ih.uop, b_hh.uop, xs, hs)
+        got = getattr(self, "_reads", None)
+        if got is None or got[0] != key:
+            wt_ih, wt_hh = w_ih.T, w_hh.T
+            rows = (xs[0], wt_ih.shape[1])
+            got = self._reads = (key, (operand_b(wt_ih.uop, xs, wt_ih.shape), operand_b(wt_hh.uop, hs, wt_hh.shape),
+                                       broadcast_uop(b_ih.uop, b_ih.shape, rows),
+                                       broadcast_uop(b_hh.uop, b_hh.shape, rows)))
+        return (*(t.uop for t in state), *got[1])
+
     def _batched(self, x: Tensor, *state: Tensor | None) -> tuple[Tensor, list[Tensor], bool]:
         """x as (batch, input) and each state as (batch, hidden) (zeros when None); whether x was 1-d."""
         if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
@@ -71,7 +91,7 @@ class GRUCell(_Cell):
         x, (h,), single = self._batched(x, hx)
         params = (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         if _one_node(x, h, params):
-            out = x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, _sources((x, h), params), GRU_CELL, h.shape))
+            out = x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, self._sources((x, h), params), GRU_CELL, h.shape))
         else:
             out = _gru_math(x, h, *params)
         return out.reshape(-1) if single else out
@@ -110,26 +130,10 @@ def _lstm_gates(gi: Tensor, gh: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
 
 
 # ---------------------------------------------------------------- the composites
-def _sources(state: tuple[Tensor, ...], params: tuple[Tensor | None, ...]) -> tuple[UOp, ...]:
-    """A cell composite's sources: the input and state, then each weight and bias as the formula's products and
-    sums read it, broadcast over the batch (`products.operand_b`, the bias's broadcast). Those nodes are the
-    same for every step of a recurrence (interned), and a training step's gradients of all its steps meet there
-    before the one reduction over the batch and the steps that the formula's graph has (a weight given plain
-    would take one reduction per step: 14 more kernels in an 8-step GRU step)."""
-    w_ih, w_hh, b_ih, b_hh = params
-    assert w_ih is not None and w_hh is not None and b_ih is not None and b_hh is not None
-    x, h = state[0], state[1]
-    wt_ih, wt_hh = w_ih.T, w_hh.T
-    rows = (x.shape[0], wt_ih.shape[1])
-    return (*(t.uop for t in state), operand_b(wt_ih.uop, x.shape, wt_ih.shape),
-            operand_b(wt_hh.uop, h.shape, wt_hh.shape), broadcast_uop(b_ih.uop, b_ih.shape, rows),
-            broadcast_uop(b_hh.uop, b_hh.shape, rows))
-
-
 def _read_projections(x: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor,
                       b_hh: Tensor) -> tuple[Tensor, Tensor]:
-    """`_projections` over the sources `_sources` gives (weights and biases as the formula reads them): the
-    same nodes."""
+    """`_projections` over the sources `_Cell._sources` gives (weights and biases as the formula reads them):
+    the same nodes."""
     def product(a: Tensor, w: Tensor) -> Tensor:
         n, m, k = w.shape
         return a._wrap(matmul_read(a.uop, w.uop, a.shape, (k, m)))
@@ -191,7 +195,7 @@ class LSTMCell(_Cell):
         x, (h, c), single = self._batched(x, h0, c0)
         params = (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh)
         if _one_node(x, h, params, c):
-            srcs = _sources((x, h, c), params)
+            srcs = self._sources((x, h, c), params)
             h2, c2 = (x._wrap(UOp.shaped(Op.CALL, x.uop.dtype, srcs, fn, h.shape)) for fn in (LSTM_H, LSTM_C))
         else:
             h2, c2 = _lstm_math(x, h, c, *params)
