@@ -90,15 +90,16 @@ def launch(device: str, hit: Hit) -> list[UOp] | None:
     scratch = _scratch(entry, plan, device, alloc)
     bufs += scratch
     handles = [b.handle for b in bufs]
-    args = [[handles[i] for i in slots] for _, slots, _, _, _ in plan]
     count_hit()
     GlobalCounters.kernels_launched += len(plan)
     # the buffers stay referenced until the launches ran (queued on the device inside together())
-    if (graph := _graph(handle, entry, plan, args)) is not None:
+    if (found_graph := _graph(handle, entry, plan, handles)) is not None:
+        graph, flat = found_graph
         GlobalCounters.eager_graph_replays += 1
-        concurrent.defer(device, lambda: _replay(graph, args, bufs))
+        flat_handles = [handles[i] for i in flat]
+        concurrent.defer(device, lambda: _replay(graph, flat_handles, bufs))
     else:
-        launches = [(prg, a, gsize, lsize, vals) for (prg, _, gsize, lsize, vals), a in zip(plan, args, strict=True)]
+        launches = [(prg, [handles[i] for i in slots], gsize, lsize, vals) for prg, slots, gsize, lsize, vals in plan]
         concurrent.defer(device, lambda: run.launch_all(launches, bufs))
     _keep(entry, plan, scratch)  # the next hit's launches queue after these on the device: it may reuse them
     return outs
@@ -128,26 +129,29 @@ def _keep(entry: Any, plan: list, scratch: list[Buffer]) -> None:
         _kept_bytes[0] -= n
 
 
-def _graph(handle: Any, entry: Any, plan: list, args: list[list[Any]]) -> Any:
-    """The device Graph replaying `entry`'s launches, or None: only for a schedule of at least GRAPH_MIN_KERNELS
-    launched a second time (a graph costs a compile of its driver on some devices, which a realize seen once
-    does not repay), on a device with a Graph capability. Built on these buffers; a replay rebinds them."""
+def _graph(handle: Any, entry: Any, plan: list, handles: list[Any]) -> tuple[Any, list[int]] | None:
+    """The device Graph replaying `entry`'s launches and the slot of each of their buffers in launch order, or
+    None: only for a schedule of at least GRAPH_MIN_KERNELS launched a second time (a graph costs a compile of
+    its driver on some devices, which a realize seen once does not repay), on a device with a Graph capability.
+    Built on these `handles`; a replay rebinds them."""
     if len(plan) < GRAPH_MIN_KERNELS or handle.graph is None:
         return None
     got = entry.derived.get("graph")
     if got is not None and got[0] is plan:
-        return got[1]
+        return got[1], got[2]
     if got is None:  # the first launch of this plan
-        entry.derived["graph"] = (None, None)
+        entry.derived["graph"] = (None, None, None)
         return None
-    graph = handle.graph(handle, [Launch(prg, a, list(vals), gsize, lsize)
-                                  for (prg, _, gsize, lsize, vals), a in zip(plan, args, strict=True)])
-    entry.derived["graph"] = (plan, graph)
-    return graph
+    graph = handle.graph(handle, [Launch(prg, [handles[i] for i in slots], list(vals), gsize, lsize)
+                                  for prg, slots, gsize, lsize, vals in plan])
+    flat = [i for _, slots, _, _, _ in plan for i in slots]
+    entry.derived["graph"] = (plan, graph, flat)
+    return graph, flat
 
 
-def _replay(graph: Any, args: list[list[Any]], keep: list[Buffer]) -> None:
-    """Rebind `graph` to this hit's buffers and run it (at the launch's place in the device's queue: two hits
-    of one entry queued together each bind their own); `keep` holds the Buffers until it ran."""
-    graph.rebind(args)
+def _replay(graph: Any, handles: list[Any], keep: list[Buffer]) -> None:
+    """Rebind `graph` to this hit's buffers (`handles`, every launch's in launch order) and run it, at the
+    launch's place in the device's queue (two hits of one entry queued together each bind their own); `keep`
+    holds the Buffers until it ran."""
+    graph.rebind(handles)
     graph()

@@ -94,22 +94,23 @@ class Graph:
                 raise ValueError(f"launch {index} takes {len(ln.vals)} values, got {len(vals)}")
             ln.vals = list(vals)
 
-    def rebind(self, bufs: Sequence[Sequence[Any]]) -> None:
-        """Rebind every launch's buffers at once: `bufs[i]` for launch `i` (the counts `update` checks). What an
-        eager step's realize does before each replay (every intermediate is new storage there); this base calls
-        `update` per launch whose buffers changed, and a backend overrides it where one bulk write is cheaper."""
+    def rebind(self, bufs: Sequence[Any]) -> None:
+        """Rebind every launch's buffers at once: `bufs` holds them in launch order (launch 0's, then launch
+        1's, ...; as many as the launches take, else ValueError). What an eager step's realize does before each
+        replay (every intermediate is new storage there); this base calls `update` for each launch whose
+        buffers changed, and a backend overrides it where one bulk write is cheaper."""
         self.check_rebind(bufs)
-        for i, (ln, new) in enumerate(zip(self.launches, bufs, strict=True)):
+        at = 0
+        for i, ln in enumerate(self.launches):
+            new = bufs[at:at + len(ln.bufs)]
+            at += len(ln.bufs)
             if any(a is not b for a, b in zip(ln.bufs, new, strict=True)):
                 self.update(i, bufs=new)
 
-    def check_rebind(self, bufs: Sequence[Sequence[Any]]) -> None:
-        """ValueError unless `bufs` holds a buffer list per launch, each of the launch's count (`rebind`'s)."""
-        if len(bufs) != len(self.launches):
-            raise ValueError(f"rebind of {len(bufs)} launches' buffers on a graph of {len(self.launches)}")
-        for i, (ln, new) in enumerate(zip(self.launches, bufs, strict=True)):
-            if len(new) != len(ln.bufs):
-                raise ValueError(f"launch {i} takes {len(ln.bufs)} buffers, got {len(new)}")
+    def check_rebind(self, bufs: Sequence[Any]) -> None:
+        """ValueError unless `bufs` holds as many buffers as the launches take (`rebind`'s)."""
+        if len(bufs) != (want := sum(len(ln.bufs) for ln in self.launches)):
+            raise ValueError(f"rebind of {len(bufs)} buffers on a graph whose launches take {want}")
 
     def __call__(self, wait: bool = False) -> float | None:
         total = 0.0

@@ -52,6 +52,7 @@ class CPUGraph(Graph):
         self._fn = getattr(device.load(device.compiler.compile_cached(module)), name)
         self._fn.restype = None
         self._bufs = (ctypes.c_void_p * max(nb, 1))(*[b.ptr for ln in self.launches for b in ln.bufs])
+        self._nbufs = nb
         self._vals = (ctypes.c_int32 * max(nv, 1))(*[v for ln in self.launches for v in ln.vals])
         self._fns = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
         self._args = tuple(ctypes.c_void_p(ctypes.addressof(t)) for t in (self._bufs, self._vals, self._fns))
@@ -67,14 +68,14 @@ class CPUGraph(Graph):
             for j, v in enumerate(vals):
                 self._vals[at + j] = v
 
-    def rebind(self, bufs: Sequence[Sequence[Any]]) -> None:
-        """Every launch's buffers at once, the pointer table written in one slice assignment (an eager realize
-        rebinds all of them before each replay); `self.launches` keeps the handles, as `update` does."""
-        self.check_rebind(bufs)
-        for ln, bs in zip(self.launches, bufs, strict=True):
-            ln.bufs = list(bs)
-        if ptrs := [b.ptr for bs in bufs for b in bs]:  # (a table of no buffers still has one slot)
-            self._bufs[:len(ptrs)] = ptrs
+    def rebind(self, bufs: Sequence[Any]) -> None:
+        """Every launch's buffers at once (in launch order): the pointer table written in one slice assignment
+        (an eager realize rebinds all of them before each replay). The table is what a replay reads;
+        `self.launches` keeps the buffers the launches were built or last updated with."""
+        if len(bufs) != self._nbufs:
+            raise ValueError(f"rebind of {len(bufs)} buffers on a graph whose launches take {self._nbufs}")
+        if bufs:
+            self._bufs[:len(bufs)] = [b.ptr for b in bufs]
 
     def __call__(self, wait: bool = False) -> float | None:
         return launch(self._binding, self._fn, self._args, wait)
