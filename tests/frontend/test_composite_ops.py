@@ -31,8 +31,10 @@ def _data(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 
 def _composites(u: UOp) -> list[str]:
-    return sorted(v.arg.name for v in u.toposort() if is_composite(v) and v.arg.name in ("batch_norm", "conv",
-                                                                                         "cross_entropy"))
+    return sorted(v.arg.name for v in u.toposort() if is_composite(v) and v.arg.name in _NAMES)
+
+
+_NAMES = ("batch_norm", "conv", "cross_entropy", "relu", "max_pool")
 
 
 def _kernels(values: list[UOp]) -> list[str]:
@@ -163,3 +165,15 @@ def test_an_adam_update_is_three_nodes_per_parameter_expanding_into_its_formula(
         opt.step()
         topt.step()
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_relu_and_max_pool_in_training_are_one_node_each_with_torchs_gradients() -> None:
+    from tolk_core.frontend.elementwise import _relu
+    from tolk_core.frontend.nn_ops import _max_pool
+    xs = _data((2, 3, 6, 6), 14)
+    x = Tensor(xs).requires_grad_()
+    loss = (F.max_pool2d(x.relu(), 2).sigmoid() * 2).sum()
+    formula = (_max_pool(_relu(x), 2, None, 0, 1, False).sigmoid() * 2).sum()
+    ref, want = _torch_grads(lambda a: (torch.nn.functional.max_pool2d(a.relu(), 2).sigmoid() * 2).sum(), xs)
+    np.testing.assert_allclose(Tensor(loss.uop).numpy(), ref, rtol=1e-5)
+    _check(loss, formula, [x], want, ["max_pool", "relu"])

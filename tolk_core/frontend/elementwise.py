@@ -36,6 +36,7 @@ from tolk_core.errors import ArgumentError, ArgumentTypeError, DTypeError, Shape
 from tolk_core.frontend import autograd
 from tolk_core.frontend.activations import ActivationMixin
 from tolk_core.frontend.arguments import as_operand, check_devices
+from tolk_core.frontend.composite import as_node
 from tolk_core.frontend.construction import as_const
 from tolk_core.frontend.movement import broadcast_shape, broadcast_uop
 from tolk_core.frontend.nodes import Nodes, broadcast_scalar
@@ -466,7 +467,11 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
 
     # ---- unary maths ----
     def relu(self: Tensor) -> Tensor:
-        return self.maximum(0)
+        # one node where a gradient is expected: its backward is then one node too (frontend/composite.py)
+        if dtypes.is_float(self.dtype) and autograd.gradients_expected() and \
+                (node := as_node("relu", _relu, (self,))) is not None:
+            return node
+        return _relu(self)
 
     def exp(self: Tensor) -> Tensor:
         return (self._as_float() * _LOG2_E)._alu(Op.EXP2)
@@ -701,3 +706,8 @@ def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     floor = (div - floor > 0.5).where(floor + 1, floor)
     quot = (div == 0).where(_signed_zero(a / b), floor)
     return (b == 0).where(a / b, quot), mod
+
+
+def _relu(x: Tensor) -> Tensor:
+    """max(x, 0): the formula of a relu node."""
+    return x.maximum(0)

@@ -131,6 +131,19 @@ def _conv_formula(x: Tensor, weight: Tensor, groups: int, st: tuple[int, ...], d
     return red.reshape((n, cout) + out_sp)
 
 
+def _max_pool(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+              padding: int | Sequence[int], dilation: int | Sequence[int], ceil_mode: bool) -> Tensor:
+    """`Tensor.max_pool2d`'s formula: the max over each window (of a max_pool node)."""
+    win, _ = x._pool_windows(kernel_size, stride, padding, dilation, ceil_mode, float("-inf"))
+    nd = win.ndim - x.ndim
+    return win.max(axis=tuple(range(-nd, 0)))
+
+
+def _hashable(arg: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
+    """A size argument as part of a composite's key (a list given as a tuple)."""
+    return arg if arg is None or isinstance(arg, int) else tuple(arg)
+
+
 def _hoists_pad_gates(device: str | tuple[str, ...]) -> bool:
     """Whether kernels on `device` read a padded input well through its gates: a CPU-style renderer (no work
     groups), whose plan splits a padded row into an ungated interior and masked borders (codegen/borders.py)."""
@@ -326,9 +339,9 @@ class NNMixin:
                    ceil_mode: bool = False) -> Tensor:
         """Max over sliding windows of the last 2 axes (a kernel tuple of n sizes: the last n axes), padded with
         -inf: torch's F.max_pool2d (stride defaults to the kernel; no return_indices)."""
-        win, _ = self._pool_windows(kernel_size, stride, padding, dilation, ceil_mode, float("-inf"))
-        nd = win.ndim - self.ndim
-        return win.max(axis=tuple(range(-nd, 0)))
+        static = (_hashable(kernel_size), _hashable(stride), _hashable(padding), _hashable(dilation), ceil_mode)
+        node = as_node("max_pool", _max_pool, (self,), static)  # one node, its gradient one node too
+        return node if node is not None else _max_pool(self, kernel_size, stride, padding, dilation, ceil_mode)
 
     def max_pool2d_with_indices(self: Tensor, kernel_size: int | Sequence[int] = 2,
                                 stride: int | Sequence[int] | None = None, padding: int | Sequence[int] = 0,
