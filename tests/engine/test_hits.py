@@ -167,3 +167,28 @@ def test_intermediates_are_reused_by_the_next_hit_within_the_limit(monkeypatch) 
             close(_chain(Tensor(y)).numpy(), _chain_ref(y), rtol=1e-5)
         assert hits._kept_bytes[0] <= 200
     assert hits._kept_bytes[0] == sum(n for _, n in hits._kept.values())
+
+
+def test_threads_sharing_a_schedule_each_get_their_own_values() -> None:
+    """Two threads realizing the same graph (one cache entry, one device Graph) over and over: each replay binds
+    and runs its own buffers (the graph's lock), so every result is numpy's for its own input."""
+    import threading
+    rng = np.random.default_rng(8)
+    inputs = [[rng.standard_normal((5, 11)).astype(np.float32) for _ in range(30)] for _ in range(2)]
+    for x in inputs[0][:2]:
+        _chain(Tensor(x)).realize()
+    errors: list[BaseException] = []
+
+    def work(xs: list[np.ndarray]) -> None:
+        try:
+            for x in xs:
+                close(_chain(Tensor(x)).numpy(), _chain_ref(x), rtol=1e-5)
+        except BaseException as e:  # re-raised in the test's thread below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(xs,)) for xs in inputs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert hits._kept_bytes[0] == sum(n for _, n in hits._kept.values())  # the kept storage's count holds

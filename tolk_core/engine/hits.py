@@ -19,6 +19,7 @@ profiling or at DEBUG>=2 (launches timed one by one), with BEAM (kernels tuned o
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -94,7 +95,7 @@ def launch(device: str, hit: Hit) -> list[UOp] | None:
     GlobalCounters.kernels_launched += len(plan)
     # the buffers stay referenced until the launches ran (queued on the device inside together())
     if (found_graph := _graph(handle, entry, plan, handles)) is not None:
-        graph, flat = found_graph
+        graph, flat = found_graph  # (the graph and its lock)
         GlobalCounters.eager_graph_replays += 1
         flat_handles = [handles[i] for i in flat]
         concurrent.defer(device, lambda: _replay(graph, flat_handles, bufs))
@@ -120,6 +121,8 @@ def _keep(entry: Any, plan: list, scratch: list[Buffer]) -> None:
     nbytes = sum(b.nbytes for b in scratch)
     if not scratch or nbytes > SCRATCH_BYTES:
         return
+    if (before := _kept.pop(id(entry), None)) is not None:  # another thread's hit kept its own meanwhile
+        _kept_bytes[0] -= before[1]
     entry.derived["scratch"] = (plan, scratch)
     _kept[id(entry)] = (entry, nbytes)
     _kept_bytes[0] += nbytes
@@ -130,7 +133,8 @@ def _keep(entry: Any, plan: list, scratch: list[Buffer]) -> None:
 
 
 def _graph(handle: Any, entry: Any, plan: list, handles: list[Any]) -> tuple[Any, list[int]] | None:
-    """The device Graph replaying `entry`'s launches and the slot of each of their buffers in launch order, or
+    """The device Graph replaying `entry`'s launches with the lock its replays take (threads may share a
+    schedule: one rebind and replay at a time), and the slot of each launch's buffers in launch order; or
     None: only for a schedule of at least GRAPH_MIN_KERNELS launched a second time (a graph costs a compile of
     its driver on some devices, which a realize seen once does not repay), on a device with a Graph capability.
     Built on these `handles`; a replay rebinds them."""
@@ -145,13 +149,16 @@ def _graph(handle: Any, entry: Any, plan: list, handles: list[Any]) -> tuple[Any
     graph = handle.graph(handle, [Launch(prg, [handles[i] for i in slots], list(vals), gsize, lsize)
                                   for prg, slots, gsize, lsize, vals in plan])
     flat = [i for _, slots, _, _, _ in plan for i in slots]
-    entry.derived["graph"] = (plan, graph, flat)
-    return graph, flat
+    pair = (graph, threading.Lock())
+    entry.derived["graph"] = (plan, pair, flat)
+    return pair, flat
 
 
-def _replay(graph: Any, handles: list[Any], keep: list[Buffer]) -> None:
-    """Rebind `graph` to this hit's buffers (`handles`, every launch's in launch order) and run it, at the
-    launch's place in the device's queue (two hits of one entry queued together each bind their own); `keep`
-    holds the Buffers until it ran."""
-    graph.rebind(handles)
-    graph()
+def _replay(graph_lock: tuple[Any, threading.Lock], handles: list[Any], keep: list[Buffer]) -> None:
+    """Rebind the graph to this hit's buffers (`handles`, every launch's in launch order) and run it, under its
+    lock, at the launch's place in the device's queue (two hits of one entry queued together each bind their
+    own); `keep` holds the Buffers until it ran."""
+    graph, lock = graph_lock
+    with lock:
+        graph.rebind(handles)
+        graph()
