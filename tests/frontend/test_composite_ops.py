@@ -177,3 +177,20 @@ def test_relu_and_max_pool_in_training_are_one_node_each_with_torchs_gradients()
     ref, want = _torch_grads(lambda a: (torch.nn.functional.max_pool2d(a.relu(), 2).sigmoid() * 2).sum(), xs)
     np.testing.assert_allclose(Tensor(loss.uop).numpy(), ref, rtol=1e-5)
     _check(loss, formula, [x], want, ["max_pool", "relu"])
+
+
+def test_a_node_rebuilt_by_a_rewrite_knows_its_shape() -> None:
+    """A rewrite rebuilds a node from its sources without a shape: the composite works it out from the formula
+    (a cross entropy's is a scalar, not its first source's), also once the learnt shapes were dropped."""
+    from tolk_core.frontend import composite
+    from tolk_core.ir.ops import Op
+    logits = Tensor(_data((4, 3), 15))
+    loss = F.cross_entropy(logits, Tensor(np.array([0, 2, 1, 1], np.int32)))
+    node = loss.uop
+    assert is_composite(node) and node.shape == ()
+    composite._results.clear()
+    other = Tensor(_data((4, 3), 16)).uop
+    rebuilt = UOp(Op.CALL, node.dtype, (other, *node.src[1:]), node.arg)
+    assert rebuilt.shape == ()
+    ref = torch.nn.functional.cross_entropy(torch.from_numpy(_data((4, 3), 16)), torch.tensor([0, 2, 1, 1]))
+    np.testing.assert_allclose(Tensor(rebuilt).numpy(), ref.numpy(), rtol=1e-5)

@@ -30,9 +30,10 @@ if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
 
 Formula = Callable[..., "Tensor"]
-# (name, formula, static) -> its composite; (composite, the sources' shapes and dtypes) -> the result's
+# (name, formula, static) -> its composite; (formula, static, the sources' shapes and dtypes) -> the result's
 _made: dict[tuple, Composite] = {}
 _results: dict[tuple, tuple[tuple[int, ...], DType]] = {}
+_RESULTS_MAX = 4096
 
 
 def as_node(name: str, formula: Formula, tensors: tuple[Tensor, ...], static: tuple = ()) -> Tensor | None:
@@ -43,13 +44,23 @@ def as_node(name: str, formula: Formula, tensors: tuple[Tensor, ...], static: tu
                                       for t in tensors):
         return None
     comp = _composite(name, formula, static)
-    sig = (comp, tuple((t.shape, t.uop.dtype) for t in tensors))
-    if (result := _results.get(sig)) is None:
+    src = tuple(t.uop for t in tensors)
+    shape, dtype = _result(formula, static, src, tuple((t.shape, t.uop.dtype) for t in tensors))
+    return tensors[0]._wrap(UOp.shaped(Op.CALL, dtype, src, comp, shape))
+
+
+def _result(formula: Formula, static: tuple, src: tuple[UOp, ...], signature: tuple) -> tuple[tuple[int, ...], DType]:
+    """The shape and dtype of `formula`'s value (its other arguments `static`) on sources `src` (of `signature`:
+    their shapes and dtypes), learnt by building the formula once per signature."""
+    if (result := _results.get(sig := (formula, static, signature))) is None:
+        from tolk_core.frontend.tensor import Tensor  # (the front end imports this module)
+        device = _device(src)
         with autograd.no_grad():
-            out = formula(*tensors, *static)
+            out = formula(*(Tensor(u, device) for u in src), *static)
+        if len(_results) >= _RESULTS_MAX:  # (a program of ever new shapes: learnt again when met again)
+            _results.clear()
         result = _results[sig] = (out.shape, out.uop.dtype)
-    shape, dtype = result
-    return tensors[0]._wrap(UOp.shaped(Op.CALL, dtype, tuple(t.uop for t in tensors), comp, shape))
+    return result
 
 
 def _composite(name: str, formula: Formula, static: tuple) -> Composite:
@@ -61,9 +72,8 @@ def _composite(name: str, formula: Formula, static: tuple) -> Composite:
             with autograd.no_grad():
                 return formula(*(Tensor(u, device) for u in src), *static).uop
 
-        def out_shape(src: tuple[UOp, ...]) -> Any:
-            got = _results.get((comp, tuple((s._shape, s.dtype) for s in src)))
-            return None if got is None else got[0]
+        def out_shape(src: tuple[UOp, ...]) -> Any:  # (a call rebuilt by a rewrite: its sources' shapes are known)
+            return _result(formula, static, src, tuple((s._shape, s.dtype) for s in src))[0]
         comp = _made[key] = Composite(name, expand, autograd.node_slope(name, expand), out_shape)
     return comp
 
