@@ -7,7 +7,7 @@ U(-1/sqrt(hidden), 1/sqrt(hidden)) (torch's initialisation). An unbatched (1-d) 
 state; a missing state is zeros.
 
 A GRU cell step is one node, `CALL(x, h, W_ih, W_hh, b_ih, b_hh)` with the `GRU_CELL` composite (the weights and
-biases as the formula's products and sums read them: `_sources`), which prepare_rangeify expands into the nodes
+biases as the formula's products and sums read them: `_Cell._sources`), which prepare_rangeify expands into the nodes
 the cell's formula builds (`_gru_math`, the same code the step runs otherwise): the kernels are the formula's,
 and an eager recurrent step builds and walks one node per step instead of ~30 (as torch's GRUCell is one
 operator). In training each source's gradient is one node too (`autograd.node_slope`), expanded into the

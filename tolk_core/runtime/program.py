@@ -99,18 +99,14 @@ class Graph:
         1's, ...; as many as the launches take, else ValueError). What an eager step's realize does before each
         replay (every intermediate is new storage there); this base calls `update` for each launch whose
         buffers changed, and a backend overrides it where one bulk write is cheaper."""
-        self.check_rebind(bufs)
+        if len(bufs) != (want := sum(len(ln.bufs) for ln in self.launches)):
+            raise ValueError(f"rebind of {len(bufs)} buffers on a graph whose launches take {want}")
         at = 0
         for i, ln in enumerate(self.launches):
             new = bufs[at:at + len(ln.bufs)]
             at += len(ln.bufs)
             if any(a is not b for a, b in zip(ln.bufs, new, strict=True)):
                 self.update(i, bufs=new)
-
-    def check_rebind(self, bufs: Sequence[Any]) -> None:
-        """ValueError unless `bufs` holds as many buffers as the launches take (`rebind`'s)."""
-        if len(bufs) != (want := sum(len(ln.bufs) for ln in self.launches)):
-            raise ValueError(f"rebind of {len(bufs)} buffers on a graph whose launches take {want}")
 
     def __call__(self, wait: bool = False) -> float | None:
         total = 0.0
