@@ -151,6 +151,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("CPU_BIND", int, 1, "1: a CPU device whose OpenMP team has all the cores (or its virtual device's "
             "share) keeps one thread per core while its parallel kernels run; 0: the OS places them "
             "(docs/performance.md, \"Threads that share a core\")", env="TOLK_CPU_BIND", check=in_range(0, 1)),
+    Setting("CPU_ASYNC", int, 1, "1: a CPU device's batches of single-threaded kernels (an eager step's or a JIT's "
+            "replay) run on a thread of the device's own while Python goes on; everything that touches its memory "
+            "waits for them. 0: every launch runs on the calling thread (docs/performance.md, \"Launches that do "
+            "not wait\")", env="TOLK_CPU_ASYNC", check=in_range(0, 1)),
     Setting("DEVICE_THREADS", int, 2, "whether devices launch at the same time, each from its own thread: 1 always, "
             "0 never (one after another), 2 while the load average leaves a core free per device "
             "(docs/multi-device.md)", env="TOLK_DEVICE_THREADS", check=in_range(0, 2)),

@@ -67,13 +67,16 @@ def base_buffer(u: UOp) -> UOp | None:
 
 def host_memory(u: UOp) -> tuple[memoryview, Buffer] | None:
     """The host memory of realized value `u` (its BUFFER read whole and in order) and the runtime Buffer
-    holding it, where the device computes on host memory (`Allocator.host_memory`); None otherwise."""
+    holding it, where the device computes on host memory (`Allocator.host_memory`); None otherwise. It is
+    handed to another library (an export): the allocator is told (`Allocator.mark_shared`)."""
     if (buf := base_buffer(u)) is None:
         return None
     concurrent.settle()  # launches still queued may write it
     rb = runtime_buffer(buf)
-    mv = rb.allocator.host_memory(rb.handle)
-    return None if mv is None else (mv, rb)
+    if (mv := rb.allocator.host_memory(rb.handle)) is None:
+        return None
+    rb.allocator.mark_shared(rb.handle)
+    return mv, rb
 
 
 def adopt_host(arr: np.ndarray, dtype: DType, device: str) -> UOp | None:

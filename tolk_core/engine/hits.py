@@ -161,4 +161,4 @@ def _replay(graph_lock: tuple[Any, threading.Lock], handles: list[Any], keep: li
     graph, lock = graph_lock
     with lock:
         graph.rebind(handles)
-        graph()
+        graph.submit()  # the device may finish it later (docs/performance.md, "Launches that do not wait")

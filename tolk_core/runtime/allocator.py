@@ -146,8 +146,15 @@ class Allocator:
     # --- sharing host memory without a copy (docs/interop.md); a device whose memory is not the host's has none
     def host_memory(self, handle: Any) -> memoryview | None:
         """The bytes of `handle` as writable host memory, where this device computes on host memory; None (the
-        default) where it does not. What `__array__` / `__dlpack__` share instead of copying."""
+        default) where it does not. What `__array__` / `__dlpack__` share instead of copying (`mark_shared`
+        follows), and what a copy between two such devices reads and writes."""
         return None
+
+    def mark_shared(self, handle: Any) -> None:
+        """`handle`'s memory (from `host_memory`) was handed to another library (numpy, torch, DLPack), which reads
+        and writes it without asking this allocator: a device that runs launches after its caller returned must
+        run the ones touching it where they are asked for from now on (the CPU plugin's launch queue). Nothing by
+        default."""
 
     # --- copies between devices (docs/plugins.md, copies between devices)
     def copy_from_peer(self, dest: Any, src_alloc: Allocator, src: Any, nbytes: int) -> bool:

@@ -73,8 +73,9 @@ class Graph:
     Contract: ``Graph(device, launches)`` captures the launches; ``update(i, bufs=, vals=)`` rebinds the
     buffers and/or values of launch `i` (a backend without in-place update may rebuild), ``rebind(bufs)`` the
     buffers of every launch at once; ``graph(wait=)``
-    runs every launch in order, returning seconds when `wait`. Replay must give exactly the results of
-    launching the programs one by one. This base replays them one by one; backends override it.
+    runs every launch in order, returning seconds when `wait`; ``submit()`` runs them too, where the device
+    may finish them after it returned. Replay must give exactly the results of launching the programs one by
+    one. This base replays them one by one; backends override it.
     """
 
     def __init__(self, device: CompiledDevice, launches: Sequence[Launch]):
@@ -107,6 +108,14 @@ class Graph:
             at += len(ln.bufs)
             if any(a is not b for a, b in zip(ln.bufs, new, strict=True)):
                 self.update(i, bufs=new)
+
+    def submit(self) -> None:
+        """Run every launch in order, where the device may finish them after this returns: what an eager
+        realize calls, whose caller goes on building its next graph meanwhile (the CPU plugin's launch queue,
+        docs/performance.md "Launches that do not wait"). The device then makes whatever touches its memory
+        wait for them (copies in and out, host views, launches made by themselves) and keeps the buffers bound
+        alive until they ran. This base runs them now (`self()`)."""
+        self()
 
     def __call__(self, wait: bool = False) -> float | None:
         total = 0.0

@@ -9,6 +9,12 @@ The driver calls each launch's already loaded kernel through its address:
 (`update`); no address is baked into the code, so the driver is keyed by its source alone (the launches'
 signatures) and shared through the compile cache. The unit holds the driver only: the kernels were compiled
 before the graph was built, and building it compiles none of them again.
+
+A submitted replay (`submit`: an eager realize's) of kernels that start no OpenMP team goes to the device's
+launch queue (queue.py) and returns at once: the tables are copied for it and its buffers held until it ran.
+A call (a JIT's replay, a timed one), a replay of kernels that start teams and one touching memory shared with
+numpy or torch wait for the queue and run on the calling thread. (A JIT's step has no Python of its own to
+overlap with its kernels: handed to another thread, it only waited for the hand-over.)
 """
 from __future__ import annotations
 
@@ -19,11 +25,13 @@ from typing import Any
 
 from tolk_core.runtime import Graph, Launch
 from tolk_cpu.binding import CoreBinding, launch
-from tolk_cpu.runtime import CPUProgram
+from tolk_cpu.runtime import CPUDevice, CPUProgram
 
 
 class CPUGraph(Graph):
     """See the module docstring."""
+
+    device: CPUDevice
 
     def __init__(self, device: Any, launches: Sequence[Launch]):
         super().__init__(device, launches)
@@ -34,6 +42,7 @@ class CPUGraph(Graph):
         nb = nv = 0
         # one pin of the launching thread for the whole batch where any launch starts a team (binding.py)
         self._binding: CoreBinding | None = None
+        self._parallel = False  # some kernel starts an OpenMP team: never queued
         for ln in self.launches:
             self._buf_at.append(nb)
             self._val_at.append(nv)
@@ -45,12 +54,16 @@ class CPUGraph(Graph):
                                 f"{type(ln.program).__name__}")
             pointers.append(ctypes.cast(ln.program.fxn, ctypes.c_void_p).value)
             self._binding = self._binding or ln.program.binding
+            self._parallel = self._parallel or ln.program.parallel
             nb, nv = nb + len(ln.bufs), nv + len(ln.vals)
         body = "\n".join(calls)
         name = "tolk_graph_" + hashlib.sha256(body.encode()).hexdigest()[:12]
         module = device.renderer.render_module([f"void {name}(void** b, const int* v, void** f) {{\n{body}\n}}"])
         self._fn = getattr(device.load(device.compiler.compile_cached(module)), name)
         self._fn.restype = None
+        self._fn_ptr: int = ctypes.cast(self._fn, ctypes.c_void_p).value or 0
+        # the handles behind each pointer of the table, held by a queued replay until it ran
+        self._held: list[Any] = [b for ln in self.launches for b in ln.bufs]
         self._bufs = (ctypes.c_void_p * max(nb, 1))(*[b.ptr for ln in self.launches for b in ln.bufs])
         self._nbufs = nb
         self._vals = (ctypes.c_int32 * max(nv, 1))(*[v for ln in self.launches for v in ln.vals])
@@ -63,6 +76,7 @@ class CPUGraph(Graph):
             at = self._buf_at[index]
             for j, b in enumerate(bufs):
                 self._bufs[at + j] = b.ptr
+            self._held[at:at + len(bufs)] = bufs
         if vals is not None:
             at = self._val_at[index]
             for j, v in enumerate(vals):
@@ -76,6 +90,19 @@ class CPUGraph(Graph):
             raise ValueError(f"rebind of {len(bufs)} buffers on a graph whose launches take {self._nbufs}")
         if bufs:
             self._bufs[:len(bufs)] = [b.ptr for b in bufs]
+            self._held = list(bufs)  # (a queued replay holds a copy of the list)
+
+    def submit(self) -> None:
+        """To the device's launch queue (queue.py) where the kernels start no OpenMP team and touch no memory
+        shared with numpy or torch, with copies of the tables and the bound handles held until it ran; else
+        run now."""
+        if self._parallel or (q := self.device.queue()) is None or self.device.allocator.touches_shared(self._held):
+            self()
+            return
+        table = type(self._bufs).from_buffer_copy(self._bufs)
+        vals = type(self._vals).from_buffer_copy(self._vals)
+        q.push(self._fn_ptr, table, vals, self._fns, (self, tuple(self._held)))
 
     def __call__(self, wait: bool = False) -> float | None:
+        self.device.settle()  # after what the queue holds
         return launch(self._binding, self._fn, self._args, wait)

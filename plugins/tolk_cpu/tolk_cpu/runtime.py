@@ -8,7 +8,8 @@ import re
 import shlex
 import shutil
 import threading
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,8 +28,13 @@ from tolk_core.runtime import (
     run_smoke,
 )
 from tolk_cpu.binding import CoreBinding, device_cores, launch, runs_threads
+from tolk_cpu.queue import CPUQueue, queue_for
 
 ALIGN = 64
+
+
+def _nothing() -> None:
+    pass
 
 
 class HostMemory:
@@ -56,7 +62,20 @@ class HostMemory:
 class CPUAllocator(Allocator):
     """Host memory from numpy (malloc), aligned to 64 bytes; views share their base's memory. A large
     allocation is checked against the host memory left (`host_headroom`): with overcommit a malloc past it
-    can succeed and the kernel that writes it be killed."""
+    can succeed and the kernel that writes it be killed. Every access to the bytes first waits for the
+    device's launch queue (`settle`, set by the device: queue.py). Memory shared with numpy or torch (`adopt`,
+    `mark_shared`) is remembered by its owner's id in `shared`: a batch that touches it is not queued (writes
+    and reads through the other side's arrays happen without Tolk, which cannot make them wait)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settle: Callable[[], None] = _nothing
+        # owner id -> owner, while the owner lives (a dead owner's id may come back for other memory)
+        self.shared: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+    def touches_shared(self, handles: Sequence[HostMemory]) -> bool:
+        """Whether any of `handles` is (a view of) memory shared with another library."""
+        return bool(self.shared) and any(id(h.owner) in self.shared for h in handles)
 
     def limits(self, nbytes: int) -> list[tuple[int, str]]:
         return [h] if nbytes >= HOST_CHECK_BYTES and (h := host_headroom()) is not None else []
@@ -66,16 +85,22 @@ class CPUAllocator(Allocator):
         return HostMemory(raw, (-raw.ctypes.data) % ALIGN, nbytes)
 
     def copyin(self, handle: HostMemory, src: memoryview) -> None:
+        self.settle()
         handle.mv[:] = src
 
     def copyout(self, dest: memoryview, handle: HostMemory) -> None:
+        self.settle()
         dest[:] = handle.mv
 
     def offset(self, handle: HostMemory, byte_offset: int, nbytes: int) -> HostMemory:
         return HostMemory(handle.owner, handle.start + byte_offset, nbytes, handle.ptr - handle.start)
 
     def host_memory(self, handle: HostMemory) -> memoryview:
+        self.settle()
         return handle.mv
+
+    def mark_shared(self, handle: HostMemory) -> None:
+        self.shared[id(handle.owner)] = handle.owner
 
     def reads_peer(self, other: Allocator) -> bool:
         # every CPU device's handle is a host address its kernels take as it is (virtual devices: CPU:i)
@@ -83,7 +108,9 @@ class CPUAllocator(Allocator):
 
     def adopt(self, arr: np.ndarray) -> HostMemory:
         # kernels need element alignment only (vector types are declared unaligned: tolk_cpu/renderer.py)
-        return HostMemory(arr.reshape(-1).view(np.uint8), 0, arr.nbytes)
+        handle = HostMemory(arr.reshape(-1).view(np.uint8), 0, arr.nbytes)
+        self.shared[id(handle.owner)] = handle.owner
+        return handle
 
 
 class CPUCompiler(Compiler):
@@ -198,12 +225,15 @@ class CPUProgram(Program):
             raise ValueError(f"kernel {name!r} is not in the compiled library") from None
         self.fxn.restype = None
         self.threads = device.threads  # its device's share of the cores (None: OpenMP's default)
+        self.parallel = runs_threads(lib)  # it starts OpenMP teams (never run from the launch queue)
         # its launches keep the device's team one thread per core (binding.py) when it starts a team at all
-        self.binding = device.binding if device.binding is not None and runs_threads(lib) else None
+        self.binding = device.binding if device.binding is not None and self.parallel else None
+        self._settle = device.settle
 
     def __call__(self, *bufs: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
                  vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
         args = [ctypes.c_void_p(b.ptr) for b in bufs] + [ctypes.c_int32(v) for v in vals]
+        self._settle()  # after what the device's queue holds (queue.py)
         if self.threads is not None:
             _set_threads(self.threads)
         return launch(self.binding, self.fxn, args, wait)
@@ -242,6 +272,8 @@ class CPUDevice(CompiledDevice):
     """The host CPU, or one of CPU_DEVICES virtual devices over it (``CPU:i``: host memory like the others,
     its kernels run with its share of the cores)."""
 
+    allocator: CPUAllocator
+
     def __init__(self, name: str = "CPU"):
         self.threads = device_threads(config.get("CPU_DEVICES"))
         # OpenMP threads that spin after a parallel loop steal the core a descheduled teammate needs: on a busy
@@ -256,9 +288,27 @@ class CPUDevice(CompiledDevice):
         # the matmul plan's packed panel is an array on each thread's stack (up to 512 KiB, codegen/matmul.py):
         # worker threads get room for it whatever the platform's default thread stack is
         os.environ.setdefault("OMP_STACKSIZE", "4M")
-        super().__init__(name, CPUAllocator(), CPUCompiler(), CPUProgram)
+        self._queue: CPUQueue | None = None  # made by the first batch queued (`queue`)
+        allocator = CPUAllocator()
+        allocator.settle = self.settle
+        super().__init__(name, allocator, CPUCompiler(), CPUProgram)
         cores = device_cores(name, self.threads)
         self.binding = CoreBinding(self, cores) if cores is not None else None
+
+    def queue(self) -> CPUQueue | None:
+        """The launch queue batches of single-threaded kernels go to (queue.py); None: they run on the calling
+        thread (CPU_ASYNC=0, virtual devices)."""
+        if self._queue is None or not self._queue.alive:
+            self._queue = queue_for(self)
+        return self._queue if config.get("CPU_ASYNC") else None
+
+    def settle(self) -> None:
+        """Wait for what this device's queue holds (before the memory is touched or a kernel runs here)."""
+        if (q := self._queue) is not None and q.busy:
+            q.wait()
+
+    def synchronize(self) -> None:
+        self.settle()
 
     def load(self, lib: bytes) -> ctypes.CDLL:
         return load_shared(lib)  # loaded once per distinct binary
