@@ -261,6 +261,18 @@ class Survey(NamedTuple):
 
 
 _FLAGGED = frozenset({Op.BIND, Op.COPY, *SIZED_MOVEMENTS})
+# movement arguments seen, and whether they are concrete (ints, (int, int) pairs): the same shapes come back in
+# every step's graph, one dict lookup instead of a generator over the argument (bounded: cleared when full)
+_concrete_args: dict[Any, bool] = {}
+
+
+def _is_concrete(arg: tuple) -> bool:
+    if (known := _concrete_args.get(arg)) is None:
+        if len(_concrete_args) >= 4096:
+            _concrete_args.clear()
+        known = _concrete_args[arg] = all(type(a) is int or (type(a) is tuple and type(a[0]) is int and
+                                                              type(a[1]) is int) for a in arg)
+    return known
 
 
 def survey(sink: UOp, device: str | None = None) -> Survey:
@@ -268,37 +280,37 @@ def survey(sink: UOp, device: str | None = None) -> Survey:
     asks all of it, and separate passes (structure, storage reads, bound Variables, devices) were a fifth of
     an eager train step's Python. `device`: the device asked (None: no BUFFER counts as another device's)."""
     nodes = sink.toposort()
-    index: dict[UOp, int] = {}
+    index = dict(zip(nodes, range(len(nodes))))  # built in C: every source is indexed before its users
     inputs: list[UOp] = []
     out: list[tuple] = []
     reads: set[UOp] = set()
     binds = crosses = False
     append, at, disjoint = out.append, index.__getitem__, reads.isdisjoint
-    for i, u in enumerate(nodes):
+    for u in nodes:
         op, src = u.op, u.src
         if op is Op.BUFFER:
             append(("buffer", u.dtype, u.arg, len(inputs)))
             inputs.append(u)
             reads.add(u)
             crosses = crosses or (device is not None and src[1].arg != device)
-        elif op is Op.UNIQUE:  # a buffer's identity: what the slots abstract away
+            continue
+        if op is Op.UNIQUE:  # a buffer's identity: what the slots abstract away
             append(("unique",))
+            continue
+        n = len(src)
+        if n == 1:  # most nodes: one or two sources, indexed without a map object
+            append((op, u.dtype, u.arg, at(src[0])))
+        elif n == 2:
+            append((op, u.dtype, u.arg, at(src[0]), at(src[1])))
         else:
-            if len(src) == 1:  # most nodes: one or two sources, indexed without a map object
-                append((op, u.dtype, u.arg, at(src[0])))
-            elif len(src) == 2:
-                append((op, u.dtype, u.arg, at(src[0]), at(src[1])))
-            else:
-                append((op, u.dtype, u.arg, *map(at, src)))
-            if src and not disjoint(src):
-                reads.add(u)
-            if op in _FLAGGED:
-                if op is Op.COPY:
-                    crosses = True
-                elif op is Op.BIND or not all(type(a) is int or (type(a) is tuple and type(a[0]) is int and
-                                                                  type(a[1]) is int) for a in u.arg):
-                    binds = True
-        index[u] = i
+            append((op, u.dtype, u.arg, *map(at, src)))
+        if n and not disjoint(src):
+            reads.add(u)
+        if op in _FLAGGED:
+            if op is Op.COPY:
+                crosses = True
+            elif op is Op.BIND or not _is_concrete(u.arg):
+                binds = True
     return Survey(nodes, index, tuple(out), inputs, reads, binds, crosses)
 
 

@@ -34,8 +34,9 @@ from typing import Any
 from tolk_core import config
 
 CAPACITY = 16
-# how long a caller waiting for the queue yields its core before it sleeps (see tolk_queue_wait)
-SPIN_SECONDS = 2e-4
+# how long the worker waiting for a batch, and a caller waiting for the worker, yield their cores before they
+# sleep (a thread woken from sleep starts tens of microseconds late; see tolk_queue_run and tolk_queue_wait)
+SPIN_SECONDS = 1e-3
 
 QUEUE_C = r"""
 #define _GNU_SOURCE
@@ -53,11 +54,25 @@ typedef struct {
   pthread_t thread;
 } tolk_queue;
 
-/* the worker: every batch in push order, one at a time */
+static double tolk_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* the worker: every batch in push order, one at a time. Out of work, it yields its core for up to SPIN
+   seconds before it sleeps: an eager step pushes its next batch within a millisecond or so, and a sleeping
+   thread would start it late */
 static void* tolk_queue_run(void* arg) {
   tolk_queue* q = (tolk_queue*)arg;
   pthread_mutex_lock(&q->mu);
   for (;;) {
+    double until = tolk_now() + SPIN;
+    while (q->finished == q->pushed && tolk_now() < until) {
+      pthread_mutex_unlock(&q->mu);
+      sched_yield();
+      pthread_mutex_lock(&q->mu);
+    }
     while (q->finished == q->pushed) pthread_cond_wait(&q->more, &q->mu);
     tolk_item it = q->items[q->finished % CAPACITY];
     pthread_mutex_unlock(&q->mu);
@@ -93,12 +108,6 @@ long tolk_queue_push(void* qp, void* fn, void** b, const int* v, void** f) {
   pthread_cond_signal(&q->more);
   pthread_mutex_unlock(&q->mu);
   return n;
-}
-
-static double tolk_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
 /* blocks until batch n (and every one before it) finished; returns how many finished. The caller yields its
