@@ -32,9 +32,6 @@ from tolk_core.nn.state import StateDictError, load_state_dict
 class Optimizer:
     """Base: holds the parameters (each must require grad) and per-parameter state tensors."""
 
-    # whether `_update` reads the step count `t`: then `t` is stored before the updates are built, else with them
-    reads_step_count = False
-
     def __init__(self, params: Iterable[Tensor], lr: float):
         uniq: dict[int, Tensor] = {}
         for p in params:
@@ -89,8 +86,6 @@ class Optimizer:
         todo = [t for t in (*grads, *also) if t is not None]
         if todo:
             todo[0].realize(*todo[1:])
-        if self.reads_step_count:  # stored first, by itself: the updates read the new count
-            self.t.assign(self.t + 1)
         stages: list[list[tuple[Tensor, Tensor]]] = []
         for (i, p), g in zip(live, grads, strict=True):
             assert g is not None
@@ -99,13 +94,17 @@ class Optimizer:
                 if k == len(stages):
                     stages.append([])
                 stages[k].extend(pairs)
-        if not self.reads_step_count:  # stored with the updates, which do not read it (one realize less a step)
-            stages.append([(self.t, self.t + 1)])
-        assign_stages(stages)
-        # the stored values now read their targets: nothing of them is needed later. A lazy tensor kept alive
-        # would be computed before the next write into what it reads (the step count, the learning rate)
-        stages.clear()
+        # the step count last: an update that reads it (Adam's bias corrections) reads the count before the step
+        # and adds the one this step makes, so every value is an expression of the storage before the step
+        stages.append([(self.t, self.t + 1)])
+        # the per-step values (bias corrections, the learning rate as each parameter reads it) are in the stored
+        # values' graphs now. Kept alive as lazy tensors, they would be computed by themselves before the stores
+        # (a lazy reader of a store's target is computed first: frontend/tensor.py `before_writes`)
         self._step_values.clear()
+        assign_stages(stages)
+        # the stored values now read their targets: nothing of them is needed later (kept alive, they too would
+        # be computed before the next write into what they read)
+        stages.clear()
 
     def _update(self, i: int, p: Tensor, g: Tensor) -> list[list[tuple[Tensor, Tensor]]]:
         """The stores of parameter `i`'s update, in stages of (target, new value): the parameter first, then its
@@ -168,8 +167,6 @@ class Adam(Optimizer):
 
     decoupled = False
 
-    reads_step_count = True  # the bias corrections
-
     def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0):
         super().__init__(params, lr)
@@ -195,9 +192,9 @@ class Adam(Optimizer):
         return [[(p, p_new)], [(m, m_new), (v, v_new)]]
 
     def _correction(self, beta: float, p: Tensor) -> Tensor:
-        """The bias correction 1 - beta^t from the device-side step count (b^t = 2^(t log2 b)), broadcastable
-        against `p` in its dtype."""
-        c = 1 - (self.t * math.log(beta)).exp() if beta > 0 else Tensor.ones(1, device=self.device)
+        """The bias correction 1 - beta^t for the count t this step makes (the device-side count before it, plus
+        one: it is stored with the updates), broadcastable against `p` in its dtype (b^t = 2^(t log2 b))."""
+        c = 1 - ((self.t + 1) * math.log(beta)).exp() if beta > 0 else Tensor.ones(1, device=self.device)
         return c.cast(p.dtype).reshape((1,) * p.ndim)
 
 

@@ -12,8 +12,8 @@ is one load. Parameters of one shape (a model's equal layers, its biases of one 
 When that is sound is `reads_precede_stores`, the contract of a schedule of assignments (every value is read
 before any store lands: engine.realize.assign_all): every kernel that reads a buffer some kernel stores runs
 before that store, or is the storing kernel and reads the buffer only at the index it stores. Merged groups
-run after every other kernel of the schedule (the kernels computing their inputs); a merge that would break
-the contract is not made. Groups hold at most KERNEL_MAX_BUFFERS buffers (docs/performance.md, "Optimizer
+run after every other kernel of the schedule (the kernels computing their inputs), each before the groups
+storing what it reads (`_readers_first`); a merge that would break the contract is not made. Groups hold at most KERNEL_MAX_BUFFERS buffers (docs/performance.md, "Optimizer
 updates in few kernels").
 """
 from __future__ import annotations
@@ -126,5 +126,28 @@ def merge_stores(kernels: list[Kernel], destinations: set[UOp]) -> list[Kernel]:
     if len(groups) == len(candidates):
         return kernels
     chosen = set(map(id, candidates))
-    merged = [k for k in kernels if id(k) not in chosen] + [_merged(g) for g in groups]
+    ordered = _readers_first([_merged(g) for g in groups], destinations)
+    if ordered is None:
+        return kernels
+    merged = [k for k in kernels if id(k) not in chosen] + ordered
     return merged if reads_precede_stores([(k.ast, k.buffers) for k in merged], destinations) else kernels
+
+
+def _readers_first(kernels: list[Kernel], destinations: set[UOp]) -> list[Kernel] | None:
+    """`kernels` (merged store kernels) in an order where each runs before every other that stores a destination
+    it reads (an optimizer's step count: stored by one kernel, read by every parameter's bias correction), else
+    in their own order; None where no such order exists (two kernels each reading what the other stores)."""
+    stored = [{k.buffers[st.src[0].src[0].arg] for st in _stores(k.ast)} for k in kernels]
+    read = [{k.buffers[u.src[0].src[0].arg] for u in k.ast.toposort() if u.op is Op.LOAD and
+             u.src[0].src[0].op is Op.PARAM} & destinations for k in kernels]
+    # kernel i must wait for every j != i reading what i stores
+    waits = [{j for j in range(len(kernels)) if j != i and read[j] & stored[i]} for i in range(len(kernels))]
+    order: list[int] = []
+    placed: set[int] = set()
+    while len(order) < len(kernels):
+        ready = next((i for i in range(len(kernels)) if i not in placed and waits[i] <= placed), None)
+        if ready is None:
+            return None
+        order.append(ready)
+        placed.add(ready)
+    return [kernels[i] for i in order]
