@@ -280,7 +280,7 @@ def survey(sink: UOp, device: str | None = None) -> Survey:
     asks all of it, and separate passes (structure, storage reads, bound Variables, devices) were a fifth of
     an eager train step's Python. `device`: the device asked (None: no BUFFER counts as another device's)."""
     nodes = sink.toposort()
-    index = dict(zip(nodes, range(len(nodes))))  # built in C: every source is indexed before its users
+    index = dict(zip(nodes, range(len(nodes)), strict=True))  # built in C: sources are indexed before users
     inputs: list[UOp] = []
     out: list[tuple] = []
     reads: set[UOp] = set()

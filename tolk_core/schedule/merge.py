@@ -13,8 +13,8 @@ When that is sound is `reads_precede_stores`, the contract of a schedule of assi
 before any store lands: engine.realize.assign_all): every kernel that reads a buffer some kernel stores runs
 before that store, or is the storing kernel and reads the buffer only at the index it stores. Merged groups
 run after every other kernel of the schedule (the kernels computing their inputs), each before the groups
-storing what it reads (`_readers_first`); a merge that would break the contract is not made. Groups hold at most KERNEL_MAX_BUFFERS buffers (docs/performance.md, "Optimizer
-updates in few kernels").
+storing what it reads (`_readers_first`); a merge that would break the contract is not made. Groups hold at
+most KERNEL_MAX_BUFFERS buffers (docs/performance.md, "Optimizer updates in few kernels").
 """
 from __future__ import annotations
 
