@@ -39,14 +39,25 @@ _RESULTS_MAX = 4096
 def as_node(name: str, formula: Formula, tensors: tuple[Tensor, ...], static: tuple = ()) -> Tensor | None:
     """`formula(*tensors, *static)` as one composite node, or None where it cannot be one (see the module
     docstring): the caller then builds the formula itself."""
+    nodes = as_nodes(name, formula, tensors, (static,))
+    return None if nodes is None else nodes[0]
+
+
+def as_nodes(name: str, formula: Formula, tensors: tuple[Tensor, ...],
+             statics: tuple[tuple, ...]) -> list[Tensor] | None:
+    """`as_node` of each of `statics` over the same sources (an update's outputs: Adam's new parameter, m and v),
+    the sources checked once; None where they cannot be nodes."""
     device = tensors[0].device
     if type(device) is not str or any(t.device != device or any(type(d) is not int for d in t.shape)
                                       for t in tensors):
         return None
-    comp = _composite(name, formula, static)
     src = tuple(t.uop for t in tensors)
-    shape, dtype = _result(formula, static, src, tuple((t.shape, t.uop.dtype) for t in tensors))
-    return tensors[0]._wrap(UOp.shaped(Op.CALL, dtype, src, comp, shape))
+    signature = tuple((t.shape, t.uop.dtype) for t in tensors)
+    out = []
+    for static in statics:
+        shape, dtype = _result(formula, static, src, signature)
+        out.append(tensors[0]._wrap(UOp.shaped(Op.CALL, dtype, src, _composite(name, formula, static), shape)))
+    return out
 
 
 def _result(formula: Formula, static: tuple, src: tuple[UOp, ...], signature: tuple) -> tuple[tuple[int, ...], DType]:

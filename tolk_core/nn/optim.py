@@ -23,9 +23,10 @@ import math
 from collections.abc import Callable, Iterable
 
 from tolk_core.errors import TolkError
-from tolk_core.frontend.composite import as_node
+from tolk_core.frontend.composite import as_nodes
 from tolk_core.frontend.nodes import Nodes
 from tolk_core.frontend.tensor import Tensor, assign_stages
+from tolk_core.ir.uop import UOp
 from tolk_core.nn.state import StateDictError, load_state_dict
 
 
@@ -45,7 +46,7 @@ class Optimizer:
         self.lr_tensor = Tensor.full((1,), float(lr), device=self.device).contiguous().realize()
         self._lr = float(lr)
         self.t = Tensor.zeros(1, device=self.device).contiguous().realize()  # steps taken (float32: exact < 2^24)
-        self._step_values: dict[tuple, Tensor] = {}  # `_per_step`'s, for the step being built
+        self._step_nodes: dict[tuple, tuple[UOp, str]] = {}  # `_per_step`'s nodes and their device
 
     @property
     def lr(self) -> float:
@@ -63,12 +64,19 @@ class Optimizer:
                               lambda: self.lr_tensor.to(p.device).cast(p.dtype).reshape((1,) * p.ndim))
 
     def _per_step(self, key: tuple, make: Callable[[], Tensor]) -> Tensor:
-        """`make()`, made once per step for every parameter of one `key` (device, dtype, rank): the learning
-        rate and Adam's bias corrections as each parameter reads them, the same nodes for all of them (nodes
-        are interned), built once instead of a few Tensor ops per parameter per step."""
-        if (t := self._step_values.get(key)) is None:
-            t = self._step_values[key] = make()
-        return t
+        """`make()` for every parameter of one `key` (device, dtype, rank): the learning rate and Adam's bias
+        corrections as each parameter reads them, the same nodes for all of them, built once instead of a few
+        Tensor ops per parameter per step. Their nodes read the storage of the step count and the learning rate,
+        which every step updates in place, so they are the same from step to step: kept as nodes (a lazy Tensor
+        kept alive would be computed by itself before the step count's store: `before_writes`), made again
+        when that storage is another."""
+        full = (key, self.t.uop, self.lr_tensor.uop)
+        if (got := self._step_nodes.get(full)) is None:
+            if len(self._step_nodes) >= 256:  # (storage replaced step after step: keep only the latest)
+                self._step_nodes.clear()
+            made = make()
+            got = self._step_nodes[full] = (made.uop, made.device)
+        return Tensor(got[0], got[1])
 
     def _zeros_like(self, p: Tensor) -> Tensor:
         return Tensor.zeros(p.shape, dtype=p.dtype, device=p.device).contiguous().realize()
@@ -80,7 +88,6 @@ class Optimizer:
     def step(self, *also: Tensor) -> None:
         """Update every parameter that has a gradient. `also`: tensors to compute in the same schedule as the
         gradients, before any parameter changes (the loss, metrics)."""
-        self._step_values.clear()  # left by a step that raised halfway
         live = [(i, p) for i, p in enumerate(self.params) if p.grad is not None]
         grads = [p.grad for _, p in live]
         todo = [t for t in (*grads, *also) if t is not None]
@@ -97,10 +104,6 @@ class Optimizer:
         # the step count last: an update that reads it (Adam's bias corrections) reads the count before the step
         # and adds the one this step makes, so every value is an expression of the storage before the step
         stages.append([(self.t, self.t + 1)])
-        # the per-step values (bias corrections, the learning rate as each parameter reads it) are in the stored
-        # values' graphs now. Kept alive as lazy tensors, they would be computed by themselves before the stores
-        # (a lazy reader of a store's target is computed first: frontend/tensor.py `before_writes`)
-        self._step_values.clear()
         assign_stages(stages)
         # the stored values now read their targets: nothing of them is needed later (kept alive, they too would
         # be computed before the next write into what they read)
@@ -186,9 +189,8 @@ class Adam(Optimizer):
         static = (self.b1, self.b2, self.eps, self.weight_decay, self.decoupled)
         # three nodes (the new parameter, m and v) over the same sources, whose expansions share every node: an
         # eager step builds and keys 3 nodes per parameter instead of ~20 (frontend/composite.py)
-        new = [as_node("adam", _adam_one, operands, (*static, k)) for k in range(3)]
-        p_new, m_new, v_new = new if all(t is not None for t in new) else _adam(*operands, *static)
-        assert p_new is not None and m_new is not None and v_new is not None
+        new = as_nodes("adam", _adam_one, operands, tuple((*static, k) for k in range(3)))
+        p_new, m_new, v_new = new if new is not None else _adam(*operands, *static)
         return [[(p, p_new)], [(m, m_new), (v, v_new)]]
 
     def _correction(self, beta: float, p: Tensor) -> Tensor:
