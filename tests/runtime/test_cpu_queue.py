@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import select
+import warnings
 
 import numpy as np
 import pytest
@@ -189,3 +190,19 @@ def test_a_forked_child_makes_its_own_queue() -> None:
         xn = _chain_np(xn)
     assert data, "the child did not answer: it waited for its parent's queue"
     np.testing.assert_allclose(np.frombuffer(data, np.float32), xn, rtol=1e-5)
+
+
+def test_a_queue_that_cannot_be_made_is_warned_once_and_launches_run_here(monkeypatch) -> None:
+    """A queue whose thread or C cannot be made: one RuntimeWarning naming why, then no queue (the device launches
+    on the calling thread, as with CPU_ASYNC=0), and no second try."""
+    class Broken:
+        def __init__(self, device) -> None:
+            raise OSError("no threads here")
+    monkeypatch.setattr(cpu_queue, "CPUQueue", Broken)
+    monkeypatch.setattr(cpu_queue, "_unavailable", [])
+    with config.override(CPU_ASYNC=1):
+        with pytest.warns(RuntimeWarning, match="no threads here"):
+            assert cpu_queue.queue_for(Device["CPU"]) is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert cpu_queue.queue_for(Device["CPU"]) is None

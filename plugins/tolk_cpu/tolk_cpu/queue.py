@@ -28,10 +28,12 @@ import atexit
 import ctypes
 import os
 import threading
+import warnings
 from collections import deque
 from typing import Any
 
 from tolk_core import config
+from tolk_core.errors import CompileError
 
 CAPACITY = 16
 # how long the worker waiting for a batch, and a caller waiting for the worker, yield their cores before they
@@ -189,20 +191,31 @@ class CPUQueue:
 
 _queues: list[CPUQueue] = []  # every queue made in this process
 _made = threading.Lock()
+_hooked: list[bool] = []  # the fork and exit hooks are registered (once per process: a child inherits them)
+_unavailable: list[str] = []  # why a queue could not be made (then none is tried again)
 
 
 def queue_for(device: Any) -> CPUQueue | None:
-    """A new queue for CPU device `device`, or None where it launches on the calling thread: CPU_ASYNC=0, or
-    one of several virtual devices (module docstring). The first one made drains all of them before a fork
-    (a forked child has no worker thread: it makes its own) and at exit (queued kernels may write memory the
-    interpreter frees then)."""
-    if not config.get("CPU_ASYNC") or config.get("CPU_DEVICES") > 1:
+    """A new queue for CPU device `device`, or None where it launches on the calling thread: CPU_ASYNC=0, one of
+    several virtual devices (module docstring), or a queue that could not be made (its C did not compile, no
+    thread: warned once, the launches then run as with CPU_ASYNC=0). The first one made drains all of them
+    before a fork (a forked child has no worker thread: it makes its own) and at exit (queued kernels may
+    write memory the interpreter frees then)."""
+    if not config.get("CPU_ASYNC") or config.get("CPU_DEVICES") > 1 or _unavailable:
         return None
     with _made:
-        if not _queues:
+        if not _hooked:
             os.register_at_fork(before=drain, after_in_child=_orphan)
             atexit.register(drain)
-        _queues.append(q := CPUQueue(device))
+            _hooked.append(True)
+        try:
+            q = CPUQueue(device)
+        except (CompileError, OSError) as e:
+            _unavailable.append(str(e))
+            warnings.warn(f"tolk: the CPU launch queue could not be made ({e}); CPU kernels run on the calling "
+                          "thread (set CPU_ASYNC=0 to ask for that)", RuntimeWarning, stacklevel=2)
+            return None
+        _queues.append(q)
     return q
 
 
