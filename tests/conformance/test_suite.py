@@ -31,7 +31,7 @@ def test_example_plugin_passes_every_tier(tmp_path, example_site):
     line = summary(proc, "EXAMPLE")
     assert proc.returncode == 0 and " 0 failed" in line, proc.stdout[-3000:]
     tiers = json.loads((tmp_path / "report.json").read_text())["EXAMPLE"]["tiers"]
-    assert tiers["graph"] == {"passed": 5}  # the example supplies a Graph, so the graph tier really runs
+    assert tiers["graph"] == {"passed": 6}  # the example supplies a Graph, so the graph tier really runs
 
 
 BROKEN = [  # (variant, tier that must catch it, the failing test, the contract named)

@@ -46,6 +46,25 @@ def test_replay_equals_sequential_launches(tolk_device):
     require(bound.result().tobytes() == want.tobytes(), "Graph.__call__", "a second replay gave other results")
 
 
+def test_submitted_replays_read_their_own_bindings(tolk_device):
+    """`submit()` (what an eager realize calls) may finish after it returns: two replays submitted back to back,
+    the graph rebound to other buffers between them (`rebind`), each compute on the buffers bound when it was
+    submitted, and a read of their outputs (a copy out) waits for them."""
+    built = _program(tolk_device)
+    first, second = kernels.bind(tolk_device, built, _inputs(3)), kernels.bind(tolk_device, built, _inputs(4))
+    graph = tolk_device.graph(tolk_device, first.launches)
+    graph()
+    graph.rebind([b for ln in first.launches for b in ln.bufs])
+    graph.submit()
+    graph.rebind([b for ln in second.launches for b in ln.bufs])
+    graph.submit()
+    for bound, seed in ((first, 3), (second, 4)):
+        want = _sequential(tolk_device, built, _inputs(seed))
+        require(bound.result().tobytes() == want.tobytes(), "Graph.submit",
+                "a submitted replay must compute on the buffers bound when it was submitted, and reading its "
+                "output must wait for it")
+
+
 def test_update_rebinds_inputs(tolk_device):
     built = _program(tolk_device)
     first, second = kernels.bind(tolk_device, built, _inputs(1)), kernels.bind(tolk_device, built, _inputs(2))
