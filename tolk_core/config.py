@@ -151,7 +151,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("CPU_BIND", int, 1, "1: a CPU device whose OpenMP team has all the cores (or its virtual device's "
             "share) keeps one thread per core while its parallel kernels run; 0: the OS places them "
             "(docs/performance.md, \"Threads that share a core\")", env="TOLK_CPU_BIND", check=in_range(0, 1)),
-    Setting("CPU_ASYNC", int, 1, "1: a CPU device's batches of single-threaded kernels (an eager step's or a JIT's "
+    Setting("CPU_ASYNC", int, 1, "1: a CPU device's batches of single-threaded kernels (an eager realize's "
             "replay) run on a thread of the device's own while Python goes on; everything that touches its memory "
             "waits for them. 0: every launch runs on the calling thread (docs/performance.md, \"Launches that do "
             "not wait\")", env="TOLK_CPU_ASYNC", check=in_range(0, 1)),

@@ -33,6 +33,11 @@ def _stores(ast: UOp) -> list[UOp]:
     return [u for u in ast.toposort() if u.op is Op.STORE and u.src[0].src[0].op is Op.PARAM]
 
 
+def _loads(ast: UOp) -> list[UOp]:
+    """The loads of kernel `ast` from its PARAM slots."""
+    return [u for u in ast.toposort() if u.op is Op.LOAD and u.src[0].src[0].op is Op.PARAM]
+
+
 def reads_precede_stores(calls: Sequence[tuple[UOp, Sequence[Hashable]]], destinations: Collection[Hashable]) -> bool:
     """Whether the kernels `calls` ((kernel SINK, the buffer of each PARAM slot: BUFFER nodes, or any values that
     are equal where the buffers are one, such as a cached schedule's slot numbers), in run order) of a schedule of
@@ -50,9 +55,8 @@ def reads_precede_stores(calls: Sequence[tuple[UOp, Sequence[Hashable]]], destin
     for i, (ast, bufs) in enumerate(calls):
         stores = _stores(ast)
         stored_at = {st.src[0].src[0]: st.src[0] for st in stores}
-        for ld in ast.toposort():
-            if ld.op is not Op.LOAD or ld.src[0].src[0].op is not Op.PARAM or \
-                    (buf := bufs[ld.src[0].src[0].arg]) not in destinations or (w := writer.get(buf)) is None:
+        for ld in _loads(ast):
+            if (buf := bufs[ld.src[0].src[0].arg]) not in destinations or (w := writer.get(buf)) is None:
                 continue
             if w < i or (w == i and len(stores) > 1 and stored_at[ld.src[0].src[0]] is not ld.src[0]):
                 return False
@@ -138,8 +142,7 @@ def _readers_first(kernels: list[Kernel], destinations: set[UOp]) -> list[Kernel
     it reads (an optimizer's step count: stored by one kernel, read by every parameter's bias correction), else
     in their own order; None where no such order exists (two kernels each reading what the other stores)."""
     stored = [{k.buffers[st.src[0].src[0].arg] for st in _stores(k.ast)} for k in kernels]
-    read = [{k.buffers[u.src[0].src[0].arg] for u in k.ast.toposort() if u.op is Op.LOAD and
-             u.src[0].src[0].op is Op.PARAM} & destinations for k in kernels]
+    read = [{k.buffers[u.src[0].src[0].arg] for u in _loads(k.ast)} & destinations for k in kernels]
     # kernel i must wait for every j != i reading what i stores
     waits = [{j for j in range(len(kernels)) if j != i and read[j] & stored[i]} for i in range(len(kernels))]
     order: list[int] = []

@@ -196,12 +196,12 @@ _unavailable: list[str] = []  # why a queue could not be made (then none is trie
 
 
 def queue_for(device: Any) -> CPUQueue | None:
-    """A new queue for CPU device `device`, or None where it launches on the calling thread: CPU_ASYNC=0, one of
-    several virtual devices (module docstring), or a queue that could not be made (its C did not compile, no
-    thread: warned once, the launches then run as with CPU_ASYNC=0). The first one made drains all of them
-    before a fork (a forked child has no worker thread: it makes its own) and at exit (queued kernels may
-    write memory the interpreter frees then)."""
-    if not config.get("CPU_ASYNC") or config.get("CPU_DEVICES") > 1 or _unavailable:
+    """A new queue for CPU device `device` (asked only with CPU_ASYNC=1), or None where it launches on the
+    calling thread: one of several virtual devices (module docstring), or a queue that could not be made (its C
+    did not compile, no thread: warned once, the launches then run as with CPU_ASYNC=0). The first one made
+    drains all of them before a fork (a forked child has no worker thread: it makes its own) and at exit
+    (queued kernels may write memory the interpreter frees then)."""
+    if config.get("CPU_DEVICES") > 1 or _unavailable:
         return None
     with _made:
         if not _hooked:

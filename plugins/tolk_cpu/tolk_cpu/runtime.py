@@ -298,9 +298,11 @@ class CPUDevice(CompiledDevice):
     def queue(self) -> CPUQueue | None:
         """The launch queue batches of single-threaded kernels go to (queue.py); None: they run on the calling
         thread (CPU_ASYNC=0, virtual devices)."""
+        if not config.get("CPU_ASYNC"):
+            return None
         if self._queue is None or not self._queue.alive:
             self._queue = queue_for(self)
-        return self._queue if config.get("CPU_ASYNC") else None
+        return self._queue
 
     def settle(self) -> None:
         """Wait for what this device's queue holds (before the memory is touched or a kernel runs here)."""
