@@ -148,6 +148,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "parallel loop before they sleep (libgomp's GOMP_SPINCOUNT; 0: they sleep at once). About 30000 helps a "
             "machine of one's own and costs processes that share the cores (docs/performance.md, "
             "\"Threads that sleep\")", env="TOLK_CPU_SPIN_COUNT", check=in_range(0)),
+    Setting("CPU_KEEP_AWAKE", float, 1e-3, "seconds a bound CPU device's worker cores are kept awake after a "
+            "parallel kernel, by one thread per core that yields it to any other thread and backs off where another "
+            "thread wants the core (so the next kernel's workers start at once); 0: they go idle "
+            "(docs/performance.md, \"Cores kept awake\")", env="TOLK_CPU_KEEP_AWAKE", check=in_range(0, 1)),
     Setting("CPU_BIND", int, 1, "1: a CPU device whose OpenMP team has all the cores (or its virtual device's "
             "share) keeps one thread per core while its parallel kernels run; 0: the OS places them "
             "(docs/performance.md, \"Threads that share a core\")", env="TOLK_CPU_BIND", check=in_range(0, 1)),

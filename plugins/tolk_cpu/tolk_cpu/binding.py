@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core import config
+from tolk_cpu.keeper import CoreKeeper, keeper_for
 
 try:  # glibc's sched_getcpu (a vDSO read): the core the calling thread runs on now
     _LIBC: Any = ctypes.CDLL(None, use_errno=True)
@@ -110,6 +111,7 @@ class CoreBinding:
         self._workers = frozenset(cores[1:])
         self._bound = threading.local()  # per launching thread: its team is bound
         self._bind_fn: Any = None
+        self._keeper: CoreKeeper | None = None  # its worker cores kept awake between kernels (keeper.py)
 
     def _bind_team(self) -> None:
         if self._bind_fn is None:
@@ -119,6 +121,8 @@ class CoreBinding:
         cores = (ctypes.c_int * len(self.cores))(*self.cores)
         self._bind_fn(cores, ctypes.c_int(len(self.cores)))
         self._bound.done = True
+        if self._keeper is None or not self._keeper.alive:
+            self._keeper = keeper_for(self.device, self.cores[1:])
 
     def pin(self) -> set[int] | None:
         """Keep the calling thread off its team's cores for a launch (binding the team the first time): where it
@@ -127,6 +131,11 @@ class CoreBinding:
         caller's own mask excludes the first core."""
         if not getattr(self._bound, "done", False):
             self._bind_team()
+        if (k := self._keeper) is not None:
+            if not k.alive:  # a forked child's first launch
+                k = self._keeper = keeper_for(self.device, self.cores[1:])
+            if k is not None:
+                k.begin()
         if _LIBC is None or _LIBC.sched_getcpu() not in self._workers:
             return None
         mine = os.sched_getaffinity(0)
@@ -135,10 +144,13 @@ class CoreBinding:
         os.sched_setaffinity(0, (self.cores[0],))
         return mine
 
-    @staticmethod
-    def unpin(mask: set[int] | None) -> None:
+    def unpin(self, mask: set[int] | None) -> None:
+        """After the launch: the calling thread's mask given back (`mask`, what `pin` returned) and the worker
+        cores kept awake from now (keeper.py)."""
         if mask is not None:
             os.sched_setaffinity(0, mask)
+        if (k := self._keeper) is not None:
+            k.end()
 
 
 def launch(binding: CoreBinding | None, fn: Any, args: Sequence[Any], wait: bool) -> float | None:
@@ -149,7 +161,8 @@ def launch(binding: CoreBinding | None, fn: Any, args: Sequence[Any], wait: bool
         fn(*args)
         return time.perf_counter() - t0 if wait else None
     finally:
-        CoreBinding.unpin(mask)
+        if binding is not None:
+            binding.unpin(mask)
 
 
 def runs_threads(lib: bytes) -> bool:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tolk_core.runtime import Graph, Launch
+from tolk_cpu import teams
 from tolk_cpu.binding import CoreBinding, launch
 from tolk_cpu.runtime import CPUDevice, CPUProgram
 
@@ -105,4 +106,6 @@ class CPUGraph(Graph):
 
     def __call__(self, wait: bool = False) -> float | None:
         self.device.settle()  # after what the queue holds
+        if self._parallel:
+            teams.prepare(self.device.threads)
         return launch(self._binding, self._fn, self._args, wait)

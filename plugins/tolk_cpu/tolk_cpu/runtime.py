@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import shutil
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from tolk_core.runtime import (
     remembered_identity,
     run_smoke,
 )
+from tolk_cpu import teams
 from tolk_cpu.binding import CoreBinding, device_cores, launch, runs_threads
 from tolk_cpu.queue import CPUQueue, queue_for
 
@@ -234,8 +234,8 @@ class CPUProgram(Program):
                  vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
         args = [ctypes.c_void_p(b.ptr) for b in bufs] + [ctypes.c_int32(v) for v in vals]
         self._settle()  # after what the device's queue holds (queue.py)
-        if self.threads is not None:
-            _set_threads(self.threads)
+        if self.parallel:
+            teams.prepare(self.threads)
         return launch(self.binding, self.fxn, args, wait)
 
 
@@ -244,20 +244,6 @@ void tolk_smoke(float* restrict out, const float* restrict a, const float* restr
   for (int i = 0; i < n; i++) out[i] = a[i] * (float)k + b[i];
 }
 """
-
-
-# the OpenMP thread count last set by each launching thread: libgomp keeps the count per thread, and virtual
-# devices launch from threads of their own (tolk_core/engine/concurrent.py)
-_omp_threads = threading.local()
-
-
-def _set_threads(n: int) -> None:
-    """Make the next parallel loop launched from this thread use `n` OpenMP threads (libgomp's
-    omp_set_num_threads, which the kernel libraries link through -fopenmp); only called when the count
-    changes."""
-    if getattr(_omp_threads, "n", 0) != n:
-        ctypes.CDLL("libgomp.so.1").omp_set_num_threads(ctypes.c_int(n))
-        _omp_threads.n = n
 
 
 def device_threads(n_devices: int) -> int | None:
