@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -137,3 +138,23 @@ os.waitpid(pid, 0)
 print(json.dumps({"child": os.read(r, 1)[0], "parent": parent}))
 """)
     assert got == {"child": 0, "parent": len(CORES) - 1}
+
+
+def test_keepers_that_cannot_be_made_are_warned_once_and_kernels_run_without(monkeypatch):
+    from tolk_cpu import keeper
+    from tolk_cpu.helpers import HelperThreads
+
+    from tolk_core import config
+    from tolk_core.plugins import Device
+
+    class Broken:
+        def __init__(self, *args) -> None:
+            raise OSError("no threads here")
+    monkeypatch.setattr(keeper, "CoreKeeper", Broken)
+    monkeypatch.setattr(keeper, "_keepers", HelperThreads("the core keepers", "cores sleep"))
+    with config.override(CPU_KEEP_AWAKE=0.001):
+        with pytest.warns(RuntimeWarning, match="no threads here"):
+            assert keeper.keeper_for(Device["CPU"], (1,)) is None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second try, no second warning
+            assert keeper.keeper_for(Device["CPU"], (1,)) is None

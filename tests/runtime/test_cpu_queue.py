@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 from tolk_cpu import queue as cpu_queue
+from tolk_cpu.helpers import HelperThreads
 
 import tolk_core
 from tolk_core import config
@@ -199,7 +200,7 @@ def test_a_queue_that_cannot_be_made_is_warned_once_and_launches_run_here(monkey
         def __init__(self, device) -> None:
             raise OSError("no threads here")
     monkeypatch.setattr(cpu_queue, "CPUQueue", Broken)
-    monkeypatch.setattr(cpu_queue, "_unavailable", [])
+    monkeypatch.setattr(cpu_queue, "_queues", HelperThreads("the CPU launch queue", "run here", cpu_queue.drain))
     with config.override(CPU_ASYNC=1):
         with pytest.warns(RuntimeWarning, match="no threads here"):
             assert cpu_queue.queue_for(Device["CPU"]) is None

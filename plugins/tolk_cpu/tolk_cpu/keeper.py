@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
-import threading
-import warnings
 from typing import Any
 
 from tolk_core import config
-from tolk_core.errors import CompileError
 from tolk_cpu import teams
+from tolk_cpu.helpers import HelperThreads
 
 GAP_SECONDS = 500e-6  # a yield that came back later than this let another thread run a scheduler slice
 BACKOFF_SECONDS = 50e-3  # how long a keeper that found its core wanted leaves it alone
@@ -168,11 +165,12 @@ class CoreKeeper:
         self.end = functools.partial(touch, handle, -1)
         self.alive = True  # False in a forked child, where its threads do not exist
 
+    def orphan(self) -> None:
+        """In a forked child (helpers.py): nothing to let go of (the next launch makes new keepers)."""
 
-_keepers: list[CoreKeeper] = []  # every keeper made in this process
-_made = threading.Lock()
-_hooked: list[bool] = []  # the fork hook is registered (once per process: a child inherits it)
-_failed: list[str] = []  # why keepers could not be made (then none is tried again)
+
+_keepers = HelperThreads("the CPU device's core keepers", "its cores sleep between parallel kernels (set "
+                         "CPU_KEEP_AWAKE=0 to ask for that)")
 
 
 def keeper_for(device: Any, cores: tuple[int, ...]) -> CoreKeeper | None:
@@ -180,25 +178,6 @@ def keeper_for(device: Any, cores: tuple[int, ...]) -> CoreKeeper | None:
     kernels run on one thread (teams.py), or they could not be made (warned once; kernels then run as with
     CPU_KEEP_AWAKE=0)."""
     window = config.get("CPU_KEEP_AWAKE")
-    if not window or not cores or _failed or teams.forked():
+    if not window or not cores or teams.forked():
         return None
-    with _made:
-        if not _hooked:
-            os.register_at_fork(after_in_child=_forget)
-            _hooked.append(True)
-        try:
-            k = CoreKeeper(device, cores, window)
-        except (CompileError, OSError) as e:
-            _failed.append(str(e))
-            warnings.warn(f"tolk: the CPU device's core keepers could not be made ({e}); its cores sleep between "
-                          "parallel kernels (set CPU_KEEP_AWAKE=0 to ask for that)", RuntimeWarning, stacklevel=2)
-            return None
-        _keepers.append(k)
-    return k
-
-
-def _forget() -> None:
-    """In a forked child: the parent's keepers have no threads here (the next launch makes new ones)."""
-    for k in _keepers:
-        k.alive = False
-    _keepers.clear()
+    return _keepers.make(lambda: CoreKeeper(device, cores, window))

@@ -24,16 +24,13 @@ CPU_ASYNC=0 turns the queue off. Before a fork and at exit the queues are draine
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
-import os
 import threading
-import warnings
 from collections import deque
 from typing import Any
 
 from tolk_core import config
-from tolk_core.errors import CompileError
+from tolk_cpu.helpers import HelperThreads
 
 CAPACITY = 16
 # how long the worker waiting for a batch, and a caller waiting for the worker, yield their cores before they
@@ -161,6 +158,10 @@ class CPUQueue:
         self._last = 0
         self.alive = True  # False in a forked child, where its worker does not exist
 
+    def orphan(self) -> None:
+        """In a forked child (helpers.py): what the parent queued never runs here."""
+        self._pending.clear()
+
     def push(self, fn: int, b: Any, v: Any, f: Any, keep: Any) -> None:
         """Queue the native call fn(b, v, f) (a graph driver: addresses of its pointer, argument and function
         tables, which must stay unchanged until it ran); `keep` is referenced until then."""
@@ -189,45 +190,22 @@ class CPUQueue:
         return bool(self._pending)
 
 
-_queues: list[CPUQueue] = []  # every queue made in this process
-_made = threading.Lock()
-_hooked: list[bool] = []  # the fork and exit hooks are registered (once per process: a child inherits them)
-_unavailable: list[str] = []  # why a queue could not be made (then none is tried again)
-
-
 def queue_for(device: Any) -> CPUQueue | None:
     """A new queue for CPU device `device` (asked only with CPU_ASYNC=1), or None where it launches on the
     calling thread: one of several virtual devices (module docstring), or a queue that could not be made (its C
-    did not compile, no thread: warned once, the launches then run as with CPU_ASYNC=0). The first one made
-    drains all of them before a fork (a forked child has no worker thread: it makes its own) and at exit
-    (queued kernels may write memory the interpreter frees then)."""
-    if config.get("CPU_DEVICES") > 1 or _unavailable:
+    did not compile, no thread: warned once, the launches then run as with CPU_ASYNC=0). All of them are
+    drained before a fork (a forked child has no worker thread: it makes its own) and at exit (queued kernels
+    may write memory the interpreter frees then)."""
+    if config.get("CPU_DEVICES") > 1:
         return None
-    with _made:
-        if not _hooked:
-            os.register_at_fork(before=drain, after_in_child=_orphan)
-            atexit.register(drain)
-            _hooked.append(True)
-        try:
-            q = CPUQueue(device)
-        except (CompileError, OSError) as e:
-            _unavailable.append(str(e))
-            warnings.warn(f"tolk: the CPU launch queue could not be made ({e}); CPU kernels run on the calling "
-                          "thread (set CPU_ASYNC=0 to ask for that)", RuntimeWarning, stacklevel=2)
-            return None
-        _queues.append(q)
-    return q
-
-
-def _orphan() -> None:
-    """In a forked child: the parent's queues have no worker here (their devices make new ones)."""
-    for q in _queues:
-        q.alive = False
-        q._pending.clear()
-    _queues.clear()
+    return _queues.make(lambda: CPUQueue(device))
 
 
 def drain() -> None:
     """Wait for every CPU queue of this process."""
-    for q in list(_queues):
+    for q in list(_queues.made):
         q.wait()
+
+
+_queues = HelperThreads("the CPU launch queue", "CPU kernels run on the calling thread (set CPU_ASYNC=0 to ask for "
+                        "that)", drain)
