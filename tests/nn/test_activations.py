@@ -21,6 +21,7 @@ _CASES = {
     "hardsigmoid": (F.hardsigmoid, lambda t, tF: tF.hardsigmoid(t)),
     "hardswish": (F.hardswish, lambda t, tF: tF.hardswish(t)),
     "hardtanh": (lambda t: F.hardtanh(t, -0.5, 2.0), lambda t, tF: tF.hardtanh(t, -0.5, 2.0)),
+    "relu": (F.relu, lambda t, tF: tF.relu(t)),
     "relu6": (F.relu6, lambda t, tF: tF.relu6(t)),
     "softplus": (lambda t: F.softplus(t, 2.0, 10.0), lambda t, tF: tF.softplus(t, 2.0, 10.0)),
     "softsign": (F.softsign, lambda t, tF: tF.softsign(t)),
@@ -49,6 +50,23 @@ def test_activation_in_float64_and_non_finite(device, name):
     want = theirs(torch.tensor(x), tF).numpy()
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
+
+
+def test_relu_gradient_at_zero_and_nan_is_torchs(device):
+    """relu's gradient is 0 at +-0 (max's tie rule would give 1/2) and passes at NaN, as torch's does; the values
+    keep -0.0 and NaN."""
+    import torch
+    x = np.float32([-np.inf, -1.0, -0.0, 0.0, 1e-30, np.inf, np.nan])
+    scale = np.arange(1, len(x) + 1, dtype=np.float32)
+    t = Tensor(x, device=device).requires_grad_()
+    y = t.relu()
+    (y * Tensor(scale, device=device)).sum().backward()
+    tt = torch.tensor(x, requires_grad=True)
+    ty = tt.relu()
+    (ty * torch.tensor(scale)).sum().backward()
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
+    np.testing.assert_array_equal(np.signbit(y.numpy()), np.signbit(ty.detach().numpy()))
+    np.testing.assert_array_equal(t.grad.numpy(), tt.grad.numpy())  # [0, 0, 0, 0, 5, 6, 7]
 
 
 def test_tensor_methods_are_the_functional_forms(device):

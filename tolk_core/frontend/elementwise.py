@@ -467,9 +467,12 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
 
     # ---- unary maths ----
     def relu(self: Tensor) -> Tensor:
+        """max(x, 0); its gradient is torch's: 0 where x <= 0 (at 0 too, where max's tie rule would give 1/2),
+        1 elsewhere (NaN passes it, as torch's does)."""
+        if not (dtypes.is_float(self.dtype) and autograd.gradients_expected()):
+            return self.maximum(0)
         # one node where a gradient is expected: its backward is then one node too (frontend/composite.py)
-        if dtypes.is_float(self.dtype) and autograd.gradients_expected() and \
-                (node := as_node("relu", _relu, (self,))) is not None:
+        if (node := as_node("relu", _relu, (self,))) is not None:
             return node
         return _relu(self)
 
@@ -709,5 +712,6 @@ def _float_divmod(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _relu(x: Tensor) -> Tensor:
-    """max(x, 0): the formula of a relu node."""
-    return x.maximum(0)
+    """The formula of a relu node where a gradient is expected: max(x, 0) (the same value wherever x is selected),
+    its gradient reaching x only where x <= 0 is false."""
+    return (x <= 0).where(x.maximum(0).detach(), x)
