@@ -121,7 +121,7 @@ class CoreBinding:
         cores = (ctypes.c_int * len(self.cores))(*self.cores)
         self._bind_fn(cores, ctypes.c_int(len(self.cores)))
         self._bound.done = True
-        if self._keeper is None or not self._keeper.alive:
+        if self._keeper is None:
             self._keeper = keeper_for(self.device, self.cores[1:])
 
     def pin(self) -> set[int] | None:
@@ -132,10 +132,10 @@ class CoreBinding:
         if not getattr(self._bound, "done", False):
             self._bind_team()
         if (k := self._keeper) is not None:
-            if not k.alive:  # a forked child's first launch
-                k = self._keeper = keeper_for(self.device, self.cores[1:])
-            if k is not None:
+            if k.alive:
                 k.begin()
+            else:  # a forked child: the parent's keepers have no threads here, and its kernels one thread (teams.py)
+                self._keeper = None
         if _LIBC is None or _LIBC.sched_getcpu() not in self._workers:
             return None
         mine = os.sched_getaffinity(0)

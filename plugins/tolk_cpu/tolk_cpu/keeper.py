@@ -14,7 +14,7 @@ later (a scheduler slice went to another thread) while no kernel of its device s
 core has other work, and the keeper leaves it alone for BACKOFF_SECONDS, then looks again if the window is open.
 
 Keepers are made with a device's binding (the device owns its cores), on its first parallel launch. Threads do
-not survive a fork: a forked child makes its own where its kernels still start teams (teams.py).
+not survive a fork: a forked child drops its parent's and makes none (its kernels run on one thread, teams.py).
 """
 from __future__ import annotations
 
