@@ -66,30 +66,61 @@ def supervise(n: int, argv: Sequence[str], env: Mapping[str, str] | None = None,
     # tracebacks into one another mid-line through a shared descriptor
     lock = threading.Lock()
     readers = [threading.Thread(target=_pass_lines, args=(p.stderr, lock), daemon=True) for p in procs]
+    exits = _Exits(procs)
     for t in readers:
         t.start()
-    start, first, kill_at = time.monotonic(), None, None
-    while True:
-        codes = [p.poll() for p in procs]
-        if first is None and (bad := next(((r, c) for r, c in enumerate(codes) if c), None)):
-            first, kill_at = bad, time.monotonic() + grace
-        if all(c is not None for c in codes):
-            break
+    start, kill_at = time.monotonic(), None
+    while not exits.all_done(timeout=0.05):
         now = time.monotonic()
+        if kill_at is None and exits.first_failure() is not None:
+            kill_at = now + grace
         if (kill_at is not None and now > kill_at) or (timeout is not None and now - start > timeout):
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            if first is None:
-                first = (next(r for r, c in enumerate(codes) if c is None), -9)
-        time.sleep(0.05)
+            for r, p in enumerate(procs):
+                if not exits.done(r):
+                    p.kill()  # its waiter records it (status -9)
     for t in readers:
         t.join(timeout=5.0)
+    first = exits.first_failure()
     if first is None:
         return 0, ""
     rank, code = first
     how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
     return (code if code > 0 else 128 - code), f"rank {rank} of {n} {how}"
+
+
+class _Exits:
+    """The ranks' exits in the order they happened: one thread per rank waits on it. When a rank dies, its
+    peers fail moments later (a closed connection); ordering by a shared poll would name whichever of them has
+    the lowest rank, so each exit is recorded the moment its waiter wakes."""
+
+    def __init__(self, procs: Sequence[subprocess.Popen[str]]) -> None:
+        self._order: list[tuple[int, int]] = []
+        self._cond = threading.Condition()
+        self._n = len(procs)
+        for r, p in enumerate(procs):
+            threading.Thread(target=self._wait, args=(r, p), daemon=True).start()
+
+    def _wait(self, rank: int, proc: subprocess.Popen[str]) -> None:
+        code = proc.wait()
+        with self._cond:
+            self._order.append((rank, code))
+            self._cond.notify_all()
+
+    def all_done(self, timeout: float) -> bool:
+        """Whether every rank has exited, after waiting up to `timeout` seconds for one more exit."""
+        with self._cond:
+            if len(self._order) < self._n:
+                self._cond.wait(timeout)
+            return len(self._order) == self._n
+
+    def done(self, rank: int) -> bool:
+        with self._cond:
+            return any(r == rank for r, _ in self._order)
+
+    def first_failure(self) -> tuple[int, int] | None:
+        """(rank, status) of the first rank that exited non-zero, None while none has."""
+        with self._cond:
+            return next(((r, c) for r, c in self._order if c), None)
 
 
 def _pass_lines(src: IO[str] | None, lock: threading.Lock) -> None:
