@@ -389,3 +389,29 @@ def test_an_in_place_update_keeps_the_generic_plan():
     tc = Tensor(c.copy(), device="CPU").realize()
     tc.assign(tc + Tensor(a, device="CPU") @ Tensor(b, device="CPU")).realize()
     np.testing.assert_allclose(tc.numpy(), c + a @ b, rtol=1e-5, atol=1e-4)
+
+
+def _fill_loop_bounds(src: str) -> list[int]:
+    """The bounds of the loops that fill panel0 (from the panel's declaration to its first store), outermost
+    first."""
+    fill = src[src.index("panel0["):]
+    fill = fill[:fill.index("panel0[", fill.index("]") + 1)]
+    return [int(n) for n in re.findall(r"for \(int r\d+ = 0; r\d+ < (\d+);", fill)]
+
+
+@pytest.mark.parametrize("k,run", [(96, 16), (40, 8), (300, 4), (257, 1)])
+def test_a_b_stored_along_k_is_packed_a_run_of_k_at_a_time(k, run):
+    """x @ W.T (W stored out x in): the fill copies each column's run of consecutive k (contiguous in W) before
+    the next column, the run the largest of 16, 8, 4 dividing K (a prime K: one k at a time, across the columns);
+    a B stored along its rows keeps one k for all the columns (contiguous across them). Values equal numpy's."""
+    src, = _kernel_sources(lambda a, b: a @ b.T, ((64, k), "float32"), ((72, k), "float32"), pack=False)
+    bounds = _fill_loop_bounds(src)
+    if run > 1:
+        assert bounds[-1] == run and bounds[-3] == k // run, (bounds, src)  # runs of k, columns, k in the run
+    else:
+        assert bounds[-2] == k, (bounds, src)  # each k, the panel's columns inside it
+    rows, = _kernel_sources(lambda a, b: a @ b, ((64, k), "float32"), ((k, 72), "float32"))
+    assert _fill_loop_bounds(rows)[-2] == k
+    rng = np.random.default_rng(7)
+    a, w = rng.standard_normal((64, k)).astype(np.float32), rng.standard_normal((72, k)).astype(np.float32)
+    np.testing.assert_allclose((Tensor(a) @ Tensor(w).T).numpy(), a @ w.T, rtol=1e-5, atol=1e-4)
