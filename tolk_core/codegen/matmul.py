@@ -243,6 +243,7 @@ def _panel_read(mm: MatmulShape, t: Tile, jc: UOp, jr: UOp, ids: Iterator[int]) 
     `jr` (a lane expression) giving the panel's load of B[k, that column]."""
     size_k = mm.k.src[0].arg
     run = _k_run(mm, ids)
+    loops: tuple[UOp, ...]
     if run > 1:  # B contiguous along k (x @ W.T): each column's run of k read whole, then the next column's
         pj, pko, pl, pki = (_range(next(ids), s, AxisType.LOCAL) for s in (t.nc // t.nr, size_k // run, t.nr, run))
         pk, loops = pko * run + pki, (pj, pko, pl, pki)
