@@ -257,6 +257,27 @@ def test_tile_sizes_follow_the_registers_and_the_caches():
     assert unpacked is not None and not unpacked.packed
 
 
+def test_a_few_wide_panels_become_eight_for_the_threads():
+    """The panels are the units the threads share: 128 x 384 x 1536 on AVX-512 with a 1 MiB L2 fits 320 columns
+    a panel (five), and is cut into eight of 192 instead; a row of only eight micro-panels gets four panels of
+    two (each keeps two micro-panels); one panel stays one (the threads share its rows); a knob's width is kept."""
+    mm = _shape(128, 384, 1536)
+    assert mm is not None
+    t = tile_sizes(mm, 64, 32, 1 << 20, 32 << 10)
+    assert t is not None and (t.nr, t.nc, t.panels) == (64, 192, 8)
+    eight = _shape(128, 512, 512)  # 8 micro-panels, 256 columns a panel by the L2 (two panels)
+    assert eight is not None
+    t = tile_sizes(eight, 64, 32, 1 << 20, 32 << 10)
+    assert t is not None and (t.nc, t.panels) == (128, 4)
+    one = _shape(128, 384, 256)
+    assert one is not None
+    t = tile_sizes(one, 64, 32, 1 << 20, 32 << 10)
+    assert t is not None and t.panels == 1
+    with using(Choices.of({"MATMUL_NC": 320})):
+        t = tile_sizes(mm, 64, 32, 1 << 20, 32 << 10)
+    assert t is not None and (t.nc, t.panels) == (320, 5)
+
+
 def test_k_blocks_divide_k():
     """A block of k is the largest divisor of K within the L1 bound and above half of it; K within the bound,
     or without such a divisor (a prime), is summed whole."""
@@ -350,14 +371,14 @@ def test_cache_sizes_from_sysfs_and_the_setting(tmp_path):
 def test_fake_cache_sizes_reach_the_plan():
     """A renderer made under CPU_CACHE_SIZES sizes its plan from them: a 16 KiB L1 blocks K = 256 128 deep (at
     most 170) in a 6 x 64 C block, and the blocked panel fills the 64 KiB L2 (four 16-column micro-panels of
-    K = 256); a 32 KiB L1 sums K = 256 whole, and half of a 1 MiB L2 holds the whole row (16 micro-panels)."""
-    fn, specs = (lambda a, b: a @ b), (((256, 256), "float32"), ((256, 256), "float32"))
+    K = 256); a 32 KiB L1 sums K = 256 whole, and half of a 1 MiB L2 holds the whole row (32 micro-panels)."""
+    fn, specs = (lambda a, b: a @ b), (((256, 256), "float32"), ((256, 512), "float32"))
     with config.override(CPU_CACHE_SIZES="16K,64K,1M", CPU_VECTOR_BYTES=32):
         small, = _kernel_sources(fn, *specs)
     with config.override(CPU_CACHE_SIZES="32K,1M,8M", CPU_VECTOR_BYTES=32):
         large, = _kernel_sources(fn, *specs)
     assert f"panel0[{256 * 64}]" in small and f"cblock0[{6 * 64}]" in small and "< 128;" in small
-    assert f"panel0[{256 * 256}]" in large and "cblock0" not in large
+    assert f"panel0[{256 * 512}]" in large and "cblock0" not in large
     with config.override(CPU_CACHE_SIZES="4K,8K,16K", CPU_VECTOR_BYTES=32):  # K x 8 floats > 4 KiB: in place
         tiny, = _kernel_sources(fn, *specs)
     assert "panel0" not in tiny and "tolk_fma8_float(" in tiny

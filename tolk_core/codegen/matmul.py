@@ -155,8 +155,13 @@ def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int, l1: 
     micro = -(-size_n // nr)                             # micro-panels covering the row
     per_panel = max(1, min(micro, widest // nr))
     panels = -(-micro // per_panel)
+    if 1 < panels < DIRECT_PANELS and not knob("MATMUL_NC", MATMUL_NC):
+        # the panels are what the threads share out: as for B read in place (`_narrowed`), a few wide ones left
+        # a thread idle at the end (128 x 384 x 1536, two threads: 5 panels 110 GFLOP/s, 6 123, 8 148). Two
+        # micro-panels each at least: the tile's sliver of A, brought into L1 by the first, serves the second
+        panels = max(panels, min(micro // 2, DIRECT_PANELS))
     per_panel = -(-micro // panels)                      # the same count in every panel, as even as it gets
-    return Tile(w, mr, nr, per_panel * nr, panels, kc=kc)
+    return Tile(w, mr, nr, per_panel * nr, -(-micro // per_panel), kc=kc)
 
 
 def k_block(size_k: int, mr: int, item: int, l1: int) -> int:
