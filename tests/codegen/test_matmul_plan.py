@@ -260,7 +260,9 @@ def test_tile_sizes_follow_the_registers_and_the_caches():
 def test_a_few_wide_panels_become_eight_for_the_threads():
     """The panels are the units the threads share: 128 x 384 x 1536 on AVX-512 with a 1 MiB L2 fits 320 columns
     a panel (five), and is cut into eight of 192 instead; a row of only eight micro-panels gets four panels of
-    two (each keeps two micro-panels); one panel stays one (the threads share its rows); a knob's width is kept."""
+    two (each keeps two micro-panels); six micro-panels keep their two panels (a power of two: three would leave
+    one of two threads idle a third of the time); one panel stays one (the threads share its rows); a knob's
+    width is kept."""
     mm = _shape(128, 384, 1536)
     assert mm is not None
     t = tile_sizes(mm, 64, 32, 1 << 20, 32 << 10)
@@ -273,6 +275,10 @@ def test_a_few_wide_panels_become_eight_for_the_threads():
     assert one is not None
     t = tile_sizes(one, 64, 32, 1 << 20, 32 << 10)
     assert t is not None and t.panels == 1
+    two = _shape(128, 384, 384)  # two panels of three micro-panels by the L2: not three panels of two
+    assert two is not None
+    t = tile_sizes(two, 64, 32, 1 << 20, 32 << 10)
+    assert t is not None and (t.nc, t.panels) == (192, 2)
     with using(Choices.of({"MATMUL_NC": 320})):
         t = tile_sizes(mm, 64, 32, 1 << 20, 32 << 10)
     assert t is not None and (t.nc, t.panels) == (320, 5)

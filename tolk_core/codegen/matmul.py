@@ -157,9 +157,12 @@ def tile_sizes(mm: MatmulShape, vector_bytes: int, registers: int, l2: int, l1: 
     panels = -(-micro // per_panel)
     if 1 < panels < DIRECT_PANELS and not knob("MATMUL_NC", MATMUL_NC):
         # the panels are what the threads share out: as for B read in place (`_narrowed`), a few wide ones left
-        # a thread idle at the end (128 x 384 x 1536, two threads: 5 panels 110 GFLOP/s, 6 123, 8 148). Two
-        # micro-panels each at least: the tile's sliver of A, brought into L1 by the first, serves the second
-        panels = max(panels, min(micro // 2, DIRECT_PANELS))
+        # a thread idle at the end (128 x 384 x 1536, two threads: 5 panels 110 GFLOP/s, 6 123, 8 148). A power
+        # of two (teams are two, four, eight threads: three panels keep one of two threads idle for a third of
+        # the time), with two micro-panels each at least: the tile's sliver of A, brought into L1 by the first,
+        # serves the second
+        most = min(micro // 2, DIRECT_PANELS)
+        panels = max(panels, 1 << (most.bit_length() - 1) if most else 1)
     per_panel = -(-micro // panels)                      # the same count in every panel, as even as it gets
     return Tile(w, mr, nr, per_panel * nr, -(-micro // per_panel), kc=kc)
 
