@@ -1,5 +1,7 @@
 """float32 matmul against numpy's BLAS (OpenBLAS), each in its own process, in interleaved calls.
 
+Sizes: N (N x N times N x N), MxKxN, or MxKxNt for `x @ W.T` with W stored N x K (nn.Linear's layout).
+
 `python -m bench.matmul_blas [--sizes 256,512,1024,2048] [--threads 1,2] [--calls 15]` starts, for each thread
 count, a Tolk child and a numpy child (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS set to it; numpy's without
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, which make OpenBLAS pick a slower kernel on these machines), then asks them
@@ -33,19 +35,35 @@ import numpy as np
 from bench.rounds import Child, serve
 
 
-def _inputs(n: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(n)
-    return rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
+def shape(size: str) -> tuple[int, int, int, bool]:
+    """(M, K, N, B stored transposed) of a size: "N" (N x N times N x N), "MxKxN" (A @ B) or "MxKxNt" (x @ W.T
+    with W stored N x K, as nn.Linear keeps it)."""
+    t = size.endswith("t")
+    dims = [int(v) for v in size.rstrip("t").split("x")]
+    if len(dims) == 1:
+        dims *= 3
+    if len(dims) != 3 or min(dims) < 1:
+        raise SystemExit(f"bad size {size!r}: give N, MxKxN or MxKxNt (B stored transposed)")
+    return dims[0], dims[1], dims[2], t
 
 
-def _tolk_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
+def _inputs(size: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    m, k, n, t = shape(size)
+    rng = np.random.default_rng(m * 7 + k * 3 + n)
+    return (rng.standard_normal((m, k), dtype=np.float32),
+            rng.standard_normal((n, k) if t else (k, n), dtype=np.float32), t)
+
+
+def _tolk_timer(size: str) -> Callable[[int, float, float], dict[str, Any]]:
     import tolk_core
     from tolk_core import Tensor
-    a, b = _inputs(n)
+    a, b, t = _inputs(size)
     ta, tb = Tensor(a).realize(), Tensor(b).realize()
+    if t:
+        tb = tb.T
     got = (ta @ tb).numpy()
-    if not np.allclose(got, a @ b, rtol=1e-3, atol=1e-3 * np.sqrt(n)):
-        raise SystemExit(f"Tolk's {n}x{n} matmul differs from numpy's")
+    if not np.allclose(got, a @ (b.T if t else b), rtol=1e-3, atol=1e-3 * np.sqrt(a.shape[1])):
+        raise SystemExit(f"Tolk's {size} matmul differs from numpy's")
 
     def timer(reps: int, min_s: float, budget_s: float) -> dict[str, Any]:
         times, cpu = [], []
@@ -62,8 +80,10 @@ def _tolk_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
     return timer
 
 
-def _numpy_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
-    a, b = _inputs(n)
+def _numpy_timer(size: str) -> Callable[[int, float, float], dict[str, Any]]:
+    a, b, t = _inputs(size)
+    if t:
+        b = b.T  # a view, as torch's F.linear hands BLAS the weight transposed
     a @ b
 
     def timer(reps: int, min_s: float, budget_s: float) -> dict[str, Any]:
@@ -77,9 +97,9 @@ def _numpy_timer(n: int) -> Callable[[int, float, float], dict[str, Any]]:
     return timer
 
 
-def child(side: str, sizes: list[int]) -> None:
+def child(side: str, sizes: list[str]) -> None:
     make = _tolk_timer if side == "tolk" else _numpy_timer
-    timers = {str(n): make(n) for n in sizes}
+    timers = {n: make(n) for n in sizes}
     blas = ""
     if side == "numpy":
         try:
@@ -91,7 +111,7 @@ def child(side: str, sizes: list[int]) -> None:
     serve({"side": side, "blas": blas}, timers, lambda: {})
 
 
-def _rows(threads: int, sizes: list[int], calls: int, settle: float) -> list[str]:
+def _rows(threads: int, sizes: list[str], calls: int, settle: float) -> list[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     env = {**base, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
     arg = ",".join(map(str, sizes))
@@ -113,7 +133,8 @@ def _rows(threads: int, sizes: list[int], calls: int, settle: float) -> list[str
                         got["kernel"].append(rec["per_step"]["kernel_s"])
             t, b, kern, tc, bc = (statistics.median(got[x]) for x in ("tolk", "numpy", "kernel", "tolk_cpu",
                                                                        "numpy_cpu"))
-            gf = 2.0 * n ** 3 / 1e9
+            m, kk, nn, _ = shape(n)
+            gf = 2.0 * m * kk * nn / 1e9
             out.append(f"| {n} | {threads} | {gf / t:.1f} | {gf / kern:.1f} | {gf / b:.1f} | {b / t:.2f} | "
                        f"{b / kern:.2f} | {bc / tc:.2f} | {os.getloadavg()[0]:.1f} |")
             print(out[-1], flush=True)
@@ -126,15 +147,18 @@ def _rows(threads: int, sizes: list[int], calls: int, settle: float) -> list[str
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "child":
-        child(argv[1], [int(x) for x in argv[2].split(",")])
+        child(argv[1], argv[2].split(","))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="256,512,1024,2048")
+    p.add_argument("--sizes", default="256,512,1024,2048",
+                   help="N (square), MxKxN (A @ B) or MxKxNt (x @ W.T, W stored N x K), comma-separated")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--calls", type=int, default=15)
     p.add_argument("--settle", type=float, default=0.3, help="seconds of sleep before each call (0: none)")
     args = p.parse_args(argv)
-    sizes = [int(x) for x in args.sizes.split(",")]
+    sizes = args.sizes.split(",")
+    for size in sizes:
+        shape(size)  # a bad size stops here, not in a child
     print("| N | threads | Tolk call GFLOP/s | Tolk kernel GFLOP/s | OpenBLAS GFLOP/s | x BLAS (call) | "
           "x BLAS (kernel) | x BLAS (CPU time) | load |\n|---|---|---|---|---|---|---|---|---|", flush=True)
     for threads in (int(x) for x in args.threads.split(",")):
