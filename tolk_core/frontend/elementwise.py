@@ -50,8 +50,10 @@ if TYPE_CHECKING:
     from tolk_core.frontend.tensor import Tensor
 
 _SQRT_2_OVER_PI, _SQRT_HALF = math.sqrt(2 / math.pi), math.sqrt(0.5)
-# erf(x) = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)): coefficients of x^(2n+1), n = 0..12
-_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(13))
+# erf(x) = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)): coefficients of x^(2n+1), n = 0..9. On |x| <= 1 the
+# series alternates with falling terms, so stopping after n = 9 errs by at most the n = 10 term, 1.5e-8 (a
+# quarter of float32's ulp at erf(1) = 0.84)
+_ERF_SERIES = tuple(2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(10))
 # Numerical Recipes' erfc fit: the polynomial in t (constant term first) inside the exponential
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
              -0.82215223, 0.17087277)
@@ -545,7 +547,7 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         return x._wrap((0.5 * n * (1 + _activation("tanh", _SQRT_2_OVER_PI * (n + 0.044715 * n * n * n), _whole(x)))).u)
 
     def erf(self: Tensor) -> Tensor:
-        """The error function. |x| < 1: its Maclaurin series through x^25 (truncation below 1e-11); otherwise
+        """The error function. |x| < 1: its Maclaurin series through x^19 (truncation below 1.5e-8); otherwise
         1 - erfc(|x|) with the sign of x, erfc by Numerical Recipes' Chebyshev fit t exp(-z^2 + P(t)),
         t = 1 / (1 + z/2) (fractional error below 1.2e-7). Each branch reads its input clamped to its own range,
         so the unused branch never overflows and its zero gradient stays finite. Measured in float32 on CPU
@@ -554,14 +556,14 @@ class ElementwiseMixin(TranscendentalMixin, ActivationMixin):
         x = self._as_float()
         small = x.clip(-1.0, 1.0)
         s2 = small * small
-        series = s2 * 0.0 + _ERF_SERIES[-1]
-        for c in reversed(_ERF_SERIES[:-1]):
+        series = s2 * _ERF_SERIES[-1] + _ERF_SERIES[-2]
+        for c in reversed(_ERF_SERIES[:-2]):
             series = series * s2 + c
         series = series * small
         z = x.abs().clip(1.0, 10.0)
         t = (1 + 0.5 * z).reciprocal()
-        poly = t * 0.0 + _ERFC_FIT[-1]
-        for c in reversed(_ERFC_FIT[:-1]):
+        poly = t * _ERFC_FIT[-1] + _ERFC_FIT[-2]
+        for c in reversed(_ERFC_FIT[:-2]):
             poly = poly * t + c
         erfc = t * (poly - z * z).exp()
         big = (x < 0).where(erfc - 1, 1 - erfc)
