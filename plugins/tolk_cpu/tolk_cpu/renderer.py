@@ -23,12 +23,14 @@ def _fold_op(op: Op, dt: DType) -> str:
     return _FLOAT_MAX if op is Op.MAX and dtypes.is_float(dt) else _FOLD_OPS[op]
 
 # float32 2^x as arithmetic the C compiler vectorizes (libm's exp2f is a scalar call): 2^x = 2^n * 2^f with
-# n = min(rint(x), 127), f in [-1/2, 1], 2^f by its Taylor series in f*ln2 to degree 9 (truncation < 1e-8
-# relative), 2^n as two factors (s1*s2 = 2^n is a float in any association). Saturates to 0 and inf; NaN stays
-# NaN. Within 3 ulp of libm's exp2f where the result is a normal float. Below -150 (softmax's masked -inf
-# scores) the series runs on 0 and the result is selected 0: computed, its product would underflow, and a
-# multiply whose result is subnormal or underflows costs a microcode assist per lane (about 2x on a causal
-# softmax row; docs/performance.md "Attention"). Every select tests one comparison: gcc 12 vectorized no loop where
+# n = rint(x) (x clamped to [-150, 128]), f in [-1/2, 1/2], 2^f by its Taylor series in f*ln2 to degree 7
+# (truncation < 5.1e-9 relative, a tenth of an ulp), 2^n as two factors applied one after the other: p * s1 stays
+# a float and the second product is the result (n = 128 only for x in [127.5, 128), where p < 1 keeps it finite).
+# Saturates to 0 and inf; NaN stays NaN. Within 1.2 ulp of numpy's exp2 (float64) where the result is a normal
+# float (degree 9 with n <= 127: 1.4). Below -150 (softmax's masked -inf scores) the series runs on 0 and the
+# result is selected 0: computed, its product would underflow, and a multiply whose result is subnormal or
+# underflows costs a microcode assist per lane (about 2x on a causal softmax row; docs/performance.md
+# "Attention"). Every select tests one comparison: gcc 12 vectorized no loop where
 # a select chose between two comparisons' combined masks (`x != x || x < -150` did: erf ran scalar, 10x slower).
 # the prelude's helpers are always inlined: gcc's inliner stops inlining plain `static inline` functions once a
 # compile unit grows past its limits (a batch of kernels compiled together), and a call left in a loop keeps the
@@ -37,12 +39,12 @@ _INLINE = "static inline __attribute__((always_inline))"
 
 _EXP2F = _INLINE + """ float tolk_exp2f(float x) {
   const float a = x >= -150.0f ? x : 0.0f, c = a > 128.0f ? 128.0f : a;
-  const float r = __builtin_rintf(c), n = r > 127.0f ? 127.0f : r, f = (c - n) * 0.6931471805599453f;
+  const float n = __builtin_rintf(c), f = (c - n) * 0.6931471805599453f;
   const float p = 1.0f + f * (1.0f + f * (0.5f + f * (1.6666667e-1f + f * (4.1666667e-2f + f * (8.3333333e-3f
-                  + f * (1.3888889e-3f + f * (1.9841270e-4f + f * (2.4801587e-5f + f * 2.7557319e-6f))))))));
+                  + f * (1.3888889e-3f + f * 1.9841270e-4f))))));
   const int k = (int)n, k1 = k / 2, k2 = k - k1;
   union { int i; float f; } s1 = {(k1 + 127) << 23}, s2 = {(k2 + 127) << 23};
-  const float y = x < -150.0f ? 0.0f : p * s1.f * s2.f, z = x >= 128.0f ? __builtin_inff() : y;
+  const float y = x < -150.0f ? 0.0f : (p * s1.f) * s2.f, z = x >= 128.0f ? __builtin_inff() : y;
   return x != x ? x : z;
 }
 """
