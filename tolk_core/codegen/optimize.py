@@ -63,6 +63,10 @@ from tolk_core.render.renderer import LoopKind, Renderer
 # element-operations below which waking a thread team (passive OpenMP wait) costs more than it saves
 PARALLEL_MIN_WORK = 1 << 20
 ELEMENT_OPS = 8  # ALU operations of an elementwise kernel's body that count as one element of work
+# an exp2, log2, sin or cos counts as this many operations: each is a polynomial of ~30 (CPU's tolk_exp2f), and an
+# exp over 196k floats took 141-151 us on one thread against 100-105 on two (65k: 60 against 75: stays on one)
+TRANSCENDENTAL_OPS = 48
+_TRANSCENDENTAL = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.COS})
 UNROLL_MAX = 16
 GROUP_MAX_OUTPUTS = 1024      # a group reduction pays off when outputs are too few to fill the device
 GROUP_MIN_REDUCE = 256        # ... and the reduction is long enough to share
@@ -189,10 +193,12 @@ def optimize(ast: UOp, renderer: Renderer, noopt: bool = False, cut: bool = True
 
 def _element_weight(ast: UOp) -> int:
     """How many elements' worth of work one element of an elementwise kernel does: its ALU operations in units of
-    `ELEMENT_OPS`, at least 1. A copy or an add is one; GELU's ~45 operations per element (an exp2 among them)
-    are five, so its 262k-element kernel (0.84 ms on one thread) takes the threads a plain add of that size
-    does not."""
-    return max(1, sum(u.op in GroupOp.ALU and u.dtype != dtypes.index for u in ast.toposort()) // ELEMENT_OPS)
+    `ELEMENT_OPS`, at least 1, an exp2, log2, sin or cos counting `TRANSCENDENTAL_OPS`. A copy or an add is one;
+    GELU's ~45 operations per element (an exp2 among them) are eleven, so its 262k-element kernel (0.84 ms on one
+    thread) takes the threads a plain add of that size does not; an exp (a multiply and an exp2) is six."""
+    ops = sum((TRANSCENDENTAL_OPS if u.op in _TRANSCENDENTAL else 1) for u in ast.toposort()
+              if u.op in GroupOp.ALU and u.dtype != dtypes.index)
+    return max(1, ops // ELEMENT_OPS)
 
 
 def _joined(plans: list[Plan]) -> Plan:
