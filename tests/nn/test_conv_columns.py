@@ -2,7 +2,8 @@
 `_column_conv`, im2col: each output position's C_in/groups x kernel values contiguous, then a matmul with the
 weight's rows). Values, input and weight gradients against torch 2.13 at shapes that take that path (at most 64
 output positions, at least 2048 values per sum), with groups, dilation, padding, odd sizes and 1-d/3-d; the path
-is checked to be taken (the kernels store the windows), and an inf or NaN reaches exactly torch's outputs."""
+is checked to be taken (a spy on `_column_conv`) and not taken past its bounds, and an inf or NaN reaches exactly
+torch's outputs."""
 from __future__ import annotations
 
 import numpy as np

@@ -136,8 +136,9 @@ def _conv_formula(x: Tensor, weight: Tensor, groups: int, st: tuple[int, ...], d
 
 # a convolution of a small image and a deep reduction goes through its stored windows (im2col): the direct plan
 # tiles a row of the output, and a row of 7 fills a vector poorly (resnet50's 7 x 7 x 512 3x3 layers: 34 GFLOP/s
-# direct, 81 through the windows, one thread each at load 2); with 64 or 128 input channels, or a 14 x 14 image,
-# the copy costs more than it saves (0.19 against 0.53 ms, 1.7 against 4.6)
+# direct, 81 through the windows, at load 2); with 64 input channels at 7 x 7, or 256 at 14 x 14, the copy costs
+# more than it saves (direct against windows: 0.19 against 0.53 ms, 1.7 against 4.6). Only CPU-style devices:
+# the GPU plans have their own tiles for a short row
 COLUMNS_MOST_POSITIONS = 64   # output positions at most
 COLUMNS_LEAST_DEPTH = 2048    # C_in/groups x kernel positions at least
 
